@@ -1,0 +1,3 @@
+"""rdmad: claim and release RDMA devices for network namespaces."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,188 @@
+"""The interfaces the core drives. Adapters in rdmad.kernel (and the simulator) implement them.
+
+The core never sees a socket: it sees these protocols, plain data from rdmad.model and the
+events in rdmad.events. Every operation that changes the kernel has an inverse, so the core
+can roll a half-done claim back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from rdmad.events import Event
+from rdmad.model import CharDev, ChardevKind, HostConfig, Netdev, NetnsMode, RdmaDevice
+
+
+class NetnsTarget(Protocol):
+    """An open network namespace, held only for the duration of one operation.
+
+    The core closes it (or leaves it to a `with` block) as soon as the operation is over:
+    an open fd keeps a dead netns alive, and rdmad must never pin a claimed netns.
+    """
+
+    @property
+    def fd(self) -> int: ...
+
+    @property
+    def inode(self) -> int: ...
+
+    @property
+    def path(self) -> str: ...  # what the caller named, "" for an fd
+
+    def close(self) -> None: ...
+
+
+class NetnsResolver(Protocol):
+    def open(self, spec: str) -> NetnsTarget:
+        """Open a netns named as /run/netns/NAME, /proc/PID/ns/net, NAME or pid:PID.
+
+        Raises InvalidNetns for anything that is not a netns other than init_net.
+        """
+        ...
+
+    def adopt_fd(self, fd: int) -> NetnsTarget:
+        """Wrap a caller's netns fd (dup'ed; the caller keeps its own). Same checks as open."""
+        ...
+
+    def reopen(self, inode: int, path_hint: str) -> NetnsTarget | None:
+        """Find a live netns by inode (hint first, then bind mounts, processes, fds).
+
+        None when no reachable holder is left, which for a claim means the netns is gone or
+        about to be.
+        """
+        ...
+
+    def other_netns_exist(self) -> bool:
+        """Whether any netns besides init_net is reachable (the kernel's EBUSY rule for
+        changing the RDMA netns mode)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a netdev ended up inside a claimant's netns."""
+
+    nsid: int  # the netns's id from init_net (-1 if the kernel assigned none)
+    ifindex: int  # the netdev's ifindex inside the netns
+    ifname: str
+
+
+class NetdevBackend(Protocol):
+    """rtnetlink, always real: every netdev operation happens in the kernel."""
+
+    async def list_netdevs(self) -> list[Netdev]:
+        """All netdevs in init_net."""
+        ...
+
+    async def host_config(self, ifindex: int) -> HostConfig:
+        """Name, MTU, admin state and addresses of a netdev in init_net."""
+        ...
+
+    async def place(
+        self,
+        ifindex: int,
+        target: NetnsTarget,
+        ifname: str,
+        mtu: int | None,
+        addresses: tuple[str, ...],
+    ) -> Placement:
+        """Move an init_net netdev into `target`, rename it, set MTU and addresses, bring it up.
+
+        All or nothing: on failure the netdev is back in init_net as it was.
+        """
+        ...
+
+    async def add_macvlan(
+        self,
+        parent_ifindex: int,
+        target: NetnsTarget,
+        ifname: str,
+        mtu: int | None,
+        addresses: tuple[str, ...],
+    ) -> Placement:
+        """Create a bridge-mode macvlan child of an init_net netdev inside `target`.
+
+        All or nothing: on failure no child is left anywhere.
+        """
+        ...
+
+    async def bring_home(self, placement: Placement, host: HostConfig) -> int:
+        """Move a netdev from a claimant's netns back to init_net and restore `host`.
+
+        Addresses by nsid (IFLA_TARGET_NETNSID), so no netns fd is needed. Returns the
+        netdev's ifindex in init_net.
+        """
+        ...
+
+    async def restore(self, ifindex: int, host: HostConfig) -> None:
+        """Put an init_net netdev back to `host` (name, MTU, addresses, admin state).
+
+        For a netdev the kernel returned on netns death, as its in-netns name or devN.
+        """
+        ...
+
+    async def delete(self, placement: Placement) -> None:
+        """Delete a netdev (a macvlan child) inside a claimant's netns, by nsid."""
+        ...
+
+    async def nsid(self, target: NetnsTarget) -> int:
+        """The id init_net has for `target`, assigning one if needed."""
+        ...
+
+    async def live_nsids(self) -> set[int]:
+        """The nsids init_net currently knows about (a dump of RTM_GETNSID)."""
+        ...
+
+
+class RdmaBackend(Protocol):
+    """The RDMA half: the kernel's RDMA netlink, or the explicit simulator."""
+
+    async def netns_mode(self) -> NetnsMode:
+        """UNAVAILABLE when there is no RDMA subsystem."""
+        ...
+
+    async def set_netns_mode(self, mode: NetnsMode) -> None:
+        """Raises ModeBusy while other netns exist, Unavailable without RDMA."""
+        ...
+
+    async def list_devices(self) -> list[RdmaDevice]:
+        """The RDMA devices visible in init_net."""
+        ...
+
+    async def move(self, index: int, target: NetnsTarget) -> None:
+        """Move an RDMA device from init_net into `target` (exclusive mode only)."""
+        ...
+
+    async def move_home(self, name: str, source: NetnsTarget) -> None:
+        """Move an RDMA device from `source` back to init_net, from a thread inside `source`
+        (the kernel takes the calling thread's netns as the source)."""
+        ...
+
+    async def chardevs(
+        self,
+        device: RdmaDevice,
+        kinds: tuple[ChardevKind, ...],
+        inside: NetnsTarget | None,
+    ) -> tuple[CharDev, ...]:
+        """Ask the kernel (GET_CHARDEV) for the char devices of `device`, from inside
+        `inside` when the device lives there. Never reuse values from before a move."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+EventSink = Callable[[Event], None]
+
+
+class EventSource(Protocol):
+    """A kernel event stream (rtnetlink, udev, RDMA netlink monitor).
+
+    `start` returns once the source is subscribed, so the caller can enumerate afterwards
+    and miss nothing. An overrun (ENOBUFS) is reported as a Resync event.
+    """
+
+    async def start(self, sink: EventSink) -> None: ...
+
+    async def stop(self) -> None: ...

@@ -1,0 +1,48 @@
+"""What the kernel adapters tell the core. Each event says what happened, not how it arrived."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rdmad.model import Netdev
+
+
+@dataclass(frozen=True)
+class LinkChanged:
+    """A netdev appeared in init_net or changed (RTM_NEWLINK), including one returning
+    from a dead netns under its in-netns name or devN."""
+
+    netdev: Netdev
+
+
+@dataclass(frozen=True)
+class LinkRemoved:
+    """A netdev left init_net: deleted, or moved into another netns (RTM_DELLINK)."""
+
+    ifindex: int
+    name: str
+
+
+@dataclass(frozen=True)
+class NetnsGone:
+    """init_net dropped its id for a netns (RTM_DELNSID): that netns is dead."""
+
+    nsid: int
+
+
+@dataclass(frozen=True)
+class RdmaChanged:
+    """Something in the RDMA subsystem changed (udev infiniband/verbs/mad events, RDMA
+    netlink monitor): the core re-reads the RDMA inventory."""
+
+    hint: str = ""
+
+
+@dataclass(frozen=True)
+class Resync:
+    """An event socket overran (ENOBUFS): events were lost, re-read everything."""
+
+    source: str
+
+
+Event = LinkChanged | LinkRemoved | NetnsGone | RdmaChanged | Resync

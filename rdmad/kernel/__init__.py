@@ -1,0 +1,1 @@
+"""Adapters to the Linux kernel: rtnetlink, RDMA netlink, netns, udev."""

@@ -1,0 +1,159 @@
+"""The things rdmad knows about: devices, ports, netdevs, claims.
+
+Plain data only. Nothing here talks to the kernel or the bus.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+
+
+class NetnsMode(enum.StrEnum):
+    SHARED = "shared"
+    EXCLUSIVE = "exclusive"
+    UNAVAILABLE = "unavailable"  # no RDMA subsystem (ib_core not loaded)
+
+
+class DeviceState(enum.StrEnum):
+    AVAILABLE = "available"
+    CLAIMED = "claimed"  # the whole device belongs to one netns
+    SHARED = "shared"  # one or more shared (macvlan) claims
+    UNAVAILABLE = "unavailable"  # e.g. no netdev to hand out
+
+
+class ReleaseReason(enum.StrEnum):
+    REQUESTED = "requested"
+    NETNS_GONE = "netns-gone"
+    DEVICE_REMOVED = "device-removed"
+    RECONCILED = "reconciled"
+
+
+class ChardevKind(enum.StrEnum):
+    UVERBS = "uverbs"
+    RDMA_CM = "rdma_cm"
+    UMAD = "umad"
+    ISSM = "issm"
+
+
+DEFAULT_CHARDEVS: tuple[ChardevKind, ...] = (ChardevKind.UVERBS, ChardevKind.RDMA_CM)
+
+INIT_NETNS = "init"
+
+
+def netns_label(inode: int) -> str:
+    """The kernel's own spelling of a netns identity, as readlink(/proc/X/ns/net) shows it."""
+    return f"net:[{inode}]"
+
+
+@dataclass(frozen=True)
+class Port:
+    index: int
+    state: str  # e.g. ACTIVE, DOWN
+    phys_state: str  # e.g. LINK_UP, DISABLED
+    netdev: str  # "" when the port has no netdev in the daemon's netns
+
+
+@dataclass(frozen=True)
+class CharDev:
+    """A char device a claimant may open, read from the kernel after any move."""
+
+    kind: ChardevKind
+    path: str  # /dev/infiniband/uverbs0
+    major: int
+    minor: int
+
+
+@dataclass(frozen=True)
+class RdmaDevice:
+    """One RDMA device as the kernel reports it (RDMA netlink + sysfs)."""
+
+    index: int
+    name: str
+    node_guid: str = ""
+    driver: str = ""
+    link_layer: str = ""  # "InfiniBand" or "Ethernet"
+    ports: tuple[Port, ...] = ()
+    netdev: str = ""  # the netdev of port 1 in init_net, "" if none
+    netdev_ifindex: int = 0
+    pci_address: str = ""
+    numa_node: int = -1
+    chardevs: tuple[str, ...] = ()  # /dev/infiniband paths
+    parent: str = ""  # SR-IOV: the PF's RDMA device name, for a VF
+    virtual: bool = False  # software device (rxe, siw): its netdev must not move
+
+    def with_changes(self, **changes: object) -> RdmaDevice:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Netdev:
+    """A netdev in init_net as rtnetlink reports it."""
+
+    ifindex: int
+    name: str
+    mtu: int
+    up: bool
+    kind: str = ""  # rtnl link kind: veth, macvlan, "" for physical
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """What a whole-device claim must put back: the netdev as it was in init_net."""
+
+    ifindex: int
+    name: str
+    mtu: int
+    up: bool
+    addresses: tuple[str, ...]  # CIDRs
+
+
+@dataclass(frozen=True)
+class ClaimOptions:
+    """The validated a{sv} options of a Claim call."""
+
+    ifname: str | None = None
+    mtu: int | None = None
+    addresses: tuple[str, ...] = ()
+    shared: bool = False
+    chardevs: tuple[ChardevKind, ...] = DEFAULT_CHARDEVS
+    owner: str = ""
+    netdev: bool = True
+
+
+@dataclass
+class Claim:
+    """A live claim. Persisted, so every field is plain data."""
+
+    id: str
+    device: str
+    netns_inode: int
+    netns_path: str  # the path the caller named (hint for re-opening), "" for ClaimFd
+    nsid: int  # the netns's id as seen from init_net; -1 if none was assigned
+    ifname: str  # the netdev's name inside the netns ("" when no netdev moved)
+    shared: bool
+    owner: str
+    created_at_us: int
+    netdev_moved: bool = False
+    rdma_moved: bool = False
+    host: HostConfig | None = None  # whole-device claims that moved the netdev
+    chardevs: tuple[CharDev, ...] = ()
+    cdi_device: str = ""
+    chardev_kinds: tuple[ChardevKind, ...] = DEFAULT_CHARDEVS
+    # the ifindex inside the netns (macvlan child, or the moved netdev); 0 if unknown
+    ns_ifindex: int = 0
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def netns(self) -> str:
+        return netns_label(self.netns_inode)
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    """A device as the bus shows it: kernel facts plus the daemon's claims."""
+
+    device: RdmaDevice
+    state: DeviceState
+    netns: str  # INIT_NETNS or net:[INODE]
+    claims: tuple[str, ...]  # claim ids

@@ -1,0 +1,103 @@
+"""Validation of Claim options and names: what a caller may ask for, checked before any
+kernel state is touched."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from rdmad.errors import InvalidArgs
+from rdmad.model import ChardevKind, ClaimOptions
+
+# D-Bus signature each option must carry; anything else is InvalidArgs.
+OPTION_SIGNATURES: dict[str, str] = {
+    "ifname": "s",
+    "mtu": "u",
+    "addresses": "as",
+    "shared": "b",
+    "chardevs": "as",
+    "owner": "s",
+    "netdev": "b",
+}
+
+OWNER_MAX_BYTES = 256
+MTU_MIN, MTU_MAX = 68, 65535
+# IFNAMSIZ is 16 with the NUL; the kernel also refuses "/", ":" and whitespace, "." and "..".
+_IFNAME = re.compile(r"^[^/:\s\x00]{1,15}$")
+# RDMA device names: what the kernel accepts for `rdma link add NAME` (IB_DEVICE_NAME_MAX 64).
+_DEVNAME = re.compile(r"^[A-Za-z0-9_.\-]{1,63}$")
+
+
+def check_ifname(name: str) -> str:
+    if not _IFNAME.match(name) or name in (".", ".."):
+        raise InvalidArgs(f"invalid interface name {name!r}: 1-15 bytes, no '/', ':' or spaces")
+    if len(name.encode()) > 15:
+        raise InvalidArgs(f"invalid interface name {name!r}: longer than 15 bytes")
+    return name
+
+
+def check_device_name(name: str) -> str:
+    if not _DEVNAME.match(name):
+        raise InvalidArgs(f"invalid RDMA device name {name!r}")
+    return name
+
+
+def _cidr(text: str) -> str:
+    try:
+        iface = ipaddress.ip_interface(text)
+    except ValueError:
+        raise InvalidArgs(f"invalid address {text!r}: expected a CIDR like 192.0.2.10/24") from None
+    if "/" not in text:
+        raise InvalidArgs(f"invalid address {text!r}: the prefix length is missing")
+    return iface.with_prefixlen
+
+
+def parse_claim_options(raw: dict[str, tuple[str, object]]) -> ClaimOptions:
+    """Turn {name: (signature, value)} into ClaimOptions, or raise InvalidArgs."""
+    for name, (signature, _) in raw.items():
+        want = OPTION_SIGNATURES.get(name)
+        if want is None:
+            known = ", ".join(sorted(OPTION_SIGNATURES))
+            raise InvalidArgs(f"unknown claim option {name!r} (known: {known})")
+        if signature != want:
+            raise InvalidArgs(f"claim option {name!r} must be of type '{want}', not '{signature}'")
+    values = {name: value for name, (_, value) in raw.items()}
+
+    ifname = values.get("ifname")
+    mtu = values.get("mtu")
+    if isinstance(mtu, int) and not MTU_MIN <= mtu <= MTU_MAX:
+        raise InvalidArgs(f"mtu {mtu} is out of range {MTU_MIN}-{MTU_MAX}")
+    owner = str(values.get("owner", ""))
+    if len(owner.encode("utf-8", "surrogatepass")) > OWNER_MAX_BYTES:
+        raise InvalidArgs(f"owner is longer than {OWNER_MAX_BYTES} bytes")
+    if "\x00" in owner:
+        raise InvalidArgs("owner must not contain NUL")
+    addresses = tuple(_cidr(str(a)) for a in _as_list(values.get("addresses", [])))
+    kinds: list[ChardevKind] = []
+    for kind in _as_list(values.get("chardevs", ["uverbs", "rdma_cm"])):
+        try:
+            parsed = ChardevKind(kind)
+        except ValueError:
+            known = ", ".join(k.value for k in ChardevKind)
+            raise InvalidArgs(f"unknown char device kind {kind!r} (known: {known})") from None
+        if parsed not in kinds:
+            kinds.append(parsed)
+    shared = bool(values.get("shared", False))
+    netdev = bool(values.get("netdev", True))
+    if shared and "netdev" in values:
+        raise InvalidArgs("option 'netdev' applies to whole-device claims only")
+    return ClaimOptions(
+        ifname=check_ifname(str(ifname)) if ifname is not None else None,
+        mtu=int(mtu) if isinstance(mtu, int) else None,
+        addresses=addresses,
+        shared=shared,
+        chardevs=tuple(kinds),
+        owner=owner,
+        netdev=netdev,
+    )
+
+
+def _as_list(value: object) -> list[str]:
+    if not isinstance(value, list | tuple):
+        raise InvalidArgs("expected an array of strings")
+    return [str(v) for v in value]
