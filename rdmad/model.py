@@ -6,7 +6,7 @@ Plain data only. Nothing here talks to the kernel or the bus.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 
 class NetnsMode(enum.StrEnum):
@@ -106,6 +106,7 @@ class HostConfig:
     mtu: int
     up: bool
     addresses: tuple[str, ...]  # CIDRs
+    kind: str = ""  # rtnl link kind; "" (physical) is what the kernel hands back on netns death
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,14 @@ class ClaimOptions:
     chardevs: tuple[ChardevKind, ...] = DEFAULT_CHARDEVS
     owner: str = ""
     netdev: bool = True
+
+
+class ClaimPhase(enum.StrEnum):
+    """Written before each kernel step, so a restarted daemon knows what to finish or undo."""
+
+    PENDING = "pending"  # claim in progress: undo it at start
+    ACTIVE = "active"
+    RELEASING = "releasing"  # release in progress: finish it at start
 
 
 @dataclass
@@ -142,7 +151,7 @@ class Claim:
     chardev_kinds: tuple[ChardevKind, ...] = DEFAULT_CHARDEVS
     # the ifindex inside the netns (macvlan child, or the moved netdev); 0 if unknown
     ns_ifindex: int = 0
-    extra: dict[str, str] = field(default_factory=dict)
+    phase: ClaimPhase = ClaimPhase.ACTIVE
 
     @property
     def netns(self) -> str:

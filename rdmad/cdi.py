@@ -1,0 +1,80 @@
+"""CDI spec files, one per claim, so a runtime can inject the claim's char devices by name
+(`podman --device rdmad.io/rdma=<claim id>`, containerd's CDI support)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
+
+CDI_KIND = "rdmad.io/rdma"
+CDI_VERSION = "0.6.0"
+
+log = logging.getLogger("rdmad.cdi")
+
+
+def spec_for(claim: Claim) -> dict[str, object]:
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": CDI_KIND,
+        "devices": [
+            {
+                "name": claim.id,
+                "annotations": {"rdmad.io/device": claim.device, "rdmad.io/netns": claim.netns},
+                "containerEdits": {
+                    "deviceNodes": [
+                        {"path": c.path, "type": "c", "major": c.major, "minor": c.minor}
+                        for c in claim.chardevs
+                    ]
+                },
+            }
+        ],
+    }
+
+
+class CdiWriter:
+    """Observer: writes a spec when a claim is made, removes it when the claim ends."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def path_for(self, claim_id: str) -> Path:
+        return self.directory / f"rdmad.io-rdma-{claim_id}.json"
+
+    def claimed(self, claim: Claim) -> None:
+        path = self.path_for(claim.id)
+        tmp = path.with_suffix(".tmp")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(spec_for(claim), indent=1))
+            os.replace(tmp, path)
+        except OSError as exc:
+            # The claim stands (the kernel part is done); runtimes can still use CharDevices.
+            log.error("cannot write CDI spec %s: %s", path, exc)
+
+    def released(self, claim: Claim, reason: ReleaseReason) -> None:
+        try:
+            self.path_for(claim.id).unlink(missing_ok=True)
+        except OSError as exc:
+            log.error("cannot remove CDI spec for claim %s: %s", claim.id, exc)
+
+    def sync(self, live: list[Claim]) -> None:
+        """At start: a spec for every live claim, none for anything else."""
+        keep = {self.path_for(c.id) for c in live}
+        if self.directory.is_dir():
+            for stale in self.directory.glob("rdmad.io-rdma-*.json"):
+                if stale not in keep:
+                    stale.unlink(missing_ok=True)
+        for claim in live:
+            self.claimed(claim)
+
+    def device_added(self, view: DeviceView) -> None: ...
+
+    def device_removed(self, view: DeviceView) -> None: ...
+
+    def device_changed(self, view: DeviceView) -> None: ...
+
+    def mode_changed(self, mode: NetnsMode) -> None: ...

@@ -1,0 +1,77 @@
+"""What the kernel has: RDMA devices and init_net netdevs, and how a device looks to callers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rdmad.model import (
+    INIT_NETNS,
+    Claim,
+    DeviceState,
+    DeviceView,
+    Netdev,
+    NetnsMode,
+    RdmaDevice,
+)
+
+
+@dataclass
+class Diff:
+    added: list[RdmaDevice] = field(default_factory=list)
+    removed: list[RdmaDevice] = field(default_factory=list)
+    changed: list[RdmaDevice] = field(default_factory=list)
+
+
+class Inventory:
+    def __init__(self) -> None:
+        self.devices: dict[str, RdmaDevice] = {}
+        self.netdevs: dict[int, Netdev] = {}
+
+    def netdev_by_name(self, name: str) -> Netdev | None:
+        for nd in self.netdevs.values():
+            if nd.name == name:
+                return nd
+        return None
+
+    def replace_devices(self, seen: list[RdmaDevice], keep: set[str]) -> Diff:
+        """Take a fresh RDMA listing. Devices in `keep` stay even if the listing lacks them:
+        they sit in a claimant's netns (exclusive mode hides them from init_net) or are
+        being moved right now."""
+        diff = Diff()
+        fresh = {d.name: d for d in seen}
+        for name, old in list(self.devices.items()):
+            if name in fresh:
+                if fresh[name] != old:
+                    diff.changed.append(fresh[name])
+            elif name not in keep:
+                diff.removed.append(old)
+                del self.devices[name]
+        for name, dev in fresh.items():
+            if name not in self.devices:
+                diff.added.append(dev)
+            self.devices[name] = dev
+        return diff
+
+    def view(self, dev: RdmaDevice, claims: list[Claim], mode: NetnsMode) -> DeviceView:
+        mine = [c for c in claims if c.device == dev.name]
+        whole = [c for c in mine if not c.shared]
+        if whole:
+            state = DeviceState.CLAIMED
+        elif mine:
+            state = DeviceState.SHARED
+        elif self.has_netdev(dev) or mode == NetnsMode.EXCLUSIVE:
+            state = DeviceState.AVAILABLE
+        else:
+            state = DeviceState.UNAVAILABLE
+        netns = whole[0].netns if whole and whole[0].rdma_moved else INIT_NETNS
+        shown = dev
+        if whole and whole[0].host is not None and not dev.netdev:
+            # While its netdev is in the netns, callers still know the device by the host name.
+            shown = dev.with_changes(netdev=whole[0].host.name)
+        return DeviceView(shown, state, netns, tuple(c.id for c in mine))
+
+    def has_netdev(self, dev: RdmaDevice) -> bool:
+        if not dev.netdev:
+            return False
+        nd = self.netdevs.get(dev.netdev_ifindex)
+        return nd is not None or self.netdev_by_name(dev.netdev) is not None

@@ -1,0 +1,207 @@
+"""A simulated RDMA half, bound to real netdevs. Chosen only with --sim-devices.
+
+It exists for host tests, benchmarks, and the one path no kernel here can show: a hardware
+device (mlx5-like) whose netdev and RDMA device move together. It follows the rules in
+shared/design/kernel-facts.md, each of which is also tested against the real kernel in the
+guest:
+- mode changes fail with EBUSY while any netns other than init_net exists;
+- moving a device needs exclusive mode (EOPNOTSUPP in shared mode) and a device visible in
+  the socket's netns (EINVAL otherwise);
+- in exclusive mode a moved device disappears from init_net's view;
+- every move re-creates the char devices with new minors;
+- when the netns dies the device is back in init_net (rdma_dev_exit_net).
+Every netdev stays real: the sim only reads init_net netdevs, and never touches them.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import itertools
+import socket
+from dataclasses import dataclass
+
+from rdmad.backend import NetnsResolver, NetnsTarget
+from rdmad.errors import DeviceBusy, KernelError, ModeBusy, NotSupported, from_errno
+from rdmad.model import CharDev, ChardevKind, NetnsMode, Port, RdmaDevice
+
+UVERBS_MAJOR = 231  # the kernel's IB_UVERBS_MAJOR
+UVERBS_BASE_MINOR = 192
+ISSM_BASE_MINOR = 64
+RDMA_CM_MAJOR, RDMA_CM_MINOR = 10, 58  # misc device, dynamic on real systems
+
+
+@dataclass
+class _SimDevice:
+    index: int
+    name: str
+    netdev: str  # bound at start by name; followed by ifindex afterwards
+    ifindex: int
+    netns_inode: int = 0  # 0: init_net
+    netns_path: str = ""
+    uverbs_minor: int = 0
+    umad_minor: int = 0
+
+
+def parse_sim_devices(spec: str) -> list[tuple[str, str]]:
+    """'mlx5_0=eth1,mlx5_1=eth2' -> [('mlx5_0', 'eth1'), ('mlx5_1', 'eth2')]."""
+    pairs = []
+    for item in filter(None, (p.strip() for p in spec.split(","))):
+        name, sep, netdev = item.partition("=")
+        if not sep or not name or not netdev:
+            raise ValueError(f"bad --sim-devices entry {item!r}: expected NAME=NETDEV")
+        pairs.append((name, netdev))
+    return pairs
+
+
+class SimRdma:
+    """RdmaBackend whose devices are simulated and whose netdevs are real."""
+
+    def __init__(
+        self,
+        devices: list[tuple[str, str]],
+        resolver: NetnsResolver,
+        mode: NetnsMode = NetnsMode.SHARED,
+    ) -> None:
+        self._resolver = resolver
+        self._mode = mode
+        self._minors = itertools.count()
+        self._devs: dict[str, _SimDevice] = {}
+        for index, (name, netdev) in enumerate(devices, start=1):
+            dev = _SimDevice(index, name, netdev, _ifindex(netdev))
+            self._recreate_chardevs(dev)
+            self._devs[name] = dev
+
+    def _recreate_chardevs(self, dev: _SimDevice) -> None:
+        # A move tears clients down and re-adds them: new nodes, possibly new minors.
+        n = next(self._minors)
+        dev.uverbs_minor = UVERBS_BASE_MINOR + n % 64
+        dev.umad_minor = n % 64
+
+    async def netns_mode(self) -> NetnsMode:
+        return self._mode
+
+    async def set_netns_mode(self, mode: NetnsMode) -> None:
+        if mode == self._mode:
+            return
+        if self._resolver.other_netns_exist():
+            raise ModeBusy(
+                "cannot change the RDMA netns mode while other network namespaces exist "
+                "(kernel EBUSY); delete them, or set ib_core netns_mode at boot"
+            )
+        self._mode = mode
+
+    async def list_devices(self) -> list[RdmaDevice]:
+        self._return_orphans()
+        visible = [
+            d
+            for d in self._devs.values()
+            if self._mode == NetnsMode.SHARED or d.netns_inode == 0
+        ]
+        return [self._describe(d) for d in visible]
+
+    def _return_orphans(self) -> None:
+        """rdma_dev_exit_net: a device whose netns died is back in init_net."""
+        for dev in self._devs.values():
+            if dev.netns_inode and not self._alive(dev):
+                dev.netns_inode, dev.netns_path = 0, ""
+                self._recreate_chardevs(dev)
+
+    def _alive(self, dev: _SimDevice) -> bool:
+        target = self._resolver.reopen(dev.netns_inode, dev.netns_path)
+        if target is None:
+            return False
+        target.close()
+        return True
+
+    def _describe(self, dev: _SimDevice) -> RdmaDevice:
+        if not dev.ifindex:  # its netdev did not exist at start: bind when it shows up
+            dev.ifindex = _ifindex(dev.netdev)
+        name = _ifname(dev.ifindex) if dev.netns_inode == 0 else None
+        netdev = name or ""
+        guid = hashlib.sha256(dev.name.encode()).hexdigest()[:16]
+        return RdmaDevice(
+            index=dev.index,
+            name=dev.name,
+            node_guid=":".join(guid[i : i + 4] for i in range(0, 16, 4)),
+            driver="rdmad_sim",
+            link_layer="Ethernet",
+            ports=(Port(1, "ACTIVE" if netdev else "DOWN", "LINK_UP", netdev),),
+            netdev=netdev,
+            netdev_ifindex=dev.ifindex if netdev else 0,
+            chardevs=(f"/dev/infiniband/uverbs{dev.index - 1}",),
+        )
+
+    async def move(self, index: int, target: NetnsTarget) -> None:
+        dev = next((d for d in self._devs.values() if d.index == index), None)
+        if self._mode != NetnsMode.EXCLUSIVE:
+            raise NotSupported(
+                "the RDMA subsystem is in shared mode: devices cannot change netns (EOPNOTSUPP)"
+            )
+        if dev is None or dev.netns_inode != 0:
+            raise from_errno(errno.EINVAL, f"move RDMA device {index}: not in init_net")
+        dev.netns_inode, dev.netns_path = target.inode, target.path
+        self._recreate_chardevs(dev)
+
+    async def move_home(self, name: str, source: NetnsTarget) -> None:
+        dev = self._devs.get(name)
+        # The kernel looks the device up in the socket's netns (here: `source`).
+        if dev is None or dev.netns_inode != source.inode:
+            raise from_errno(errno.EINVAL, f"move {name} home: not in {source.path or 'netns'}")
+        dev.netns_inode, dev.netns_path = 0, ""
+        self._recreate_chardevs(dev)
+
+    async def chardevs(
+        self, device: RdmaDevice, kinds: tuple[ChardevKind, ...], inside: NetnsTarget | None
+    ) -> tuple[CharDev, ...]:
+        dev = self._devs.get(device.name)
+        if dev is None:
+            raise KernelError(errno.ENODEV, f"GET_CHARDEV {device.name}")
+        where = inside.inode if inside is not None else 0
+        if self._mode == NetnsMode.EXCLUSIVE and dev.netns_inode != where:
+            raise KernelError(errno.ENODEV, f"GET_CHARDEV {device.name}: not in this netns")
+        out: list[CharDev] = []
+        for kind in kinds:
+            n = dev.index - 1
+            if kind == ChardevKind.UVERBS:
+                path = f"/dev/infiniband/uverbs{n}"
+                out.append(CharDev(kind, path, UVERBS_MAJOR, dev.uverbs_minor))
+            elif kind == ChardevKind.UMAD:
+                out.append(CharDev(kind, f"/dev/infiniband/umad{n}", UVERBS_MAJOR, dev.umad_minor))
+            elif kind == ChardevKind.ISSM:
+                minor = ISSM_BASE_MINOR + dev.umad_minor
+                out.append(CharDev(kind, f"/dev/infiniband/issm{n}", UVERBS_MAJOR, minor))
+            else:
+                out.append(CharDev(kind, "/dev/infiniband/rdma_cm", RDMA_CM_MAJOR, RDMA_CM_MINOR))
+        return tuple(out)
+
+    async def close(self) -> None:
+        return None
+
+    # Test/bench helpers: hotplug of simulated devices.
+    def add_device(self, name: str, netdev: str) -> None:
+        if name in self._devs:
+            raise DeviceBusy(f"sim device {name} exists")
+        index = max((d.index for d in self._devs.values()), default=0) + 1
+        dev = _SimDevice(index, name, netdev, _ifindex(netdev))
+        self._recreate_chardevs(dev)
+        self._devs[name] = dev
+
+    def remove_device(self, name: str) -> None:
+        self._devs.pop(name, None)
+
+
+def _ifindex(name: str) -> int:
+    try:
+        return socket.if_nametoindex(name)
+    except OSError:
+        return 0
+
+
+def _ifname(ifindex: int) -> str | None:
+    if not ifindex:
+        return None
+    try:
+        return socket.if_indextoname(ifindex)
+    except OSError:
+        return None

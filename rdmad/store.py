@@ -1,0 +1,111 @@
+"""The state file: claims and what they must restore, written atomically under /run/rdmad.
+
+Claims are kernel state (a netdev sitting in a container's netns); the file is how a
+restarted daemon finds out what it owes each device.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rdmad.errors import KernelError
+from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, HostConfig
+
+SCHEMA_VERSION = 1
+STATE_FILE = "state.json"
+
+log = logging.getLogger("rdmad.store")
+
+
+@dataclass
+class State:
+    claims: list[Claim] = field(default_factory=list)
+    # Netdevs whose netns died before the kernel handed them back: restore on return.
+    pending_restores: list[HostConfig] = field(default_factory=list)
+
+
+class CorruptState(Exception):
+    """The state file exists but cannot be read; the daemon rebuilds from the kernel."""
+
+
+class Store:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / STATE_FILE
+        self._dir = directory
+
+    def load(self) -> State:
+        """Empty state if there is no file; CorruptState if it is torn or unreadable."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return State()
+        try:
+            doc = json.loads(raw)
+            if doc.get("version") != SCHEMA_VERSION:
+                raise CorruptState(f"unknown schema version {doc.get('version')!r}")
+            return State(
+                claims=[_claim_from(c) for c in doc["claims"]],
+                pending_restores=[HostConfig(**_host_fields(h)) for h in doc["pending_restores"]],
+            )
+        except CorruptState:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CorruptState(f"{self.path}: {exc}") from exc
+
+    def save(self, state: State) -> None:
+        """Write, fsync, rename, fsync the directory: a crash leaves the old or the new file."""
+        doc: dict[str, Any] = {
+            "version": SCHEMA_VERSION,
+            "claims": [asdict(c) for c in state.claims],
+            "pending_restores": [asdict(h) for h in state.pending_restores],
+        }
+        data = json.dumps(doc, indent=1, sort_keys=True).encode()
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            self._dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, self.path)
+            dfd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise KernelError(exc.errno or 0, f"cannot write state file {self.path}") from exc
+
+    def move_aside(self) -> Path:
+        """Keep a corrupt file for the operator instead of overwriting the evidence."""
+        aside = self.path.with_name(self.path.name + ".corrupt")
+        os.replace(self.path, aside)
+        return aside
+
+
+def _host_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    raw = dict(raw)
+    raw["addresses"] = tuple(raw["addresses"])
+    return raw
+
+
+def _claim_from(raw: dict[str, Any]) -> Claim:
+    raw = dict(raw)
+    if raw.get("host") is not None:
+        raw["host"] = HostConfig(**_host_fields(raw["host"]))
+    raw["chardevs"] = tuple(
+        CharDev(ChardevKind(c["kind"]), c["path"], c["major"], c["minor"]) for c in raw["chardevs"]
+    )
+    raw["chardev_kinds"] = tuple(ChardevKind(k) for k in raw["chardev_kinds"])
+    raw["phase"] = ClaimPhase(raw["phase"])
+    return Claim(**raw)
