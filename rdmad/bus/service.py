@@ -1,0 +1,191 @@
+"""The io.rdmad1 service: exports the Manager, one object per device and per claim, and
+keeps them in step with the core as a CoreObserver (machined's machine-dbus.c role).
+
+Wiring (rdmad.daemon):
+
+    bus = await connect_bus(address)            # None: the system bus
+    service = await start_service(bus, core, resolver, allowed_gid)
+    ...                                         # run
+    await service.stop()
+
+start_service exports every object first and requests io.rdmad1 last, so a client that
+sees the name can already call everything.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from dbus_fast import BusType, Message, NameFlag, RequestNameReply, Variant
+from dbus_fast.aio import MessageBus
+from dbus_fast.service import ServiceInterface
+
+from rdmad.backend import NetnsResolver
+from rdmad.bus.credentials import Credentials
+from rdmad.bus.names import (
+    BUS_NAME,
+    MANAGER_PATH,
+    OBJECT_MANAGER_IFACE,
+    claim_path,
+    device_path,
+)
+from rdmad.bus.objects import ClaimInterface, CoreAPI, DeviceInterface, ManagerInterface
+from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
+
+log = logging.getLogger(__name__)
+
+
+class NameTaken(RuntimeError):
+    """Another connection owns io.rdmad1: another rdmad is running."""
+
+
+class RdmadMessageBus(MessageBus):
+    """A MessageBus that sends ObjectManager.InterfacesAdded/Removed from the manager's
+    path, as the D-Bus spec says and GDBus/sd-bus clients expect. Stock dbus-fast sends
+    them from the child object's own path, which ObjectManager clients ignore."""
+
+    def _emit_interface_added(self, path: str, interface: ServiceInterface) -> None:
+        if self._disconnected or not path.startswith(MANAGER_PATH + "/"):
+            return
+        props = getattr(interface, "all_properties", None)
+        body: dict[str, dict[str, Variant]] = {interface.name: props() if props else {}}
+        self.send(
+            Message.new_signal(
+                MANAGER_PATH, OBJECT_MANAGER_IFACE, "InterfacesAdded", "oa{sa{sv}}", [path, body]
+            )
+        )
+
+    def _emit_interface_removed(self, path: str, removed_interfaces: list[str]) -> None:
+        if self._disconnected or not path.startswith(MANAGER_PATH + "/"):
+            return
+        self.send(
+            Message.new_signal(
+                MANAGER_PATH,
+                OBJECT_MANAGER_IFACE,
+                "InterfacesRemoved",
+                "oas",
+                [path, removed_interfaces],
+            )
+        )
+
+
+async def connect_bus(address: str | None = None) -> MessageBus:
+    """Connect to `address`, or the system bus (DBUS_SYSTEM_BUS_ADDRESS is honoured by
+    dbus-fast). Unix fd passing is on: ClaimFd needs it."""
+    bus = RdmadMessageBus(bus_address=address, bus_type=BusType.SYSTEM, negotiate_unix_fd=True)
+    await bus.connect()
+    return bus
+
+
+class Service:
+    """Owns the exported objects; implements rdmad.core.CoreObserver."""
+
+    def __init__(
+        self, bus: MessageBus, core: CoreAPI, resolver: NetnsResolver, allowed_gid: int | None
+    ) -> None:
+        self.bus = bus
+        self.core = core
+        self.credentials = Credentials(bus, allowed_gid)
+        self.manager = ManagerInterface(
+            core, resolver, self.credentials, self._export_claim, bus._negotiate_unix_fd
+        )
+        self._devices: dict[str, DeviceInterface] = {}
+        self._claims: dict[str, ClaimInterface] = {}
+
+    # -- exports (idempotent: the observer and the enumeration may both see a thing) --
+
+    def _export_device(self, view: DeviceView) -> bool:
+        name = view.device.name
+        if name in self._devices:
+            self._update_device(view)
+            return False
+        self._devices[name] = DeviceInterface(view)
+        self.bus.export(device_path(name), self._devices[name])
+        return True
+
+    def _update_device(self, view: DeviceView) -> None:
+        obj = self._devices.get(view.device.name)
+        if obj is None:
+            self._export_device(view)
+            return
+        changed = obj.update(view)
+        if changed:
+            obj.emit_properties_changed(changed)
+
+    def _export_claim(self, claim: Claim) -> str:
+        path = claim_path(claim.id)
+        if claim.id not in self._claims:
+            self._claims[claim.id] = ClaimInterface(claim, self.core, self.credentials)
+            self.bus.export(path, self._claims[claim.id])
+        return path
+
+    # -- CoreObserver --
+
+    def device_added(self, view: DeviceView) -> None:
+        if self._export_device(view):
+            self.manager.DeviceAdded(view.device.name, device_path(view.device.name))
+
+    def device_removed(self, view: DeviceView) -> None:
+        name = view.device.name
+        if self._devices.pop(name, None) is not None:
+            self.bus.unexport(device_path(name))
+            self.manager.DeviceRemoved(name, device_path(name))
+
+    def device_changed(self, view: DeviceView) -> None:
+        self._update_device(view)
+
+    def claimed(self, claim: Claim) -> None:
+        fresh = claim.id not in self._claims
+        path = self._export_claim(claim)
+        if fresh:
+            self.manager.Claimed(claim.id, claim.device, path)
+
+    def released(self, claim: Claim, reason: ReleaseReason) -> None:
+        if self._claims.pop(claim.id, None) is not None:
+            self.bus.unexport(claim_path(claim.id))
+        self.manager.Released(claim.id, claim.device, str(reason))
+
+    def mode_changed(self, mode: NetnsMode) -> None:
+        self.manager.emit_properties_changed({"NetnsMode": str(mode)})
+
+    # -- lifetime --
+
+    async def stop(self) -> None:
+        """Give up the name first (new callers get ServiceUnknown), then the objects."""
+        if self.bus.connected:
+            await self.bus.release_name(BUS_NAME)
+        for claim_id in list(self._claims):
+            self.bus.unexport(claim_path(claim_id))
+        for name in list(self._devices):
+            self.bus.unexport(device_path(name))
+        self.bus.unexport(MANAGER_PATH)
+        self._claims.clear()
+        self._devices.clear()
+        self.credentials.stop()
+
+
+async def start_service(
+    bus: MessageBus,
+    core: CoreAPI,
+    resolver: NetnsResolver,
+    allowed_gid: int | None = None,
+) -> Service:
+    """Export everything, subscribe to the core, then take io.rdmad1 (last).
+
+    `core` is an rdmad.core.Core (objects.CoreAPI lists what the bus edge uses of it).
+    Raises NameTaken if another rdmad runs.
+    """
+    service = Service(bus, core, resolver, allowed_gid)
+    await service.credentials.start()
+    bus.export(MANAGER_PATH, service.manager)
+    # Subscribe, then enumerate: nothing awaits in between, and exports are idempotent.
+    core.add_observer(service)
+    for view in core.devices():
+        service._export_device(view)
+    for claim in core.claims():
+        service._export_claim(claim)
+    reply = await bus.request_name(BUS_NAME, NameFlag.DO_NOT_QUEUE)
+    if reply not in (RequestNameReply.PRIMARY_OWNER, RequestNameReply.ALREADY_OWNER):
+        await service.stop()
+        raise NameTaken(f"{BUS_NAME} is already owned on this bus ({reply.name})")
+    return service
