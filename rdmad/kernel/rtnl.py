@@ -1,0 +1,457 @@
+"""rtnetlink: NetdevBackend over pyroute2's AsyncIPRoute.
+
+One AsyncIPRoute lives in init_net. Work inside a claimant's netns goes through a netlink
+socket created there (by a `run_in_netns` thread) and closed right after the operation, so
+the daemon never keeps a claimed netns alive.
+
+Kernel facts that shape this module (measured on 6.18):
+- RTM_SETLINK and RTM_NEWLINK ignore IFLA_TARGET_NETNSID for an existing device (ENODEV:
+  they look it up in the socket's netns); RTM_GETLINK and RTM_DELLINK honour it.
+- IFLA_TARGET_NETNSID together with IFLA_NET_NS_FD is EINVAL ("multiple netns identifying
+  attributes"), so a netdev cannot be moved home by nsid from init_net.
+- Addresses can only be added from a socket in the netdev's netns.
+Hence place(), add_macvlan() and bring_home() use an in-netns socket; delete() uses the nsid.
+
+Errors: a name already taken (EEXIST on a move/rename/create) is reported as InvalidArgs
+naming the netns and the name, since the caller fixes it by choosing another `ifname`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import ipaddress
+import logging
+import socket
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from pyroute2 import AsyncIPRoute
+from pyroute2.netlink import NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST
+from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_GETNSID, RTM_SETLINK
+from pyroute2.netlink.rtnl.ifinfmsg import IFF_UP, ifinfmsg
+from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
+
+from rdmad.backend import NetnsTarget, Placement
+from rdmad.errors import InvalidArgs, InvalidNetns, RdmadError, from_errno
+from rdmad.kernel.netns import KernelNetnsResolver, candidate_paths, run_in_netns
+from rdmad.model import HostConfig, Netdev, netns_label
+
+log = logging.getLogger(__name__)
+
+NETNSA_NSID_NOT_ASSIGNED = 0xFFFFFFFF  # -1 as the u32 pyroute2 decodes
+
+Msg = Any  # pyroute2 messages are untyped
+Cidr = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+
+
+def netdev_from_msg(msg: Msg) -> Netdev:
+    """A Netdev from an RTM_NEWLINK message (dump or event)."""
+    kind = ""
+    linkinfo = msg.get_attr("IFLA_LINKINFO")
+    if linkinfo is not None:
+        kind = linkinfo.get_attr("IFLA_INFO_KIND") or ""
+    return Netdev(
+        ifindex=int(msg["index"]),
+        name=str(msg.get_attr("IFLA_IFNAME") or ""),
+        mtu=int(msg.get_attr("IFLA_MTU") or 0),
+        up=bool(msg["flags"] & IFF_UP),
+        kind=str(kind),
+    )
+
+
+def parse_cidrs(addresses: tuple[str, ...]) -> list[Cidr]:
+    """Parse CIDRs up front, so a malformed one fails before the kernel is touched."""
+    out = []
+    for a in addresses:
+        if "/" not in a:
+            raise InvalidArgs(f"address {a!r} needs a prefix length (CIDR, e.g. 10.0.0.2/24)")
+        try:
+            out.append(ipaddress.ip_interface(a))
+        except ValueError as e:
+            raise InvalidArgs(f"address {a!r} is not a valid CIDR: {e}") from None
+    return out
+
+
+def _kernel_error(e: NetlinkError, what: str) -> RdmadError:
+    return from_errno(int(e.code), what)
+
+
+@contextlib.contextmanager
+def _op(what: str) -> Iterator[None]:
+    """Translate a NetlinkError into the named error a caller sees, naming the operation."""
+    try:
+        yield
+    except NetlinkError as e:
+        raise _kernel_error(e, what) from e
+
+
+def _ifmsg(index: int, *attrs: tuple[str, Any]) -> ifinfmsg:
+    msg = ifinfmsg()
+    msg["index"] = index
+    msg["attrs"] = list(attrs)
+    return msg
+
+
+async def _setlink(ipr: AsyncIPRoute, index: int, *attrs: tuple[str, Any]) -> None:
+    """A raw RTM_SETLINK: the high-level API rewrites some attributes (net_ns_fd, ifname)."""
+    async for _ in await ipr.nlm_request(
+        _ifmsg(index, *attrs), RTM_SETLINK, NLM_F_REQUEST | NLM_F_ACK
+    ):
+        pass
+
+
+def _is_link_local(iface: Cidr) -> bool:
+    # the kernel generates these itself; never flush or re-add them
+    return iface.version == 6 and iface.ip.is_link_local
+
+
+class _InNetns:
+    """A netlink socket created inside a netns, wrapped in an AsyncIPRoute; close it soon."""
+
+    def __init__(self, ipr: AsyncIPRoute, sock: socket.socket) -> None:
+        self.ipr = ipr
+        self._sock = sock
+
+    @classmethod
+    async def open(cls, netns_fd: int) -> _InNetns:
+        sock = await run_in_netns(
+            netns_fd,
+            lambda: socket.socket(
+                socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
+            ),
+        )
+        try:
+            return cls(AsyncIPRoute(use_socket=sock), sock)
+        except BaseException:
+            sock.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            self.ipr.close()
+        finally:
+            self._sock.close()  # AsyncIPRoute leaves a use_socket open
+
+
+@contextlib.asynccontextmanager
+async def _in_netns(netns_fd: int) -> AsyncIterator[AsyncIPRoute]:
+    ns = await _InNetns.open(netns_fd)
+    try:
+        yield ns.ipr
+    finally:
+        ns.close()
+
+
+class RtnlBackend:
+    """Implements rdmad.backend.NetdevBackend. Build with `await RtnlBackend.create(resolver)`."""
+
+    def __init__(self, ipr: AsyncIPRoute, resolver: KernelNetnsResolver) -> None:
+        self._ipr = ipr
+        self._resolver = resolver
+
+    @classmethod
+    async def create(cls, resolver: KernelNetnsResolver) -> RtnlBackend:
+        ipr = AsyncIPRoute()
+        await ipr.setup_endpoint()
+        return cls(ipr, resolver)
+
+    async def close(self) -> None:
+        self._ipr.close()
+
+    # -- reading init_net -----------------------------------------------------------------
+
+    async def list_netdevs(self) -> list[Netdev]:
+        with _op("listing netdevs"):
+            return [netdev_from_msg(m) async for m in await self._ipr.link("dump")]
+
+    async def host_config(self, ifindex: int) -> HostConfig:
+        with _op(f"reading netdev {ifindex}"):
+            (msg,) = await self._ipr.link("get", index=ifindex)
+            dev = netdev_from_msg(msg)
+            addrs = await _addresses(self._ipr, ifindex)
+        return HostConfig(
+            ifindex=ifindex,
+            name=dev.name,
+            mtu=dev.mtu,
+            up=dev.up,
+            addresses=tuple(str(a) for a in addrs if not _is_link_local(a)),
+        )
+
+    # -- claims ----------------------------------------------------------------------------
+
+    async def place(
+        self,
+        ifindex: int,
+        target: NetnsTarget,
+        ifname: str,
+        mtu: int | None,
+        addresses: tuple[str, ...],
+    ) -> Placement:
+        cidrs = parse_cidrs(addresses)
+        host = await self.host_config(ifindex)
+        where = netns_label(target.inode)
+        what = f"moving {host.name} into {where} as {ifname}"
+        try:
+            # one message: the kernel applies the new name as part of the move
+            await _setlink(
+                self._ipr, ifindex, ("IFLA_NET_NS_FD", target.fd), ("IFLA_IFNAME", ifname)
+            )
+        except NetlinkError as e:
+            raise self._name_error(e, what, ifname, where) from e
+        async with _in_netns(target.fd) as ns:
+            ns_index = 0
+            try:
+                with _op(f"finding {ifname} in {where}"):
+                    ns_index = int((await ns.link("get", ifname=ifname))[0]["index"])
+                await _configure(ns, ns_index, ifname, mtu, cidrs, where)
+            except BaseException:
+                await self._rollback_place(ns, ns_index, ifname, host)
+                raise
+        nsid = await self.nsid(target)
+        return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
+
+    async def _rollback_place(
+        self, ns: AsyncIPRoute, ns_index: int, ifname: str, host: HostConfig
+    ) -> None:
+        try:
+            if not ns_index:
+                ns_index = int((await ns.link("get", ifname=ifname))[0]["index"])
+            await _setlink(
+                ns,
+                ns_index,
+                ("IFLA_NET_NS_FD", self._resolver.init_fd),
+                ("IFLA_IFNAME", host.name),
+            )
+            home = await self._ifindex_of(host.name)
+            await self.restore(home, host)
+        except Exception:
+            log.exception("rolling back the move of %s failed", host.name)
+
+    async def add_macvlan(
+        self,
+        parent_ifindex: int,
+        target: NetnsTarget,
+        ifname: str,
+        mtu: int | None,
+        addresses: tuple[str, ...],
+    ) -> Placement:
+        cidrs = parse_cidrs(addresses)
+        where = netns_label(target.inode)
+        what = f"creating macvlan {ifname} of netdev {parent_ifindex} in {where}"
+        extra: dict[str, Any] = {} if mtu is None else {"mtu": mtu}
+        try:
+            # created directly in the target: no moment where it exists in init_net
+            await self._ipr.link(
+                "add",
+                ifname=ifname,
+                kind="macvlan",
+                macvlan_mode="bridge",
+                link=parent_ifindex,
+                net_ns_fd=target.fd,
+                **extra,
+            )
+        except NetlinkError as e:
+            raise self._name_error(e, what, ifname, where) from e
+        async with _in_netns(target.fd) as ns:
+            ns_index = 0
+            try:
+                with _op(f"finding {ifname} in {where}"):
+                    ns_index = int((await ns.link("get", ifname=ifname))[0]["index"])
+                await _configure(ns, ns_index, ifname, None, cidrs, where)
+            except BaseException:
+                with contextlib.suppress(NetlinkError):
+                    if ns_index:
+                        await ns.link("del", index=ns_index)
+                    else:
+                        await ns.link("del", ifname=ifname)
+                raise
+        nsid = await self.nsid(target)
+        return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
+
+    async def bring_home(
+        self, placement: Placement, host: HostConfig, source: NetnsTarget | None = None
+    ) -> int:
+        """Move a placed netdev home and restore `host`.
+
+        The kernel cannot move a netdev out of a netns by nsid (see module doc), so this
+        needs a socket inside the netns: pass `source` if the caller has it open, else the
+        netns is found by its nsid among the reachable ones and closed right after.
+        """
+        what = f"bringing {placement.ifname} home as {host.name}"
+        opened = None
+        if source is None:
+            opened = await self.open_by_nsid(placement.nsid)
+            if opened is None:
+                raise InvalidNetns(
+                    f"{what}: no live netns has nsid {placement.nsid} (it is gone or dying; "
+                    "the kernel returns physical netdevs by itself)"
+                )
+            source = opened
+        try:
+            async with _in_netns(source.fd) as ns:
+                try:
+                    await _setlink(
+                        ns,
+                        placement.ifindex,
+                        ("IFLA_NET_NS_FD", self._resolver.init_fd),
+                        ("IFLA_IFNAME", host.name),
+                    )
+                except NetlinkError as e:
+                    raise self._name_error(e, what, host.name, "init_net") from e
+        finally:
+            if opened is not None:
+                opened.close()
+        home = await self._ifindex_of(host.name)
+        await self.restore(home, host)
+        return home
+
+    async def restore(self, ifindex: int, host: HostConfig) -> None:
+        cidrs = parse_cidrs(host.addresses)
+        with _op(f"reading netdev {ifindex}"):
+            (msg,) = await self._ipr.link("get", index=ifindex)
+        cur = netdev_from_msg(msg)
+        what = f"restoring {cur.name} (ifindex {ifindex}) as {host.name}"
+        if cur.name != host.name:
+            with _op(what + ": setting it down to rename"):
+                await self._ipr.link("set", index=ifindex, state="down")
+            try:
+                await _setlink(self._ipr, ifindex, ("IFLA_IFNAME", host.name))
+            except NetlinkError as e:
+                raise self._name_error(e, what, host.name, "init_net") from e
+        if host.mtu and cur.mtu != host.mtu:
+            with _op(what + f": setting MTU {host.mtu}"):
+                await self._ipr.link("set", index=ifindex, mtu=host.mtu)
+        await _sync_addresses(self._ipr, ifindex, cidrs, what)
+        with _op(what + ": setting admin state"):
+            await self._ipr.link("set", index=ifindex, state="up" if host.up else "down")
+
+    async def delete(self, placement: Placement) -> None:
+        """Delete by nsid. Already gone (ENODEV) counts as done: the netns may have died."""
+        what = f"deleting {placement.ifname} (nsid {placement.nsid})"
+        try:
+            async for _ in await self._ipr.nlm_request(
+                _ifmsg(placement.ifindex, ("IFLA_IF_NETNSID", placement.nsid)),
+                RTM_DELLINK,
+                NLM_F_REQUEST | NLM_F_ACK,
+            ):
+                pass
+        except NetlinkError as e:
+            if e.code == errno.ENODEV:
+                return
+            if e.code == errno.EINVAL and placement.nsid not in await self.live_nsids():
+                return  # the netns died and took the netdev with it
+            raise _kernel_error(e, what) from e
+
+    # -- nsids -------------------------------------------------------------------------------
+
+    async def nsid(self, target: NetnsTarget) -> int:
+        where = netns_label(target.inode)
+        with _op(f"reading the nsid of {where}"):
+            got = await self._get_nsid(target.fd)
+        if got >= 0:
+            return got
+        try:
+            await self._ipr.set_netnsid(fd=target.fd)  # NETNSA_NSID -1: the kernel picks
+        except NetlinkError as e:
+            if e.code != errno.EEXIST:  # raced with another assignment: fine
+                raise _kernel_error(e, f"assigning an nsid to {where}") from e
+        with _op(f"reading the nsid of {where}"):
+            return await self._get_nsid(target.fd)
+
+    async def _get_nsid(self, fd: int) -> int:
+        res = await self._ipr.get_netnsid(fd=fd)
+        nsid = None if res is None else res.get("nsid")
+        if nsid is None or nsid == NETNSA_NSID_NOT_ASSIGNED:
+            return -1
+        return int(nsid)
+
+    async def live_nsids(self) -> set[int]:
+        with _op("listing nsids"):
+            return {
+                int(m.get_attr("NETNSA_NSID"))
+                async for m in await self._ipr.nlm_request(
+                    nsidmsg(), RTM_GETNSID, NLM_F_REQUEST | NLM_F_DUMP
+                )
+                if m.get_attr("NETNSA_NSID") is not None
+            }
+
+    async def open_by_nsid(self, nsid: int) -> NetnsTarget | None:
+        """Find and open the live netns init_net calls `nsid`, or None. The caller closes it."""
+        if nsid < 0:
+            return None
+        seen: set[int] = set()
+        for path in candidate_paths():
+            handle = self._resolver.try_open(path)
+            if handle is None:
+                continue
+            if handle.inode in seen:
+                handle.close()
+                continue
+            seen.add(handle.inode)
+            try:
+                if await self._get_nsid(handle.fd) == nsid:
+                    return handle
+            except NetlinkError:
+                pass
+            handle.close()
+        return None
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    async def _ifindex_of(self, name: str) -> int:
+        with _op(f"finding {name} in init_net"):
+            return int((await self._ipr.link("get", ifname=name))[0]["index"])
+
+    @staticmethod
+    def _name_error(e: NetlinkError, what: str, name: str, where: str) -> RdmadError:
+        if e.code == errno.EEXIST:
+            return InvalidArgs(f"{what}: the name {name} is already taken in {where}")
+        return _kernel_error(e, what)
+
+
+async def _addresses(ipr: AsyncIPRoute, index: int) -> list[Cidr]:
+    out = []
+    async for m in await ipr.addr("dump", index=index):
+        addr = m.get_attr("IFA_LOCAL") or m.get_attr("IFA_ADDRESS")
+        if addr:
+            out.append(ipaddress.ip_interface(f"{addr}/{m['prefixlen']}"))
+    return out
+
+
+async def _configure(
+    ns: AsyncIPRoute,
+    index: int,
+    ifname: str,
+    mtu: int | None,
+    cidrs: list[Cidr],
+    where: str,
+) -> None:
+    """MTU, addresses, admin up: for a netdev already inside the netns `ns` talks to."""
+    if mtu is not None:
+        with _op(f"setting MTU {mtu} on {ifname} in {where}"):
+            await ns.link("set", index=index, mtu=mtu)
+    for c in cidrs:
+        with _op(f"adding {c} to {ifname} in {where}"):
+            await ns.addr("add", index=index, address=str(c.ip), prefixlen=c.network.prefixlen)
+    with _op(f"bringing {ifname} up in {where}"):
+        await ns.link("set", index=index, state="up")
+
+
+async def _sync_addresses(
+    ipr: AsyncIPRoute,
+    index: int,
+    wanted: list[Cidr],
+    what: str,
+) -> None:
+    with _op(what + ": reading addresses"):
+        current = await _addresses(ipr, index)
+    for c in current:
+        if c not in wanted and not _is_link_local(c):
+            with _op(what + f": removing {c}"):
+                await ipr.addr("del", index=index, address=str(c.ip), prefixlen=c.network.prefixlen)
+    for c in wanted:
+        if c not in current:
+            with _op(what + f": adding {c}"):
+                await ipr.addr("add", index=index, address=str(c.ip), prefixlen=c.network.prefixlen)
