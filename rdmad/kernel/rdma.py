@@ -1,0 +1,284 @@
+"""RdmaBackend over the kernel's RDMA netlink (rdma_nl codec + rdma_socket) and sysfs."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+
+from rdmad.backend import NetnsTarget
+from rdmad.errors import (
+    InvalidArgs,
+    ModeBusy,
+    NoSuchDevice,
+    NotSupported,
+    RdmadError,
+    Unavailable,
+    from_errno,
+)
+from rdmad.kernel import rdma_nl as nl
+from rdmad.kernel.netns import run_in_netns
+from rdmad.kernel.rdma_socket import Build, RdmaSocket, make_socket, transact
+from rdmad.kernel.rdma_sysfs import sysfs_facts
+from rdmad.model import CharDev, ChardevKind, NetnsMode, Port, RdmaDevice
+
+DEV_DIR = "/dev/infiniband"
+_SOFTWARE_DRIVERS = {nl.DRIVER_ID_RXE: "rxe", nl.DRIVER_ID_SIW: "siw"}
+# Without ib_uverbs there is no driver id; a software device's protocol still says which.
+_SOFTWARE_BY_PROTOCOL = {"roce": "rxe", "iw": "siw"}
+_LINK_LAYER_BY_PROTOCOL = {
+    "ib": "InfiniBand",
+    "opa": "InfiniBand",
+    "roce": "Ethernet",
+    "iw": "Ethernet",
+}
+# The kernel's "no such device here" answers (the index is looked up in the socket's netns).
+_GONE = (errno.EINVAL, errno.ENODEV, errno.ENOENT)
+
+
+def _unavailable() -> Unavailable:
+    return Unavailable("no RDMA subsystem: the kernel has no NETLINK_RDMA (ib_core not loaded)")
+
+
+def _error(e: OSError, what: str) -> RdmadError:
+    err = e.errno or errno.EIO
+    if err in (errno.EPROTONOSUPPORT, errno.ECONNREFUSED):
+        return _unavailable()
+    mapped = from_errno(err, what)
+    extack = getattr(e, "extack", "")
+    if extack:
+        mapped.args = (f"{mapped.args[0]}: {extack}",)
+    return mapped
+
+
+def _index_by_name(messages: list[nl.Message], name: str) -> int | None:
+    return next((d.index for d in map(nl.dev_info, messages) if d.name == name), None)
+
+
+class KernelRdma:
+    """Implements rdmad.backend.RdmaBackend for the running kernel.
+
+    `init_netns_fd` is an fd of init_net (the daemon's own netns); without one, the backend
+    opens /proc/self/ns/net itself. It is the NET_NS_FD of every move home.
+    """
+
+    def __init__(self, *, init_netns_fd: int | None = None, sysfs_root: str = "/sys") -> None:
+        self._sysfs = sysfs_root
+        self._own_init_fd = init_netns_fd is None
+        self._init_fd = (
+            os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            if init_netns_fd is None
+            else init_netns_fd
+        )
+        self._sock: RdmaSocket | None = None
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _socket(self) -> RdmaSocket:
+        if self._sock is None or self._sock.closed:
+            try:
+                self._sock = RdmaSocket.open()
+            except OSError as e:
+                raise _error(e, "opening RDMA netlink") from e
+        return self._sock
+
+    async def _request(
+        self, build: Build, what: str, sock: RdmaSocket | None = None
+    ) -> list[nl.Message]:
+        s = sock or self._socket()
+        try:
+            return await s.request(build)
+        except OSError as e:
+            if e.errno == errno.ECONNREFUSED and s is self._sock:
+                s.close()  # ib_core went away under us; reopen on the next call
+                self._sock = None
+            raise _error(e, what) from e
+
+    # -- RdmaBackend ------------------------------------------------------------------
+
+    async def netns_mode(self) -> NetnsMode:
+        try:
+            (msg,) = await self._request(nl.get_sys, "reading the RDMA netns mode")
+        except Unavailable:
+            return NetnsMode.UNAVAILABLE
+        return NetnsMode.SHARED if nl.sys_info(msg).netns_shared else NetnsMode.EXCLUSIVE
+
+    async def monitor_supported(self) -> bool:
+        """Whether the kernel has RDMA_NLDEV_CMD_MONITOR (SYS_GET says so)."""
+        (msg,) = await self._request(nl.get_sys, "reading RDMA system attributes")
+        return nl.sys_info(msg).monitor
+
+    async def set_netns_mode(self, mode: NetnsMode) -> None:
+        if mode not in (NetnsMode.SHARED, NetnsMode.EXCLUSIVE):
+            raise InvalidArgs(f"netns mode must be shared or exclusive, not {mode!s}")
+        build = functools.partial(nl.set_netns_mode, shared=mode is NetnsMode.SHARED)
+        try:
+            await self._request(build, f"setting the RDMA netns mode to {mode}")
+        except RdmadError as e:
+            if getattr(e, "errno", None) == errno.EBUSY:
+                raise ModeBusy(
+                    f"cannot switch the RDMA subsystem to {mode} mode while other network "
+                    "namespaces exist (the kernel answers EBUSY): stop the containers and "
+                    "delete the other namespaces (ip netns del ...), or persist "
+                    f"'options ib_core netns_mode={int(mode is NetnsMode.SHARED)}' in "
+                    "/etc/modprobe.d and reboot"
+                ) from e
+            raise
+
+    async def list_devices(self) -> list[RdmaDevice]:
+        devices = await self._request(nl.get_dev, "listing RDMA devices")
+        out = []
+        for info in map(nl.dev_info, devices):
+            try:
+                out.append(await self._describe(info))
+            except RdmadError as e:
+                if getattr(e, "errno", None) in _GONE:
+                    continue  # unregistered or moved away while we looked
+                raise
+        return out
+
+    async def move(self, index: int, target: NetnsTarget) -> None:
+        # Socket and sending thread are both in init_net: the device's current netns.
+        build = functools.partial(nl.set_dev_netns, index=index, netns_fd=target.fd)
+        try:
+            await self._request(build, f"moving RDMA device {index} to {target.path or 'netns'}")
+        except NotSupported as e:
+            raise NotSupported(f"cannot move RDMA device {index}: {await self._why_not()}") from e
+
+    async def move_home(self, name: str, source: NetnsTarget) -> None:
+        init_fd = self._init_fd
+
+        def in_source() -> None:
+            # The kernel moves from the sending thread's netns and finds the device in the
+            # socket's netns: both must be `source`, so create and send from in there.
+            with make_socket(blocking=True) as sock:
+                index = _index_by_name(transact(sock, nl.get_dev, 1), name)
+                if index is None:
+                    raise NoSuchDevice(f"no RDMA device {name} in {source.path or 'that netns'}")
+                transact(
+                    sock, functools.partial(nl.set_dev_netns, index=index, netns_fd=init_fd), 2
+                )
+
+        try:
+            await run_in_netns(source.fd, in_source)
+        except OSError as e:
+            mapped = _error(e, f"moving RDMA device {name} back to init_net")
+            if isinstance(mapped, NotSupported):
+                raise NotSupported(f"cannot move {name} home: {await self._why_not()}") from e
+            raise mapped from e
+
+    async def chardevs(
+        self,
+        device: RdmaDevice,
+        kinds: tuple[ChardevKind, ...],
+        inside: NetnsTarget | None,
+    ) -> tuple[CharDev, ...]:
+        sock = self._socket() if inside is None else await self._open_in(inside)
+        try:
+            return await self._chardevs(sock, device, kinds)
+        finally:
+            if sock is not self._sock:
+                sock.close()
+
+    async def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._own_init_fd and self._init_fd >= 0:
+            os.close(self._init_fd)
+            self._init_fd = -1
+
+    # -- helpers ----------------------------------------------------------------------
+
+    async def _open_in(self, target: NetnsTarget) -> RdmaSocket:
+        try:
+            return await RdmaSocket.open_in(target.fd)
+        except OSError as e:
+            raise _error(e, f"opening RDMA netlink in {target.path or 'netns'}") from e
+
+    async def _why_not(self) -> str:
+        """EOPNOTSUPP has two causes the kernel does not tell apart: ask which one."""
+        if await self.netns_mode() is NetnsMode.SHARED:
+            return (
+                "the RDMA subsystem is in shared mode; devices move between network "
+                "namespaces only in exclusive mode (SetNetnsMode exclusive)"
+            )
+        return "the driver cannot change netns (it lacks disassociate_ucontext support)"
+
+    async def _describe(self, info: nl.DevInfo) -> RdmaDevice:
+        ports_msgs = await self._request(
+            functools.partial(nl.get_ports, index=info.index), f"listing ports of {info.name}"
+        )
+        ports = sorted(map(nl.port_info, ports_msgs), key=lambda p: p.port)
+        facts = sysfs_facts(info.name, self._sysfs)
+        uverbs = await self._try_chardev("uverbs", info.index)
+        nodes = [uverbs] if uverbs else []
+        for p in ports:
+            for kind in ("umad", "issm"):
+                node = await self._try_chardev(kind, info.index, p.port)
+                if node:
+                    nodes.append(node)
+        driver = facts.driver
+        if facts.virtual:
+            by_id = _SOFTWARE_DRIVERS.get(uverbs.driver_id) if uverbs else None
+            driver = by_id or _SOFTWARE_BY_PROTOCOL.get(info.protocol, "")
+        port1 = next((p for p in ports if p.port == 1), None)
+        return RdmaDevice(
+            index=info.index,
+            name=info.name,
+            node_guid=info.node_guid,
+            driver=driver,
+            link_layer=facts.link_layer or _LINK_LAYER_BY_PROTOCOL.get(info.protocol, ""),
+            ports=tuple(Port(p.port, p.state, p.phys_state, p.netdev) for p in ports),
+            netdev=port1.netdev if port1 else "",
+            netdev_ifindex=port1.netdev_index if port1 and port1.netdev else 0,
+            pci_address=facts.pci_address,
+            numa_node=facts.numa_node,
+            chardevs=tuple(f"{DEV_DIR}/{n.name}" for n in nodes),
+            parent=facts.parent,
+            virtual=facts.virtual,
+        )
+
+    async def _try_chardev(
+        self, kind: str, index: int, port: int | None = None
+    ) -> nl.ChardevInfo | None:
+        """A device's char device, or None when its client is absent (e.g. no ib_umad)."""
+        build = functools.partial(nl.get_chardev, kind=kind, index=index, port=port)
+        try:
+            (msg,) = await self._request(build, f"reading the {kind} char device")
+        except RdmadError as e:
+            if isinstance(e, NotSupported) or getattr(e, "errno", None) in _GONE:
+                return None
+            raise
+        return nl.chardev_info(msg)
+
+    async def _chardevs(
+        self, sock: RdmaSocket, device: RdmaDevice, kinds: tuple[ChardevKind, ...]
+    ) -> tuple[CharDev, ...]:
+        # Look the device up by name where we ask: never trust an index from before a move.
+        listing = await self._request(nl.get_dev, "listing RDMA devices", sock)
+        index = _index_by_name(listing, device.name)
+        if index is None:
+            raise NoSuchDevice(f"RDMA device {device.name} is not visible there")
+        nports = next(d.ports for d in map(nl.dev_info, listing) if d.index == index)
+        out: list[CharDev] = []
+        for kind in kinds:
+            for index_arg, port in self._chardev_args(kind, index, nports):
+                build = functools.partial(
+                    nl.get_chardev, kind=str(kind), index=index_arg, port=port
+                )
+                what = f"reading the {kind} char device of {device.name}"
+                (msg,) = await self._request(build, what, sock)
+                info = nl.chardev_info(msg)
+                out.append(CharDev(kind, f"{DEV_DIR}/{info.name}", info.major, info.minor))
+        return tuple(out)
+
+    @staticmethod
+    def _chardev_args(
+        kind: ChardevKind, index: int, nports: int
+    ) -> list[tuple[int | None, int | None]]:
+        if kind is ChardevKind.RDMA_CM:
+            return [(None, None)]
+        if kind is ChardevKind.UVERBS:
+            return [(index, None)]
+        return [(index, port) for port in range(1, nports + 1)]

@@ -1,0 +1,123 @@
+"""Event sources for RDMA changes: udev (uevents) and the RDMA netlink monitor.
+
+Both are served by the event loop (loop.add_reader), never by a polling thread, and both
+only say "something changed": the core re-reads the inventory on RdmaChanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pyudev
+
+from rdmad.backend import EventSink
+from rdmad.errors import NotSupported
+from rdmad.events import RdmaChanged, Resync
+from rdmad.kernel import rdma_nl as nl
+from rdmad.kernel.rdma_socket import RdmaSocket
+
+# infiniband: the devices; infiniband_verbs/_mad: their uverbs/umad/issm char devices.
+# Netdevs are rtnetlink's business, so "net" is not subscribed.
+RDMA_SUBSYSTEMS = ("infiniband", "infiniband_verbs", "infiniband_mad")
+UDEV_CONTROL = "/run/udev/control"
+
+MonitorFactory = Callable[[str], Any]  # source -> a started-able pyudev.Monitor look-alike
+
+
+def default_source() -> str:
+    """'udev' when udevd runs (its events arrive after /dev nodes exist), else 'kernel'."""
+    return "udev" if os.path.exists(UDEV_CONTROL) else "kernel"
+
+
+def _pyudev_monitor(source: str) -> Any:
+    return pyudev.Monitor.from_netlink(pyudev.Context(), source=source)
+
+
+class UdevEvents:
+    """Implements rdmad.backend.EventSource over a pyudev monitor."""
+
+    def __init__(
+        self, source: str | None = None, monitor_factory: MonitorFactory = _pyudev_monitor
+    ) -> None:
+        self.source = source or default_source()
+        self._factory = monitor_factory
+        self._monitor: Any = None
+        self._sink: EventSink | None = None
+
+    async def start(self, sink: EventSink) -> None:
+        monitor = self._factory(self.source)
+        for subsystem in RDMA_SUBSYSTEMS:
+            monitor.filter_by(subsystem)
+        monitor.start()  # subscribed from here on: the caller may enumerate now
+        self._monitor, self._sink = monitor, sink
+        asyncio.get_running_loop().add_reader(monitor.fileno(), self._readable)
+
+    async def stop(self) -> None:
+        if self._monitor is not None:
+            asyncio.get_running_loop().remove_reader(self._monitor.fileno())
+            self._monitor = None
+
+    def _readable(self) -> None:
+        assert self._monitor is not None and self._sink is not None
+        while True:
+            try:
+                device = self._monitor.poll(timeout=0)
+            except OSError as e:
+                if e.errno != errno.ENOBUFS:
+                    raise
+                self._sink(Resync("udev"))  # uevents were dropped: re-read everything
+                continue
+            if device is None:
+                return
+            if device.subsystem in RDMA_SUBSYSTEMS:
+                self._sink(RdmaChanged(f"{device.action} {device.subsystem}/{device.sys_name}"))
+
+
+class RdmaMonitorEvents:
+    """Implements rdmad.backend.EventSource over RDMA netlink MONITOR (newer kernels).
+
+    Notifications arrive on the RDMA_NL_GROUP_NOTIFY multicast group of an init_net socket.
+    """
+
+    def __init__(self) -> None:
+        self._sock: RdmaSocket | None = None
+        self._sink: EventSink | None = None
+
+    @staticmethod
+    async def supported() -> bool:
+        """Whether the kernel has MONITOR (SYS_GET carries SYS_ATTR_MONITOR_MODE)."""
+        try:
+            sock = RdmaSocket.open()
+        except OSError:
+            return False
+        try:
+            (msg,) = await sock.request(nl.get_sys)
+            return nl.sys_info(msg).monitor
+        finally:
+            sock.close()
+
+    async def start(self, sink: EventSink) -> None:
+        if not await self.supported():
+            raise NotSupported("this kernel has no RDMA netlink monitor")
+        self._sink = sink
+        self._sock = RdmaSocket.open(
+            (nl.RDMA_NL_GROUP_NOTIFY,),
+            on_notify=self._notified,
+            on_overrun=lambda: sink(Resync("rdma-monitor")),
+        )
+
+    async def stop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _notified(self, msg: nl.Message) -> None:
+        if msg.cmd != nl.Cmd.MONITOR or self._sink is None:
+            return
+        ev = nl.monitor_event(msg)
+        kind = nl.EventType(ev.event).name if ev.event < len(nl.EventType) else str(ev.event)
+        self._sink(RdmaChanged(f"{kind.lower()} {ev.dev_name or ev.dev_index}"))
