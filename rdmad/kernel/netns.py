@@ -32,6 +32,7 @@ RUN_NETNS = "/run/netns"
 SELF_NETNS = "/proc/self/ns/net"  # the thread-group leader's netns: init_net for rdmad
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+_NOT_NS_FDS = ("socket:", "pipe:", "anon_inode:")
 _NAME_RE = re.compile(r"[^/\x00]+")
 
 T = TypeVar("T")
@@ -254,7 +255,8 @@ class KernelNetnsResolver:
 def candidate_paths(hint: str = "", fd_label: str | None = None) -> Iterator[str]:
     """Paths that may name a live netns, cheapest first: the hint, bind mounts under
     /run/netns, every task's ns/net, then open fds (only those reading `fd_label`, e.g.
-    "net:[4026532]", or any "net:[...]" when None). Lazily scanned; may repeat a netns."""
+    "net:[4026532]", or any when None) and fds that may be nsfs files opened through a
+    bind mount. Lazily scanned; may repeat a netns; callers stat-check each path."""
     if hint:
         yield hint
     try:
@@ -278,8 +280,13 @@ def candidate_paths(hint: str = "", fd_label: str | None = None) -> Iterator[str
                 link = os.readlink(f"{fd_dir}/{n}")
             except OSError:
                 continue
-            if link == fd_label or (fd_label is None and link.startswith("net:[")):
-                yield f"{fd_dir}/{n}"
+            if link.startswith(_NOT_NS_FDS):
+                continue
+            # An fd opened through a bind mount reads as that path ("/" once unmounted),
+            # not "net:[...]": leave those to the stat check of whoever opens the path.
+            if link.startswith("net:[") and fd_label is not None and link != fd_label:
+                continue
+            yield f"{fd_dir}/{n}"
 
 
 def _listdir(path: str) -> list[str]:

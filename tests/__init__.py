@@ -1,0 +1,1 @@
+"""rdmad test suite."""

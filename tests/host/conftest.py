@@ -1,0 +1,46 @@
+"""Fixtures for tests against the real kernel. Every test here needs root."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from rdmad.kernel.netns import KernelNetnsResolver
+from rdmad.kernel.rtnl import RtnlBackend
+from tests.support.net import VethPair, require_root, temp_netns, temp_veth
+
+
+@pytest.fixture(autouse=True)
+def _root() -> None:
+    require_root()
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    with temp_netns() as name:
+        yield name
+
+
+@pytest.fixture
+def veth() -> Iterator[VethPair]:
+    with temp_veth() as pair:
+        yield pair
+
+
+@pytest.fixture
+def resolver() -> Iterator[KernelNetnsResolver]:
+    r = KernelNetnsResolver()
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+@pytest.fixture
+async def rtnl(resolver: KernelNetnsResolver) -> AsyncIterator[RtnlBackend]:
+    backend = await RtnlBackend.create(resolver)
+    try:
+        yield backend
+    finally:
+        await backend.close()

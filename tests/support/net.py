@@ -1,0 +1,163 @@
+"""Real network namespaces and links for tests, always cleaned up.
+
+Everything here shells out to iproute2 (`ip`), the same tool an operator would use, so a
+test checks rdmad against an independent view of the kernel. Names are unique per process
+and call (`unique_name`), so test runs can share a host.
+
+Typical use::
+
+    def test_x(netns: str, veth: VethPair) -> None:   # fixtures in tests/host/conftest.py
+        ...
+        assert link_in_netns(netns, "net1")["mtu"] == 1400
+
+Waiting: never sleep. Subscribe first, act, then `await wait_for(queue, predicate)`, or
+`await wait_until(condition)` for a condition on the event loop's own state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+_counter = itertools.count()
+
+
+def unique_name(prefix: str) -> str:
+    """A name unique to this process and call, short enough for an ifname (15 chars)."""
+    name = f"{prefix}{os.getpid() % 100000}x{next(_counter)}"
+    if len(name) > 15:
+        raise ValueError(f"{name!r} is too long for an interface name")
+    return name
+
+
+def require_root() -> None:
+    """Skip without root, but FAIL under CI=true: in CI a skip would hide a missing test."""
+    if os.geteuid() == 0:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail("these tests need root (real netns, veth, macvlan), and CI=true is set")
+    pytest.skip("needs root")
+
+
+def ip(*args: str, netns: str | None = None, check: bool = True) -> str:
+    """Run `ip [-n NETNS] ARGS...`; return stdout. Raises with stderr on failure."""
+    cmd = ["ip", *(["-n", netns] if netns else []), *args]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if check and res.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {res.stderr.strip()}")
+    return res.stdout
+
+
+def ip_json(*args: str, netns: str | None = None) -> list[dict[str, Any]]:
+    """`ip -j ARGS...` parsed; an empty list when ip prints nothing."""
+    out = ip("-j", *args, netns=netns)
+    return list(json.loads(out)) if out.strip() else []
+
+
+def link(name: str, netns: str | None = None) -> dict[str, Any] | None:
+    """`ip -j -d link show NAME` in init_net or `netns`, or None if there is no such link."""
+    res = subprocess.run(
+        ["ip", *(["-n", netns] if netns else []), "-j", "-d", "link", "show", "dev", name],
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode != 0:
+        return None
+    links = json.loads(res.stdout)
+    return dict(links[0]) if links else None
+
+
+def link_names(netns: str | None = None) -> set[str]:
+    return {str(x["ifname"]) for x in ip_json("link", "show", netns=netns)}
+
+
+def addresses(name: str, netns: str | None = None) -> set[str]:
+    """CIDRs on a link, without IPv6 link-local ones."""
+    out: set[str] = set()
+    for entry in ip_json("addr", "show", "dev", name, netns=netns):
+        for a in entry.get("addr_info", []):
+            if a["family"] == "inet6" and str(a["local"]).startswith("fe80:"):
+                continue
+            out.add(f"{a['local']}/{a['prefixlen']}")
+    return out
+
+
+def is_up(info: dict[str, Any]) -> bool:
+    return "UP" in info.get("flags", [])
+
+
+def netns_inode(name: str) -> int:
+    return os.stat(f"/run/netns/{name}").st_ino
+
+
+@contextlib.contextmanager
+def temp_netns(prefix: str = "rt") -> Iterator[str]:
+    """A named netns (/run/netns/NAME) that is deleted afterwards, whatever happens."""
+    name = unique_name(prefix)
+    ip("netns", "add", name)
+    try:
+        yield name
+    finally:
+        ip("netns", "del", name, check=False)
+
+
+@dataclass(frozen=True)
+class VethPair:
+    host: str  # in init_net
+    peer: str  # in init_net unless moved by the test
+
+    def host_ifindex(self) -> int:
+        info = link(self.host)
+        assert info is not None, f"{self.host} is gone"
+        return int(info["ifindex"])
+
+
+@contextlib.contextmanager
+def temp_veth(prefix: str = "rv") -> Iterator[VethPair]:
+    """A veth pair in init_net, deleted afterwards (deleting either end kills both)."""
+    a, b = unique_name(prefix), unique_name(prefix)
+    ip("link", "add", a, "type", "veth", "peer", "name", b)
+    try:
+        yield VethPair(a, b)
+    finally:
+        for n in (a, b):
+            ip("link", "del", n, check=False)
+
+
+async def wait_for(
+    queue: asyncio.Queue[T], predicate: Callable[[T], bool], timeout: float = 5.0
+) -> T:
+    """The first item from `queue` matching `predicate`; TimeoutError after `timeout` s.
+    Items that do not match are dropped."""
+    async with asyncio.timeout(timeout):
+        while True:
+            item = await queue.get()
+            if predicate(item):
+                return item
+
+
+def queue_sink(queue: asyncio.Queue[T]) -> Callable[[T], None]:
+    """An EventSink that puts events on `queue` (for EventSource.start)."""
+    return queue.put_nowait
+
+
+async def run(cmd: list[str]) -> str:
+    """Run a command without blocking the event loop (e.g. while an event source reads)."""
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {err.decode().strip()}")
+    return out.decode()
