@@ -1,0 +1,44 @@
+# The two commands a fresh machine needs (see README.md):
+#   make demo   install everything, then walk through a claim's life on a real RDMA kernel
+#   make test   install everything, then lint, host tests and guest tests on both kernels
+VENV   := .venv
+PY     := $(VENV)/bin/python
+GUEST  := tests/guest/harness
+
+.PHONY: setup kernels lint test test-host test-guest test-guest-7.3 test-guest-6.1 demo demo-host bench bench-smoke
+
+setup:
+	scripts/bootstrap.sh
+
+kernels: setup
+	$(GUEST)/prepare-kernel.sh all
+
+lint: setup
+	$(VENV)/bin/ruff check rdmad tests bench
+	$(VENV)/bin/ruff format --check rdmad tests bench
+	$(VENV)/bin/mypy --strict
+
+test-host: setup
+	$(PY) -m pytest tests -ra
+
+test-guest-7.3: kernels
+	$(GUEST)/run-guest-tests.sh --kernel 7.3 -ra
+
+test-guest-6.1: kernels
+	$(GUEST)/run-guest-tests.sh --kernel 6.1 -ra
+
+test-guest: test-guest-7.3 test-guest-6.1
+
+test: lint test-host test-guest bench-smoke
+
+demo: kernels
+	scripts/demo.sh --guest
+
+demo-host: setup
+	scripts/demo.sh --host
+
+bench: setup
+	$(PY) -m bench.run
+
+bench-smoke: setup
+	$(PY) -m bench.run --smoke

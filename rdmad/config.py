@@ -1,0 +1,94 @@
+"""Daemon settings: defaults, then the TOML file (--config), then command-line options."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from rdmad import __version__
+from rdmad.model import NetnsMode
+
+
+@dataclass
+class Config:
+    bus_address: str = ""  # "" = the system bus (or DBUS_SYSTEM_BUS_ADDRESS)
+    state_dir: Path = Path(os.environ.get("RUNTIME_DIRECTORY", "/run/rdmad").split(":")[0])
+    cdi_dir: Path = Path("/var/run/cdi")
+    log_level: str = "info"
+    netns_mode: str = ""  # apply this RDMA netns mode at start ("" = leave the kernel's)
+    shared_limit: int = 16  # shared claims per device
+    allowed_group: str = ""  # a group whose members may claim, besides root
+    sim_devices: str = ""  # NAME=NETDEV,...: the explicit simulated RDMA backend
+    sim_mode: str = "shared"
+
+
+class ConfigError(Exception):
+    pass
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rdmad",
+        description="Hand RDMA devices to network namespaces, over D-Bus (io.rdmad1).",
+    )
+    p.add_argument("--version", action="version", version=f"rdmad {__version__}")
+    p.add_argument("--config", type=Path, help="TOML file with the settings below")
+    p.add_argument("--bus-address", help="D-Bus address (default: the system bus)")
+    p.add_argument("--state-dir", type=Path, help="runtime state (default /run/rdmad)")
+    p.add_argument("--cdi-dir", type=Path, help="CDI spec directory (default /var/run/cdi)")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--netns-mode", choices=["shared", "exclusive"], help="apply at start")
+    p.add_argument("--shared-limit", type=int, help="shared claims per device (default 16)")
+    p.add_argument("--allowed-group", help="group allowed to claim and release, besides root")
+    p.add_argument(
+        "--sim-devices",
+        metavar="NAME=NETDEV[,...]",
+        help="use the SIMULATED RDMA backend with these devices bound to real netdevs",
+    )
+    p.add_argument("--sim-mode", choices=["shared", "exclusive"], help="the simulator's mode")
+    return p
+
+
+def load(argv: list[str] | None = None) -> Config:
+    args = parser().parse_args(argv)
+    cfg = Config()
+    if args.config is not None:
+        _apply_file(cfg, args.config)
+    for f in fields(Config):
+        value = getattr(args, f.name, None)
+        if value is not None:
+            setattr(cfg, f.name, value)
+    if not cfg.bus_address:
+        cfg.bus_address = os.environ.get("DBUS_SYSTEM_BUS_ADDRESS", "")
+    _check(cfg)
+    return cfg
+
+
+def _apply_file(cfg: Config, path: Path) -> None:
+    try:
+        doc = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    known = {f.name: f for f in fields(Config)}
+    for key, value in doc.items():
+        name = key.replace("-", "_")
+        if name not in known:
+            raise ConfigError(f"{path}: unknown setting {key!r}")
+        default = getattr(Config(), name)
+        if isinstance(default, Path):
+            value = Path(value)
+        elif not isinstance(value, type(default)):
+            raise ConfigError(f"{path}: {key} must be a {type(default).__name__}")
+        setattr(cfg, name, value)
+
+
+def _check(cfg: Config) -> None:
+    if cfg.netns_mode and cfg.netns_mode not in (NetnsMode.SHARED, NetnsMode.EXCLUSIVE):
+        raise ConfigError(f"netns_mode must be shared or exclusive, not {cfg.netns_mode!r}")
+    if cfg.sim_mode not in (NetnsMode.SHARED, NetnsMode.EXCLUSIVE):
+        raise ConfigError(f"sim_mode must be shared or exclusive, not {cfg.sim_mode!r}")
+    if cfg.shared_limit < 1:
+        raise ConfigError("shared_limit must be at least 1")

@@ -1,0 +1,155 @@
+"""rdmad's entry point: wiring and start order, signal handling. Nothing else lives here.
+
+Start order (each step needs the previous one):
+ 1. event sources subscribed (events queue up in the core);
+ 2. state loaded, kernel enumerated, claims reconciled (core.start);
+ 3. objects exported, then the bus name taken (start_service);
+ 4. READY=1, and the watchdog if systemd asked for one.
+SIGTERM: STOPPING=1 and a clean exit. Claims stay: they are kernel state, and the next
+start picks them up from the state file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import grp
+import logging
+import signal
+import sys
+
+from rdmad import __version__, journal, systemd
+from rdmad.backend import EventSource, RdmaBackend
+from rdmad.bus.service import NameTaken, connect_bus, start_service
+from rdmad.cdi import CdiWriter
+from rdmad.config import Config, ConfigError, load
+from rdmad.core import Core
+from rdmad.errors import RdmadError
+from rdmad.eventlog import EventLog
+from rdmad.kernel.netns import KernelNetnsResolver
+from rdmad.kernel.rtnl import RtnlBackend
+from rdmad.kernel.rtnl_events import RtnlEventSource
+from rdmad.model import NetnsMode
+from rdmad.sim import SimRdma, parse_sim_devices
+from rdmad.store import Store
+
+log = logging.getLogger("rdmad")
+
+EXIT_CONFIG = 2
+EXIT_BUS = 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg = load(argv)
+    except (ConfigError, ValueError) as exc:
+        print(f"rdmad: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    journal.setup_logging(cfg.log_level)
+    try:
+        return asyncio.run(run(cfg))
+    except KeyboardInterrupt:
+        return 0
+
+
+def _rdma_backend(cfg: Config, resolver: KernelNetnsResolver) -> RdmaBackend:
+    if cfg.sim_devices:
+        log.warning("using the SIMULATED RDMA backend: %s", cfg.sim_devices)
+        return SimRdma(parse_sim_devices(cfg.sim_devices), resolver, NetnsMode(cfg.sim_mode))
+    from rdmad.kernel.rdma import KernelRdma
+
+    return KernelRdma(resolver)
+
+
+def _event_sources(cfg: Config) -> list[EventSource]:
+    from rdmad.kernel.udev import UdevEventSource
+
+    sources: list[EventSource] = [RtnlEventSource(), UdevEventSource()]
+    if not cfg.sim_devices:
+        from rdmad.kernel.udev import RdmaMonitorSource
+
+        sources.append(RdmaMonitorSource())
+    return sources
+
+
+def _allowed_gid(cfg: Config) -> int | None:
+    if not cfg.allowed_group:
+        return None
+    try:
+        return grp.getgrnam(cfg.allowed_group).gr_gid
+    except KeyError:
+        raise ConfigError(f"allowed_group {cfg.allowed_group!r} does not exist") from None
+
+
+async def run(cfg: Config) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    resolver = KernelNetnsResolver()
+    net = await RtnlBackend.create(resolver)
+    rdma = _rdma_backend(cfg, resolver)
+    core = Core(net, rdma, resolver, Store(cfg.state_dir), shared_limit=cfg.shared_limit)
+    sources = _event_sources(cfg)
+    for source in sources:
+        await source.start(core.handle)
+    await core.start()
+    if cfg.netns_mode:
+        try:
+            await core.set_netns_mode(NetnsMode(cfg.netns_mode))
+        except RdmadError as exc:
+            log.error("cannot apply netns_mode=%s at start: %s", cfg.netns_mode, exc)
+
+    cdi = CdiWriter(cfg.cdi_dir)
+    cdi.sync(core.claims())
+    core.add_observer(cdi)
+    core.add_observer(EventLog())
+
+    try:
+        bus = await connect_bus(cfg.bus_address or None)
+        service = await start_service(bus, core, resolver, _allowed_gid(cfg))
+    except (OSError, NameTaken, ConfigError) as exc:
+        log.error("cannot serve on the bus: %s", exc)
+        await _shutdown(core, sources, rdma, net)
+        return EXIT_BUS
+    core.announce_startup()
+    disconnected = asyncio.ensure_future(bus.wait_for_disconnect())
+    disconnected.add_done_callback(lambda _f: stop.set())
+
+    systemd.notify_ready(f"serving {len(core.devices())} RDMA devices, {len(core.claims())} claims")
+    journal.log_event(
+        log,
+        journal.MESSAGE_START,
+        f"rdmad {__version__} ready: netns mode {core.netns_mode.value}, "
+        f"{len(core.devices())} devices, {len(core.claims())} claims",
+    )
+    watchdog = systemd.start_watchdog()
+    await stop.wait()
+
+    systemd.notify_stopping()
+    journal.log_event(log, journal.MESSAGE_STOP, "rdmad stopping; claims stay in place")
+    if watchdog is not None:
+        watchdog.cancel()
+    exit_code = 0
+    if disconnected.done():
+        log.error("lost the bus connection; exiting so that systemd restarts rdmad")
+        exit_code = EXIT_BUS
+    else:
+        await service.stop()
+        bus.disconnect()
+    await _shutdown(core, sources, rdma, net)
+    return exit_code
+
+
+async def _shutdown(
+    core: Core, sources: list[EventSource], rdma: RdmaBackend, net: RtnlBackend
+) -> None:
+    for source in sources:
+        await source.stop()
+    await core.close()
+    await rdma.close()
+    await net.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Observer: one journal line per event, with the device, netns and claim as fields."""
+
+from __future__ import annotations
+
+import logging
+
+from rdmad import journal
+from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
+
+log = logging.getLogger("rdmad.events")
+
+_RELEASE_IDS = {
+    ReleaseReason.REQUESTED: journal.MESSAGE_RELEASED,
+    ReleaseReason.NETNS_GONE: journal.MESSAGE_NETNS_GONE,
+    ReleaseReason.DEVICE_REMOVED: journal.MESSAGE_DEVICE_REMOVED,
+    ReleaseReason.RECONCILED: journal.MESSAGE_RECONCILED,
+}
+
+
+class EventLog:
+    def device_added(self, view: DeviceView) -> None:
+        dev = view.device
+        journal.log_event(
+            log,
+            journal.MESSAGE_DEVICE_ADDED,
+            f"RDMA device {dev.name} appeared (netdev {dev.netdev or 'none'}, {view.state})",
+            device=dev.name,
+        )
+
+    def device_removed(self, view: DeviceView) -> None:
+        journal.log_event(
+            log,
+            journal.MESSAGE_DEVICE_REMOVED,
+            f"RDMA device {view.device.name} disappeared",
+            device=view.device.name,
+        )
+
+    def device_changed(self, view: DeviceView) -> None:
+        log.debug("device %s is %s in %s", view.device.name, view.state, view.netns)
+
+    def claimed(self, claim: Claim) -> None:
+        kind = "shared" if claim.shared else "whole-device"
+        journal.log_event(
+            log,
+            journal.MESSAGE_CLAIMED,
+            f"{claim.device} claimed ({kind}) into {claim.netns} as {claim.ifname or '-'}"
+            f" by {claim.owner or 'unnamed owner'}",
+            device=claim.device,
+            netns=claim.netns,
+            claim=claim.id,
+        )
+
+    def released(self, claim: Claim, reason: ReleaseReason) -> None:
+        journal.log_event(
+            log,
+            _RELEASE_IDS[reason],
+            f"{claim.device} released from {claim.netns} ({reason.value})",
+            device=claim.device,
+            netns=claim.netns,
+            claim=claim.id,
+            reason=reason.value,
+        )
+
+    def mode_changed(self, mode: NetnsMode) -> None:
+        journal.log_event(log, journal.MESSAGE_MODE_CHANGED, f"RDMA netns mode is now {mode}")
