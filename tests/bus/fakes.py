@@ -1,0 +1,155 @@
+"""Test doubles for the bus edge only: a core that satisfies rdmad.bus.objects.CoreAPI
+and a netns resolver that opens nothing. End-to-end tests use the real Core."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+
+from rdmad.backend import NetnsTarget
+from rdmad.core import CoreObserver
+from rdmad.errors import InvalidNetns, NoSuchClaim, NoSuchDevice
+from rdmad.model import (
+    CharDev,
+    ChardevKind,
+    Claim,
+    ClaimOptions,
+    DeviceState,
+    DeviceView,
+    NetnsMode,
+    Port,
+    RdmaDevice,
+    ReleaseReason,
+)
+
+MLX = RdmaDevice(
+    index=1,
+    name="mlx5_0",
+    node_guid="0002:c903:0031:7a40",
+    driver="mlx5_core",
+    link_layer="Ethernet",
+    ports=(Port(1, "ACTIVE", "LINK_UP", "ens1f0"),),
+    netdev="ens1f0",
+    netdev_ifindex=7,
+    pci_address="0000:3b:00.0",
+    numa_node=0,
+    chardevs=("/dev/infiniband/uverbs0",),
+)
+
+
+@dataclass
+class FakeTarget:
+    fd: int
+    inode: int
+    path: str
+    closed: bool = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeResolver:
+    opened: list[str] = field(default_factory=list)
+
+    def open(self, spec: str) -> NetnsTarget:
+        if spec == "not-a-netns":
+            raise InvalidNetns(f"{spec!r} is not a network namespace")
+        self.opened.append(spec)
+        return FakeTarget(-1, 4026532000 + len(self.opened), spec)
+
+    def adopt_fd(self, fd: int) -> NetnsTarget:
+        return FakeTarget(-1, os.fstat(fd).st_ino, "")
+
+    def reopen(self, inode: int, path_hint: str) -> NetnsTarget | None:
+        return None
+
+    def other_netns_exist(self) -> bool:
+        return False
+
+
+class FakeCore:
+    def __init__(self) -> None:
+        self.netns_mode = NetnsMode.SHARED
+        self.observers: list[CoreObserver] = []
+        self.devs: dict[str, RdmaDevice] = {MLX.name: MLX}
+        self.claims_by_id: dict[str, Claim] = {}
+        self.fail_with: BaseException | None = None  # raised by the next mutating call
+        self.last_options: ClaimOptions | None = None
+        self._n = 0
+
+    def _maybe_fail(self) -> None:
+        if self.fail_with is not None:
+            exc, self.fail_with = self.fail_with, None
+            raise exc
+
+    def add_observer(self, observer: CoreObserver) -> None:
+        self.observers.append(observer)
+
+    def _view(self, dev: RdmaDevice) -> DeviceView:
+        ids = tuple(c.id for c in self.claims_by_id.values() if c.device == dev.name)
+        state = DeviceState.SHARED if ids else DeviceState.AVAILABLE
+        return DeviceView(dev, state, "init", ids)
+
+    def devices(self) -> list[DeviceView]:
+        return [self._view(d) for d in self.devs.values()]
+
+    def device(self, name: str) -> DeviceView:
+        if name not in self.devs:
+            raise NoSuchDevice(f"no RDMA device {name!r}")
+        return self._view(self.devs[name])
+
+    def claims(self) -> list[Claim]:
+        return list(self.claims_by_id.values())
+
+    def get_claim(self, claim_id: str) -> Claim:
+        if claim_id not in self.claims_by_id:
+            raise NoSuchClaim(f"no claim {claim_id!r}")
+        return self.claims_by_id[claim_id]
+
+    async def claim(self, device: str, target: NetnsTarget, options: ClaimOptions) -> Claim:
+        target.close()
+        self._maybe_fail()
+        self.device(device)
+        self.last_options = options
+        self._n += 1
+        claim = Claim(
+            id=f"c{self._n}",
+            device=device,
+            netns_inode=target.inode,
+            netns_path=target.path,
+            nsid=self._n,
+            ifname=options.ifname or "net1",
+            shared=options.shared,
+            owner=options.owner,
+            created_at_us=1_700_000_000_000_000,
+            chardevs=(CharDev(ChardevKind.UVERBS, "/dev/infiniband/uverbs0", 231, 192),),
+            cdi_device=f"rdmad.io/rdma=c{self._n}",
+        )
+        self.claims_by_id[claim.id] = claim
+        for o in self.observers:
+            o.claimed(claim)
+            o.device_changed(self.device(device))
+        return claim
+
+    async def release(
+        self, claim_id: str, reason: ReleaseReason = ReleaseReason.REQUESTED
+    ) -> None:
+        self._maybe_fail()
+        claim = self.get_claim(claim_id)
+        del self.claims_by_id[claim_id]
+        for o in self.observers:
+            o.released(claim, reason)
+            o.device_changed(self.device(claim.device))
+
+    async def set_netns_mode(self, mode: NetnsMode) -> None:
+        self._maybe_fail()
+        self.netns_mode = mode
+        for o in self.observers:
+            o.mode_changed(mode)
+
+    # test helpers: pretend the kernel changed something
+    def change_device(self, name: str, **changes: object) -> None:
+        self.devs[name] = replace(self.devs[name], **changes)  # type: ignore[arg-type]
+        for o in self.observers:
+            o.device_changed(self.device(name))

@@ -1,0 +1,196 @@
+"""A real, private dbus-daemon for tests.
+
+Use the fixtures by importing them into a conftest.py:
+
+    from tests.support.bus import policy_bus, private_bus  # noqa: F401
+
+- `private_bus`: a system-like bus that lets everyone do everything.
+- `policy_bus`: the same, with the shipped dbus/io.rdmad1.conf included, so the bus
+  itself enforces rdmad's policy (non-root callers are refused mutating methods).
+Both are session-scoped PrivateBus objects; `.address` goes to DBUS_SYSTEM_BUS_ADDRESS,
+`--bus-address` or MessageBus(bus_address=...).
+
+Or call start_private_bus() yourself (a context manager). The socket lives in a world-
+searchable temp dir, so `run_as()` can call the bus as another uid.
+
+Without dbus-daemon the fixtures skip, except when CI=true: then they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED_POLICY = REPO / "dbus" / "io.rdmad1.conf"
+START_TIMEOUT = 10.0
+
+_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={socket}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+  </policy>
+{includes}
+</busconfig>
+"""
+
+
+@dataclass
+class PrivateBus:
+    address: str
+    directory: Path
+    config: Path
+    process: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class BusUnavailable(RuntimeError):
+    pass
+
+
+def write_config(directory: Path, includes: Sequence[Path] = ()) -> Path:
+    text = _CONFIG.format(
+        socket=directory / "system_bus_socket",
+        includes="\n".join(f"  <include>{p}</include>" for p in includes),
+    )
+    config = directory / "bus.conf"
+    config.write_text(text)
+    return config
+
+
+@contextmanager
+def start_private_bus(includes: Sequence[Path] = ()) -> Iterator[PrivateBus]:
+    """Start dbus-daemon with the given config files included; stop it on exit.
+
+    Ready when the daemon prints its address (no sleeps). Raises BusUnavailable.
+    """
+    daemon = shutil.which("dbus-daemon")
+    if daemon is None:
+        raise BusUnavailable("dbus-daemon is not installed")
+    directory = Path(tempfile.mkdtemp(prefix="rdmad-bus-"))
+    directory.chmod(0o755)  # so run_as() callers can reach the socket
+    config = write_config(directory, includes)
+    proc = subprocess.Popen(
+        [daemon, f"--config-file={config}", "--nofork", "--print-address=1", "--nopidfile"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        ready = sel.select(timeout=START_TIMEOUT)
+    line = proc.stdout.readline().decode().strip() if ready else ""
+    bus = PrivateBus(line, directory, config, proc)
+    if not line:
+        bus.stop()
+        err = proc.stderr.read().decode() if proc.stderr else ""
+        raise BusUnavailable(f"dbus-daemon did not start: {err.strip() or 'timeout'}")
+    try:
+        yield bus
+    finally:
+        bus.stop()
+
+
+def _bus_or_skip(includes: Sequence[Path]) -> Iterator[PrivateBus]:
+    try:
+        with start_private_bus(includes) as bus:
+            yield bus
+            return
+    except BusUnavailable as exc:
+        reason = str(exc)
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"a private dbus-daemon is required in CI: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def private_bus() -> Iterator[PrivateBus]:
+    yield from _bus_or_skip(())
+
+
+@pytest.fixture(scope="session")
+def policy_bus() -> Iterator[PrivateBus]:
+    yield from _bus_or_skip((SHIPPED_POLICY,))
+
+
+# --- calling as another user (needs root) ---
+
+NOBODY = 65534
+_CALL = """
+import asyncio, sys
+from dbus_fast import Message, MessageType, Variant
+from dbus_fast.aio import MessageBus
+
+async def main():
+    bus = await MessageBus(bus_address=sys.argv[1]).connect()
+    path, iface, member, sig = sys.argv[2:6]
+    body = eval(sys.argv[6])
+    reply = await bus.call(Message(destination="io.rdmad1", path=path, interface=iface,
+                                   member=member, signature=sig, body=body))
+    print(reply.error_name if reply.message_type is MessageType.ERROR else "ok")
+
+asyncio.run(main())
+"""
+
+
+def run_as(
+    address: str,
+    path: str,
+    interface: str,
+    member: str,
+    signature: str = "",
+    body: str = "[]",
+    *,
+    uid: int = NOBODY,
+    extra_groups: Sequence[int] = (),
+) -> str:
+    """Make one call to io.rdmad1 from a process running as `uid`; returns "ok" or the
+    error name. `body` is a Python expression (Variant is in scope)."""
+    import sys
+    import sysconfig
+
+    # The venv's interpreter may sit under /root; the system python of the same version
+    # reads the venv's site-packages just as well.
+    python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if not os.path.exists(python):
+        python = sys.executable
+    env = {"PYTHONPATH": f"{sysconfig.get_paths()['purelib']}:{REPO}", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [python, "-c", _CALL, address, path, interface, member, signature, body],
+        user=uid,
+        group=NOBODY,
+        extra_groups=list(extra_groups),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"caller as uid {uid} failed: {done.stderr.strip()}")
+    return done.stdout.strip()
