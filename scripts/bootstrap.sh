@@ -1,0 +1,94 @@
+#!/bin/bash
+# bootstrap.sh - idempotent set-up of a machine for building and testing rdmad.
+#
+#   scripts/bootstrap.sh            apt packages (host + QEMU guest harness) and .venv
+#   scripts/bootstrap.sh --no-apt   only the .venv (e.g. a developer box without root)
+#
+# Environment: RDMAD_PYTHON (interpreter for the venv, default python3),
+#              RDMAD_FORCE_PIP=1 (re-run pip even if the stamp says it is up to date).
+#
+# A second run is a fast no-op: installed packages are checked with one dpkg-query before
+# any `apt-get update` (which alone takes ~10 s), and the venv carries a stamp keyed on
+# pyproject.toml so pip is skipped when nothing changed.
+# The guest kernels are NOT fetched here: tests/guest/harness/prepare-kernel.sh does that.
+set -euo pipefail
+
+say() { echo "[setup] $*"; }
+die() { echo "[setup] ERROR: $*" >&2; exit 1; }
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PYTHON=${RDMAD_PYTHON:-python3}
+do_apt=1
+for a in "$@"; do
+    case $a in
+        --no-apt) do_apt=0 ;;
+        -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        *) die "unknown option: $a" ;;
+    esac
+done
+
+# ------------------------------------------------------------------ apt packages
+# host build/test: libsystemd-dev + pkg-config + gcc + python3-dev build systemd-python
+#   (sdist only on PyPI); dbus = dbus-daemon for private-bus tests; iproute2 = ip, rdma.
+# guest harness: qemu-system-x86 (TCG/KVM), kmod (depmod on the host, modprobe in the
+#   guest), busybox-static (virtme-ng's initramfs), udev (virtme-ng's exit-code channel
+#   needs /dev/virtio-ports links); python3-venv for the venvs; ca-certificates for pip.
+PKGS=(libsystemd-dev pkg-config gcc python3-dev python3-venv dbus iproute2
+      qemu-system-x86 kmod busybox-static udev ca-certificates)
+
+missing_pkgs() {
+    # one dpkg-query for all packages; anything not "installed" counts as missing
+    local p st
+    for p in "${PKGS[@]}"; do
+        st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+        [ "$st" = installed ] || echo "$p"
+    done
+}
+
+if [ "$do_apt" = 1 ]; then
+    command -v dpkg-query >/dev/null || die "not a Debian system (no dpkg-query); use --no-apt"
+    mapfile -t need < <(missing_pkgs)
+    if [ ${#need[@]} -eq 0 ]; then
+        say "apt packages present"
+    else
+        [ "$(id -u)" = 0 ] || die "need root to install: ${need[*]} (or use --no-apt)"
+        export DEBIAN_FRONTEND=noninteractive
+        say "apt-get update"
+        apt-get update -qq || die "apt-get update failed"
+        say "apt-get install ${need[*]}"
+        apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null \
+            || die "apt-get install ${need[*]} failed"
+    fi
+fi
+
+# ------------------------------------------------------------------ venv
+VENV="$ROOT/.venv"
+STAMP="$VENV/.rdmad-bootstrap"
+want_stamp=$(cat "$ROOT/pyproject.toml" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)
+
+if [ ! -x "$VENV/bin/python" ]; then
+    say "creating $VENV ($PYTHON)"
+    "$PYTHON" -m venv "$VENV" || die "python venv failed (python3-venv installed?)"
+fi
+
+# Up to date = same pyproject + this script, and the editable install still points here
+# (a checkout moved/copied elsewhere keeps a stale .venv otherwise).
+up_to_date() {
+    [ "${RDMAD_FORCE_PIP:-0}" != 1 ] || return 1
+    [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ] || return 1
+    "$VENV/bin/python" - "$ROOT" <<'EOF' 2>/dev/null
+import pathlib, sys
+import rdmad, systemd.daemon, dbus_fast, pyroute2, pyudev, pytest  # noqa: F401
+sys.exit(0 if pathlib.Path(rdmad.__file__).resolve().is_relative_to(sys.argv[1]) else 1)
+EOF
+}
+
+if up_to_date; then
+    say "venv up to date ($VENV)"
+else
+    say "pip install -e '.[dev]' into $VENV"
+    "$VENV/bin/python" -m pip install -q -e "${ROOT}[dev]" \
+        || die "pip install -e '.[dev]' failed"
+    echo "$want_stamp" > "$STAMP"
+fi
+say "done"

@@ -1,0 +1,158 @@
+#!/bin/bash
+# run-in-guest.sh - run one command in a throw-away QEMU guest with a real RDMA kernel.
+#
+#   tests/guest/harness/run-in-guest.sh --kernel 6.1|7.3 [options] [--] CMD [ARGS...]
+#
+# options:  --rwdir DIR    host dir the guest may write (repeatable; default: none writable,
+#                          the guest sees the host root read-only over 9p)
+#           --timeout S    wall-clock limit for the whole boot (default 900) -> exit 124
+#           --cpus N --mem SIZE   guest size (default 2, 1G)
+#           --verbose      show guest set-up output and the kernel console on stderr
+# env:      RDMAD_GUEST_CACHE (default /opt/rdmad-guest; filled by prepare-kernel.sh)
+#           RDMAD_GUEST_ACCEL=auto|kvm|tcg  (auto: TCG when /dev/kvm is missing or is the
+#                          PVM flavour - stock kernels hang under kvm_pvm)
+#
+# Inside the guest: ib_core ib_uverbs rdma_ucm rdma_rxe veth dummy macvlan are loaded, NO rxe
+# device exists (tests create their own), an isolated virtio-net NIC sits on a qemu hub with
+# nothing else attached, and the command runs in the caller's cwd with
+#   RDMA_VM_GUEST=1  RDMA_VM_KERNEL=6.1|7.3  RDMA_VM_NIC=<virtio NIC name>
+#   RDMA_VM_RWDIRS="<the --rwdir dirs>"
+# The command's stdout/stderr come back on stdout/stderr; its exit status is ours.
+# 125 = the guest did not boot, its set-up failed or it died before the command finished
+# (decided by a status file the guest writes, never by the absence of an error).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=./pins.sh source-path=SCRIPTDIR
+. "$HERE/pins.sh"
+CACHE=$RDMAD_GUEST_CACHE
+
+die() { echo "[guest] ERROR: $*" >&2; exit 125; }
+
+kernel=""; timeout_s=900; cpus=2; mem=1G; verbose=0; rwdirs=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --kernel) kernel=${2:?}; shift 2 ;;
+        --kernel=*) kernel=${1#*=}; shift ;;
+        --rwdir) rwdirs+=("$(realpath "${2:?}")"); shift 2 ;;
+        --rwdir=*) rwdirs+=("$(realpath "${1#*=}")"); shift ;;
+        --timeout) timeout_s=${2:?}; shift 2 ;;
+        --cpus) cpus=${2:?}; shift 2 ;;
+        --mem) mem=${2:?}; shift 2 ;;
+        --verbose) verbose=1; shift ;;
+        -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        --) shift; break ;;
+        -*) die "unknown option $1" ;;
+        *) break ;;
+    esac
+done
+[ $# -gt 0 ] || die "no command given (usage: --kernel 6.1|7.3 [--] CMD...)"
+case $kernel in
+    6.1) kver=$KERNEL_61_KVER; pin="$KERNEL_61_PKG=$KERNEL_61_VERSION" ;;
+    7.3) kver=$KERNEL_73_KVER; pin="$KERNEL_73_PKGS=$KERNEL_73_VERSION" ;;
+    *) die "--kernel must be 6.1 or 7.3" ;;
+esac
+[ "$(id -u)" = 0 ] || die "must run as root (qemu, 9p root share)"
+kdir="$CACHE/k-$kernel"
+[ "$(cat "$kdir/.complete" 2>/dev/null)" = "$pin" ] \
+    || die "kernel $kernel ($pin) not prepared in $CACHE: run tests/guest/harness/prepare-kernel.sh"
+[ -x "$CACHE/vng-venv/bin/vng" ] || die "virtme-ng missing: run tests/guest/harness/prepare-kernel.sh"
+command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 missing: run scripts/bootstrap.sh"
+[ -d /lib/modules ] || mkdir -p /lib/modules   # vng wants it on the host root
+
+# ------------------------------------------------------------------ accelerator
+accel=${RDMAD_GUEST_ACCEL:-auto}
+if [ "$accel" = auto ]; then
+    accel=tcg
+    if [ -r /dev/kvm ] && [ -w /dev/kvm ] && [ ! -d /sys/module/kvm_pvm ]; then accel=kvm; fi
+fi
+
+# ------------------------------------------------------------------ per-run dir
+# Writable in the guest (--rwdir): the guest leaves "setup-ok" and "rc" there. A missing rc
+# means the guest never got to (or never finished) the command: that is a failure.
+RUN_DIR=$(mktemp -d "$CACHE/run.XXXXXX")
+trap 'rm -rf "$RUN_DIR"' EXIT
+
+cat > "$RUN_DIR/guest.sh" <<'EOS'
+#!/bin/bash
+# runs inside the guest; $1 = run dir, $2 = host cwd, rest = command
+run=$1; cwd=$2; shift 2
+set -o pipefail
+setup() {
+    set -e
+    modprobe -a ib_core ib_uverbs rdma_ucm rdma_rxe veth dummy macvlan virtio_net
+    # the virtio NIC: identify by driver, not by name (eth0/enp0sN depends on the kernel)
+    local n nic=""
+    for n in /sys/class/net/*; do
+        if [ "$(basename "$(readlink -f "$n/device/driver" 2>/dev/null)")" = virtio_net ]; then
+            nic=$(basename "$n"); break
+        fi
+    done
+    [ -n "$nic" ] || { echo "no virtio-net NIC in the guest" >&2; ls /sys/class/net >&2; return 1; }
+    echo "$nic" > "$run/nic"
+    rdma dev >/dev/null   # RDMA netlink answers
+}
+if [ "$RDMA_VM_VERBOSE" = 1 ]; then
+    (setup) >&2 || { echo "[guest] guest set-up failed" >&2; exit 125; }
+else
+    out=$( (setup) 2>&1) || { echo "[guest] guest set-up failed:" >&2; echo "$out" >&2; exit 125; }
+fi
+touch "$run/setup-ok"
+export RDMA_VM_GUEST=1
+RDMA_VM_NIC=$(cat "$run/nic"); export RDMA_VM_NIC
+cd "$cwd" || exit 125
+"$@"
+rc=$?
+echo "$rc" > "$run/rc"
+exit "$rc"
+EOS
+chmod 755 "$RUN_DIR/guest.sh"
+
+{
+    printf 'export RDMA_VM_KERNEL=%q RDMA_VM_VERBOSE=%q RDMA_VM_RWDIRS=%q\n' \
+        "$kernel" "$verbose" "${rwdirs[*]}"
+    printf 'exec bash %q %q %q' "$RUN_DIR/guest.sh" "$RUN_DIR" "$PWD"
+    printf ' %q' "$@"
+    printf '\n'
+} > "$RUN_DIR/entry.sh"
+
+vng_args=(--run "$kdir/boot/vmlinuz-$kver" --force-9p --cpus "$cpus" --memory "$mem"
+          --rwdir "$RUN_DIR")
+# 9p: qemu 7.2's virtiofsd is too old for virtme-ng
+[ "$accel" = tcg ] && vng_args+=(--disable-kvm)
+[ "$verbose" = 1 ] && vng_args+=(--verbose)
+for d in "${rwdirs[@]}"; do vng_args+=(--rwdir "$d"); done
+# A NIC on an isolated hub (nothing else on hub 0): a "physical" netdev with no way out.
+# Physical netdevs return to init_net when their netns dies; veth/macvlan are destroyed.
+vng_args+=(--qemu-opts='-netdev hubport,id=rdmadnic,hubid=0 -device virtio-net-pci,netdev=rdmadnic,mac=52:54:00:7d:00:01')
+
+export PATH="$CACHE/vng-venv/bin:$PATH"
+t0=$(date +%s)
+# qemu re-opens /proc/self/fd/1 and 2 itself: if those are regular files it writes from
+# offset 0 and clobbers them. Hand it pipes (the `| cat`s), keeping stdout/stderr apart.
+set +e
+{ timeout --kill-after=10 "$timeout_s" vng "${vng_args[@]}" --exec "bash $RUN_DIR/entry.sh" \
+      </dev/null 2>&1 1>&3 3>&- | sed -u "/warning: hub 0 is not connected to host network/d" >&2
+  exit "${PIPESTATUS[0]}"; } 3>&1 | cat
+vng_rc=${PIPESTATUS[0]}
+set -e
+dt=$(( $(date +%s) - t0 ))
+
+if [ "$vng_rc" = 124 ] || [ "$vng_rc" = 137 ]; then
+    echo "[guest] ERROR: kernel $kernel: timed out after ${timeout_s}s (accel $accel)" >&2
+    exit 124
+fi
+if [ ! -f "$RUN_DIR/setup-ok" ]; then
+    echo "[guest] ERROR: kernel $kernel: guest did not boot or its set-up failed (vng rc=$vng_rc, ${dt}s, accel $accel); re-run with --verbose" >&2
+    exit 125
+fi
+if [ ! -f "$RUN_DIR/rc" ]; then
+    echo "[guest] ERROR: kernel $kernel: guest died before the command finished (vng rc=$vng_rc, ${dt}s)" >&2
+    exit 125
+fi
+rc=$(cat "$RUN_DIR/rc")
+if [ "$vng_rc" != "$rc" ]; then
+    echo "[guest] WARNING: vng rc=$vng_rc differs from the command's rc=$rc; using the latter" >&2
+fi
+echo "[guest] kernel $kernel ($kver, accel $accel): rc=$rc in ${dt}s" >&2
+exit "$rc"
