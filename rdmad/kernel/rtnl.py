@@ -5,6 +5,9 @@ socket created there (by a `run_in_netns` thread) and closed right after the ope
 the daemon never keeps a claimed netns alive.
 
 Kernel facts that shape this module (measured on 6.18):
+- A move with IFLA_NET_NS_FD + IFLA_IFNAME only renames *during* the move when the current
+  name is taken in the target; otherwise it moves first and renames after, so EEXIST on the
+  new name leaves the netdev in the target under its old name. place() checks and undoes.
 - RTM_SETLINK and RTM_NEWLINK ignore IFLA_TARGET_NETNSID for an existing device (ENODEV:
   they look it up in the socket's netns); RTM_GETLINK and RTM_DELLINK honour it.
 - IFLA_TARGET_NETNSID together with IFLA_NET_NS_FD is EINVAL ("multiple netns identifying
@@ -199,6 +202,12 @@ class RtnlBackend:
                 self._ipr, ifindex, ("IFLA_NET_NS_FD", target.fd), ("IFLA_IFNAME", ifname)
             )
         except NetlinkError as e:
+            # Not atomic: unless its current name is taken in the target, the kernel moves
+            # the netdev under that name and renames it afterwards, so a failed rename
+            # (EEXIST) leaves it in the target as host.name.
+            if not await self._is_home(ifindex, host.name):
+                async with _in_netns(target.fd) as ns:
+                    await self._rollback_place(ns, 0, host.name, host)
             raise self._name_error(e, what, ifname, where) from e
         async with _in_netns(target.fd) as ns:
             ns_index = 0
@@ -399,6 +408,13 @@ class RtnlBackend:
         return None
 
     # -- helpers -------------------------------------------------------------------------------
+
+    async def _is_home(self, ifindex: int, name: str) -> bool:
+        try:
+            (msg,) = await self._ipr.link("get", index=ifindex)
+        except NetlinkError:
+            return False
+        return bool(msg.get_attr("IFLA_IFNAME") == name)
 
     async def _ifindex_of(self, name: str) -> int:
         with _op(f"finding {name} in init_net"):

@@ -136,11 +136,11 @@ def temp_veth(prefix: str = "rv") -> Iterator[VethPair]:
 
 
 async def wait_for(
-    queue: asyncio.Queue[T], predicate: Callable[[T], bool], timeout: float = 5.0
+    queue: asyncio.Queue[T], predicate: Callable[[T], bool], within: float = 5.0
 ) -> T:
-    """The first item from `queue` matching `predicate`; TimeoutError after `timeout` s.
+    """The first item from `queue` matching `predicate`; TimeoutError after `within` s.
     Items that do not match are dropped."""
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(within):
         while True:
             item = await queue.get()
             if predicate(item):

@@ -1,0 +1,181 @@
+"""RtnlBackend against real netns, veth and macvlan."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from rdmad.backend import Placement
+from rdmad.errors import InvalidArgs, InvalidNetns, KernelError
+from rdmad.kernel.netns import KernelNetnsResolver
+from rdmad.kernel.rtnl import RtnlBackend
+from rdmad.model import HostConfig
+from tests.support.net import VethPair, addresses, ip, is_up, link, temp_netns
+
+
+def _host(veth: VethPair, mtu: int = 1500, addrs: tuple[str, ...] = ()) -> HostConfig:
+    return HostConfig(veth.host_ifindex(), veth.host, mtu, True, addrs)
+
+
+@pytest.fixture
+def configured(veth: VethPair) -> HostConfig:
+    """The host end of `veth` up, MTU 1450, with one address: what a claim must restore."""
+    ip("link", "set", veth.host, "mtu", "1450", "up")
+    ip("addr", "add", "192.0.2.1/24", "dev", veth.host)
+    return _host(veth, 1450, ("192.0.2.1/24",))
+
+
+async def test_list_netdevs_includes_veth_with_kind(rtnl: RtnlBackend, veth: VethPair) -> None:
+    by_name = {d.name: d for d in await rtnl.list_netdevs()}
+    assert by_name[veth.host].kind == "veth"
+    assert by_name[veth.host].ifindex == veth.host_ifindex()
+
+
+async def test_host_config_reads_name_mtu_state_and_addresses(
+    rtnl: RtnlBackend, configured: HostConfig
+) -> None:
+    assert await rtnl.host_config(configured.ifindex) == configured
+
+
+async def test_place_moves_renames_and_configures_inside_netns(
+    rtnl: RtnlBackend, resolver: KernelNetnsResolver, veth: VethPair, netns: str
+) -> None:
+    with resolver.open(netns) as target:
+        p = await rtnl.place(veth.host_ifindex(), target, "net1", 1400, ("198.51.100.2/24",))
+    inside = link("net1", netns)
+    assert inside is not None and link(veth.host) is None
+    assert (p.ifname, p.ifindex, inside["mtu"], is_up(inside)) == (
+        "net1",
+        inside["ifindex"],
+        1400,
+        True,
+    )
+    assert addresses("net1", netns) == {"198.51.100.2/24"}
+    assert p.nsid in await rtnl.live_nsids()
+
+
+async def test_place_rolls_back_when_address_is_invalid(
+    rtnl: RtnlBackend,
+    resolver: KernelNetnsResolver,
+    veth: VethPair,
+    netns: str,
+    configured: HostConfig,
+) -> None:
+    # a well-formed CIDR the kernel refuses (IPv6 multicast): fails after the move
+    with resolver.open(netns) as target, pytest.raises(KernelError, match="ff02::5/64"):
+        await rtnl.place(configured.ifindex, target, "net1", None, ("ff02::5/64",))
+    assert link("net1", netns) is None
+    assert await rtnl.host_config(veth.host_ifindex()) == configured
+
+
+async def test_place_rolls_back_when_mtu_is_refused(
+    rtnl: RtnlBackend,
+    resolver: KernelNetnsResolver,
+    veth: VethPair,
+    netns: str,
+    configured: HostConfig,
+) -> None:
+    with resolver.open(netns) as target, pytest.raises(KernelError, match="MTU"):
+        await rtnl.place(configured.ifindex, target, "net1", 1_000_000, ())
+    assert await rtnl.host_config(veth.host_ifindex()) == configured
+
+
+async def test_place_refuses_malformed_address_without_moving(
+    rtnl: RtnlBackend, resolver: KernelNetnsResolver, veth: VethPair, netns: str
+) -> None:
+    with resolver.open(netns) as target, pytest.raises(InvalidArgs, match="not-an-ip"):
+        await rtnl.place(veth.host_ifindex(), target, "net1", None, ("not-an-ip/24",))
+    assert link(veth.host) is not None
+
+
+async def test_place_reports_a_name_taken_in_the_netns(
+    rtnl: RtnlBackend, resolver: KernelNetnsResolver, veth: VethPair, netns: str
+) -> None:
+    ip("link", "set", veth.peer, "netns", netns)
+    with resolver.open(netns) as target, pytest.raises(InvalidArgs, match="already taken"):
+        await rtnl.place(veth.host_ifindex(), target, veth.peer, None, ())
+    assert link(veth.host) is not None
+
+
+async def test_bring_home_restores_name_mtu_addresses_and_state(
+    rtnl: RtnlBackend,
+    resolver: KernelNetnsResolver,
+    veth: VethPair,
+    netns: str,
+    configured: HostConfig,
+) -> None:
+    with resolver.open(netns) as target:
+        p = await rtnl.place(configured.ifindex, target, "net1", 1400, ("198.51.100.2/24",))
+    # no netns fd is passed: the backend finds the netns by its nsid
+    home = await rtnl.bring_home(p, configured)
+    assert link("net1", netns) is None
+    assert await rtnl.host_config(home) == replace(configured, ifindex=home)
+
+
+async def test_bring_home_fails_clearly_when_the_netns_is_gone(
+    rtnl: RtnlBackend, configured: HostConfig
+) -> None:
+    with pytest.raises(InvalidNetns, match="nsid 4242"):
+        await rtnl.bring_home(Placement(4242, 7, "net1"), configured)
+
+
+async def test_restore_renames_and_reconfigures_a_returned_netdev(
+    rtnl: RtnlBackend, veth: VethPair, configured: HostConfig
+) -> None:
+    # what the kernel leaves after netns death: renamed, down, no addresses
+    ip("link", "set", veth.host, "down")
+    ip("addr", "flush", "dev", veth.host)
+    ip("link", "set", veth.host, "name", "dev" + veth.host[-8:], "mtu", "1500")
+    ip("addr", "add", "203.0.113.9/24", "dev", "dev" + veth.host[-8:])
+    await rtnl.restore(configured.ifindex, configured)
+    assert await rtnl.host_config(configured.ifindex) == configured
+
+
+async def test_add_macvlan_creates_configured_child_inside_netns(
+    rtnl: RtnlBackend, resolver: KernelNetnsResolver, veth: VethPair, netns: str
+) -> None:
+    with resolver.open(netns) as target:
+        p = await rtnl.add_macvlan(veth.host_ifindex(), target, "net1", 1400, ("198.51.100.3/24",))
+    inside = link("net1", netns)
+    assert inside is not None
+    assert inside["linkinfo"]["info_kind"] == "macvlan"
+    assert inside["linkinfo"]["info_data"]["mode"] == "bridge"
+    assert (inside["ifindex"], inside["mtu"], is_up(inside)) == (p.ifindex, 1400, True)
+    assert addresses("net1", netns) == {"198.51.100.3/24"}
+
+
+async def test_add_macvlan_leaves_nothing_behind_on_failure(
+    rtnl: RtnlBackend, resolver: KernelNetnsResolver, veth: VethPair, netns: str
+) -> None:
+    with resolver.open(netns) as target, pytest.raises(KernelError):
+        await rtnl.add_macvlan(veth.host_ifindex(), target, "net1", None, ("ff02::5/64",))
+    assert link("net1", netns) is None
+
+
+async def test_delete_removes_the_child_by_nsid(
+    rtnl: RtnlBackend, resolver: KernelNetnsResolver, veth: VethPair, netns: str
+) -> None:
+    with resolver.open(netns) as target:
+        p = await rtnl.add_macvlan(veth.host_ifindex(), target, "net1", None, ())
+    await rtnl.delete(p)
+    assert link("net1", netns) is None
+
+
+async def test_delete_of_an_already_gone_child_is_a_no_op(
+    rtnl: RtnlBackend, resolver: KernelNetnsResolver, veth: VethPair, netns: str
+) -> None:
+    with resolver.open(netns) as target:
+        p = await rtnl.add_macvlan(veth.host_ifindex(), target, "net1", None, ())
+    ip("link", "del", "net1", netns=netns)
+    await rtnl.delete(p)
+
+
+async def test_nsid_assigns_one_when_the_netns_has_none(
+    rtnl: RtnlBackend, resolver: KernelNetnsResolver
+) -> None:
+    with temp_netns() as name, resolver.open(name) as target:
+        nsid = await rtnl.nsid(target)
+        assert nsid >= 0
+        assert await rtnl.nsid(target) == nsid
+        assert nsid in await rtnl.live_nsids()
