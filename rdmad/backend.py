@@ -108,11 +108,14 @@ class NetdevBackend(Protocol):
         """
         ...
 
-    async def bring_home(self, placement: Placement, host: HostConfig) -> int:
+    async def bring_home(
+        self, placement: Placement, host: HostConfig, source: NetnsTarget | None = None
+    ) -> int:
         """Move a netdev from a claimant's netns back to init_net and restore `host`.
 
-        Addresses by nsid (IFLA_TARGET_NETNSID), so no netns fd is needed. Returns the
-        netdev's ifindex in init_net.
+        Needs a socket inside the netns (the kernel's SETLINK ignores IFLA_TARGET_NETNSID),
+        so pass `source` when the caller has it open; otherwise the netns is found by nsid.
+        Returns the netdev's ifindex in init_net.
         """
         ...
 

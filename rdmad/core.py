@@ -413,9 +413,13 @@ class Core:
         if home is not None:  # never left, or already back
             await self._net.restore(home.ifindex, claim.host)
             return
-        await self._net.bring_home(
-            Placement(claim.nsid, claim.ns_ifindex or claim.host.ifindex, claim.ifname), claim.host
-        )
+        placement = Placement(claim.nsid, claim.ns_ifindex or claim.host.ifindex, claim.ifname)
+        source = self._resolver.reopen(claim.netns_inode, claim.netns_path)
+        try:
+            await self._net.bring_home(placement, claim.host, source)
+        finally:
+            if source is not None:
+                source.close()
 
     @staticmethod
     def _placement(claim: Claim) -> Placement:

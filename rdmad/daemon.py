@@ -57,17 +57,15 @@ def _rdma_backend(cfg: Config, resolver: KernelNetnsResolver) -> RdmaBackend:
         return SimRdma(parse_sim_devices(cfg.sim_devices), resolver, NetnsMode(cfg.sim_mode))
     from rdmad.kernel.rdma import KernelRdma
 
-    return KernelRdma(resolver)
+    return KernelRdma()
 
 
 def _event_sources(cfg: Config) -> list[EventSource]:
-    from rdmad.kernel.udev import UdevEventSource
+    from rdmad.kernel.udev import RdmaMonitorEvents, UdevEvents
 
-    sources: list[EventSource] = [RtnlEventSource(), UdevEventSource()]
+    sources: list[EventSource] = [RtnlEventSource(), UdevEvents()]
     if not cfg.sim_devices:
-        from rdmad.kernel.udev import RdmaMonitorSource
-
-        sources.append(RdmaMonitorSource())
+        sources.append(RdmaMonitorEvents())
     return sources
 
 

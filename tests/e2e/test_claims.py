@@ -1,0 +1,235 @@
+"""Claims through the real bus and the real daemon, on real netns and veths (sim RDMA)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from dbus_fast import Variant
+
+from tests.e2e.conftest import Rig
+from tests.support.daemon import BUS_NAME, DBusCallError
+from tests.support.net import addresses, ip, is_up, link, netns_inode
+
+CLAIM_IFACE = "io.rdmad1.Claim"
+DEVICE_IFACE = "io.rdmad1.Device"
+
+
+def opts(**kw: Variant) -> dict[str, Variant]:
+    return kw
+
+
+@pytest.fixture
+def netns_process(netns: str) -> Iterator[int]:
+    """A process living in `netns`, for pid: and /proc/PID/ns/net claims."""
+    proc = subprocess.Popen(["ip", "netns", "exec", netns, "sleep", "3600"])
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def claim(rig: Rig, device: str, netns: str, **kw: Variant) -> str:
+    path: str = await rig.client.manager("Claim", "ssa{sv}", device, netns, kw)
+    return path
+
+
+async def claim_id(rig: Rig, path: str) -> str:
+    value: str = await rig.client.prop(path, CLAIM_IFACE, "Id")
+    return value
+
+
+async def device_state(rig: Rig, device: str) -> str:
+    path = await rig.client.manager("GetDevice", "s", device)
+    value: str = await rig.client.prop(path, DEVICE_IFACE, "State")
+    return value
+
+
+async def test_list_devices_shows_each_device_with_its_netdev(rig: Rig) -> None:
+    listed = await rig.client.manager("ListDevices")
+    assert [(n, s, nd) for n, s, nd, _ in listed] == [
+        ("sim0", "available", rig.nic("sim0")),
+        ("sim1", "available", rig.nic("sim1")),
+    ]
+
+
+async def test_claim_by_run_netns_path_moves_renames_and_configures(rig: Rig, netns: str) -> None:
+    nic = rig.nic("sim0")
+    await claim(
+        rig, "sim0", f"/run/netns/{netns}",
+        ifname=Variant("s", "rdma0"), mtu=Variant("u", 1400),
+        addresses=Variant("as", ["192.0.2.5/24"]),
+    )
+    inside = link("rdma0", netns)
+    assert inside is not None and inside["mtu"] == 1400 and is_up(inside)
+    assert "192.0.2.5/24" in addresses("rdma0", netns)
+    assert link(nic) is None, "the netdev must have left init_net"
+    assert await device_state(rig, "sim0") == "claimed"
+
+
+async def test_claim_by_bare_name(rig: Rig, netns: str) -> None:
+    await claim(rig, "sim0", netns)
+    assert link(rig.nic("sim0"), netns) is not None, "keeps its host name by default"
+
+
+async def test_claim_by_pid(rig: Rig, netns: str, netns_process: int) -> None:
+    path = await claim(rig, "sim0", f"pid:{netns_process}")
+    assert link(rig.nic("sim0"), netns) is not None
+    assert await rig.client.prop(path, CLAIM_IFACE, "Netns") == f"net:[{netns_inode(netns)}]"
+
+
+async def test_claim_by_proc_pid_path(rig: Rig, netns: str, netns_process: int) -> None:
+    await claim(rig, "sim0", f"/proc/{netns_process}/ns/net")
+    assert link(rig.nic("sim0"), netns) is not None
+
+
+async def test_claim_fd_uses_the_callers_open_netns(rig: Rig, netns: str) -> None:
+    fd = os.open(f"/run/netns/{netns}", os.O_RDONLY)
+    try:
+        reply = await rig.client.call_raw(
+            BUS_NAME, "/io/rdmad1", "io.rdmad1.Manager", "ClaimFd", "sha{sv}",
+            ["sim0", 0, {}], unix_fds=[fd],
+        )
+    finally:
+        os.close(fd)
+    assert link(rig.nic("sim0"), netns) is not None
+    assert await rig.client.prop(reply[0], CLAIM_IFACE, "NetnsPath") == ""
+
+
+async def test_claim_returns_char_devices_and_cdi_name(rig: Rig, netns: str) -> None:
+    path = await claim(rig, "sim0", netns, chardevs=Variant("as", ["uverbs", "umad"]))
+    chardevs = await rig.client.prop(path, CLAIM_IFACE, "CharDevices")
+    assert [c[0] for c in chardevs] == ["/dev/infiniband/uverbs0", "/dev/infiniband/umad0"]
+    cid = await claim_id(rig, path)
+    assert await rig.client.prop(path, CLAIM_IFACE, "CdiDevice") == f"rdmad.io/rdma={cid}"
+    assert (rig.daemon.cdi_dir / f"rdmad.io-rdma-{cid}.json").exists()
+
+
+async def test_release_restores_name_mtu_addresses_and_admin_state(rig: Rig, netns: str) -> None:
+    nic = rig.nic("sim0")
+    ip("link", "set", nic, "mtu", "1450")
+    ip("addr", "add", "198.51.100.7/24", "dev", nic)
+    before = link(nic)
+    assert before is not None
+    path = await claim(rig, "sim0", netns, ifname=Variant("s", "rdma0"), mtu=Variant("u", 1300))
+    mark = rig.client.mark()
+    await rig.client.manager("Release", "s", await claim_id(rig, path))
+    released = await rig.client.wait_signal("Released", since=mark)
+    assert released[2] == "requested"
+    after = link(nic)
+    assert after is not None, "the netdev is back under its host name"
+    assert (after["ifindex"], after["mtu"], is_up(after)) == (before["ifindex"], 1450, is_up(before))
+    assert "198.51.100.7/24" in addresses(nic)
+    assert link("rdma0", netns) is None
+    assert await device_state(rig, "sim0") == "available"
+
+
+async def test_release_via_claim_object(rig: Rig, netns: str) -> None:
+    path = await claim(rig, "sim0", netns)
+    await rig.client.call_raw(BUS_NAME, path, CLAIM_IFACE, "Release")
+    assert link(rig.nic("sim0")) is not None
+    assert await rig.client.manager("ListClaims") == []
+
+
+async def test_shared_claim_creates_a_macvlan_child_in_the_netns(rig: Rig, netns: str) -> None:
+    nic = rig.nic("sim0")
+    await claim(rig, "sim0", netns, shared=Variant("b", True))
+    child = link("net1", netns)
+    assert child is not None and child["linkinfo"]["info_kind"] == "macvlan"
+    assert link(nic) is not None, "the parent stays in init_net"
+    assert await device_state(rig, "sim0") == "shared"
+
+
+async def test_several_netns_share_one_device(rig: Rig, netns: str) -> None:
+    other = f"{netns}b"
+    ip("netns", "add", other)
+    try:
+        await claim(rig, "sim0", netns, shared=Variant("b", True))
+        await claim(rig, "sim0", other, shared=Variant("b", True))
+        claims = await rig.client.manager("ListClaims")
+        assert sorted(c[2] for c in claims) == sorted(
+            f"net:[{netns_inode(n)}]" for n in (netns, other)
+        )
+    finally:
+        ip("netns", "del", other, check=False)
+
+
+async def test_releasing_a_shared_claim_deletes_its_macvlan(rig: Rig, netns: str) -> None:
+    path = await claim(rig, "sim0", netns, shared=Variant("b", True))
+    await rig.client.manager("Release", "s", await claim_id(rig, path))
+    assert link("net1", netns) is None
+    assert await device_state(rig, "sim0") == "available"
+
+
+async def test_netns_deletion_ends_a_whole_device_claim(rig: Rig, netns: str) -> None:
+    # A veth is destroyed with its netns (a physical NIC returns: tested in the guest).
+    path = await claim(rig, "sim0", netns)
+    cid = await claim_id(rig, path)
+    mark = rig.client.mark()
+    ip("netns", "del", netns)
+    released = await rig.client.wait_signal("Released", lambda b: b[0] == cid, since=mark)
+    assert released == [cid, "sim0", "netns-gone"]
+    assert await rig.client.manager("ListClaims") == []
+
+
+async def test_netns_deletion_ends_a_shared_claim(rig: Rig, netns: str) -> None:
+    path = await claim(rig, "sim0", netns, shared=Variant("b", True))
+    cid = await claim_id(rig, path)
+    mark = rig.client.mark()
+    ip("netns", "del", netns)
+    await rig.client.wait_signal("Released", lambda b: b == [cid, "sim0", "netns-gone"], since=mark)
+    assert link(rig.nic("sim0")) is not None
+    assert await device_state(rig, "sim0") == "available"
+
+
+async def test_claim_survives_sigkill_and_restart(rig: Rig, netns: str) -> None:
+    path = await claim(rig, "sim0", netns)
+    cid = await claim_id(rig, path)
+    await rig.daemon.kill()
+    await rig.daemon.start()
+    claims = await rig.client.manager("ListClaims")
+    assert [c[0] for c in claims] == [cid]
+    assert link(rig.nic("sim0"), netns) is not None
+    assert await device_state(rig, "sim0") == "claimed"
+
+
+async def test_netns_deleted_while_daemon_down_is_reconciled_at_start(rig: Rig, netns: str) -> None:
+    path = await claim(rig, "sim0", netns, shared=Variant("b", True))
+    cid = await claim_id(rig, path)
+    await rig.daemon.stop()
+    ip("netns", "del", netns)
+    mark = rig.client.mark()
+    await rig.daemon.start()
+    released = await rig.client.wait_signal("Released", lambda b: b[0] == cid, since=mark)
+    assert released == [cid, "sim0", "reconciled"]
+    assert await rig.client.manager("ListClaims") == []
+
+
+async def test_sigterm_exits_cleanly_and_keeps_claims(rig: Rig, netns: str) -> None:
+    await claim(rig, "sim0", netns)
+    assert await rig.daemon.stop() == 0
+    assert link(rig.nic("sim0"), netns) is not None, "claims are kernel state: they stay"
+
+
+async def test_claimed_signal_carries_id_device_and_path(rig: Rig, netns: str) -> None:
+    mark = rig.client.mark()
+    path = await claim(rig, "sim1", netns)
+    signal = await rig.client.wait_signal("Claimed", since=mark)
+    assert signal == [await claim_id(rig, path), "sim1", path]
+
+
+async def test_concurrent_claims_of_one_device_give_one_winner(rig: Rig, netns: str) -> None:
+    other = f"{netns}c"
+    ip("netns", "add", other)
+    try:
+        results = await asyncio.gather(
+            claim(rig, "sim0", netns), claim(rig, "sim0", other), return_exceptions=True
+        )
+        errors = [r for r in results if isinstance(r, DBusCallError)]
+        assert len(errors) == 1 and errors[0].name == "io.rdmad1.Error.DeviceBusy"
+    finally:
+        ip("netns", "del", other, check=False)
