@@ -57,7 +57,9 @@ class Live:
         return list(reply.body)
 
     async def get_all(self, path: str, interface: str) -> dict[str, Any]:
-        (props,) = await self.call("GetAll", "s", [interface], path=path, interface=PROPERTIES_IFACE)
+        (props,) = await self.call(
+            "GetAll", "s", [interface], path=path, interface=PROPERTIES_IFACE
+        )
         return {k: v.value for k, v in props.items()}
 
     async def wait_signal(self, match: Callable[[Message], bool]) -> Message:

@@ -132,9 +132,7 @@ class FakeCore:
             o.device_changed(self.device(device))
         return claim
 
-    async def release(
-        self, claim_id: str, reason: ReleaseReason = ReleaseReason.REQUESTED
-    ) -> None:
+    async def release(self, claim_id: str, reason: ReleaseReason = ReleaseReason.REQUESTED) -> None:
         self._maybe_fail()
         claim = self.get_claim(claim_id)
         del self.claims_by_id[claim_id]

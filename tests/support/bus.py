@@ -18,10 +18,13 @@ Without dbus-daemon the fixtures skip, except when CI=true: then they fail.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import selectors
 import shutil
 import subprocess
+import sys
+import sysconfig
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -158,7 +161,7 @@ asyncio.run(main())
 """
 
 
-def run_as(
+async def run_as(
     address: str,
     path: str,
     interface: str,
@@ -170,27 +173,38 @@ def run_as(
     extra_groups: Sequence[int] = (),
 ) -> str:
     """Make one call to io.rdmad1 from a process running as `uid`; returns "ok" or the
-    error name. `body` is a Python expression (Variant is in scope)."""
-    import sys
-    import sysconfig
-
+    error name. `body` is a Python expression (Variant is in scope). Async, so a service
+    running on the test's own event loop can answer meanwhile."""
     # The venv's interpreter may sit under /root; the system python of the same version
     # reads the venv's site-packages just as well.
     python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     if not os.path.exists(python):
         python = sys.executable
     env = {"PYTHONPATH": f"{sysconfig.get_paths()['purelib']}:{REPO}", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run(
-        [python, "-c", _CALL, address, path, interface, member, signature, body],
+    proc = await asyncio.create_subprocess_exec(
+        python,
+        "-c",
+        _CALL,
+        address,
+        path,
+        interface,
+        member,
+        signature,
+        body,
         user=uid,
         group=NOBODY,
         extra_groups=list(extra_groups),
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
-    if done.returncode != 0:
-        raise RuntimeError(f"caller as uid {uid} failed: {done.stderr.strip()}")
-    return done.stdout.strip()
+    try:
+        async with asyncio.timeout(30):
+            out, err = await proc.communicate()
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    if proc.returncode != 0:
+        raise RuntimeError(f"caller as uid {uid} failed: {err.decode().strip()}")
+    return out.decode().strip()

@@ -1,0 +1,61 @@
+"""The shipped bus policy loads in dbus-daemon and is enforced by the bus itself."""
+
+from __future__ import annotations
+
+import pytest
+
+from rdmad.bus.names import CLAIM_IFACE, MANAGER_IFACE, MANAGER_PATH, PROPERTIES_IFACE
+from tests.bus.conftest import Live
+from tests.support.bus import PrivateBus, run_as
+
+pytestmark = pytest.mark.bus
+
+
+def test_dbus_daemon_starts_with_the_shipped_policy_included(policy_bus: PrivateBus) -> None:
+    assert policy_bus.process.poll() is None
+    assert policy_bus.address.startswith("unix:path=")
+
+
+async def test_root_may_claim_under_the_shipped_policy(live_policy: Live) -> None:
+    from dbus_fast import Variant
+
+    (path,) = await live_policy.call(
+        "Claim", "ssa{sv}", ["mlx5_0", "ns1", {"shared": Variant("b", True)}]
+    )
+    assert path.startswith("/io/rdmad1/claim/")
+
+
+@pytest.mark.parametrize(
+    ("interface", "member", "signature", "body"),
+    [
+        (MANAGER_IFACE, "ListDevices", "", "[]"),
+        (MANAGER_IFACE, "GetDevice", "s", "['mlx5_0']"),
+        (MANAGER_IFACE, "ListClaims", "", "[]"),
+        (PROPERTIES_IFACE, "GetAll", "s", f"['{MANAGER_IFACE}']"),
+        ("org.freedesktop.DBus.Introspectable", "Introspect", "", "[]"),
+        ("org.freedesktop.DBus.ObjectManager", "GetManagedObjects", "", "[]"),
+    ],
+)
+async def test_anyone_may_read(
+    live_policy: Live, interface: str, member: str, signature: str, body: str
+) -> None:
+    assert (
+        await run_as(live_policy.address, MANAGER_PATH, interface, member, signature, body) == "ok"
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "interface", "member", "signature", "body"),
+    [
+        (MANAGER_PATH, MANAGER_IFACE, "Claim", "ssa{sv}", "['mlx5_0', 'ns1', {}]"),
+        (MANAGER_PATH, MANAGER_IFACE, "Release", "s", "['c1']"),
+        (MANAGER_PATH, MANAGER_IFACE, "SetNetnsMode", "s", "['exclusive']"),
+        ("/io/rdmad1/claim/c1", CLAIM_IFACE, "Release", "", "[]"),
+    ],
+)
+async def test_the_bus_refuses_mutating_methods_to_other_users(
+    live_policy: Live, path: str, interface: str, member: str, signature: str, body: str
+) -> None:
+    got = await run_as(live_policy.address, path, interface, member, signature, body)
+    assert got == "org.freedesktop.DBus.Error.AccessDenied"
+    assert live_policy.core.netns_mode == "shared"  # nothing reached the daemon
