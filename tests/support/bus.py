@@ -144,6 +144,10 @@ def policy_bus() -> Iterator[PrivateBus]:
 # --- calling as another user (needs root) ---
 
 NOBODY = 65534
+# The venv's interpreter may sit under /root (unreadable to nobody); the system python of
+# the same version reads the venv's site-packages just as well.
+_SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+_CALLER_PYTHON = _SYSTEM_PYTHON if os.path.exists(_SYSTEM_PYTHON) else sys.executable
 _CALL = """
 import asyncio, sys
 from dbus_fast import Message, MessageType, Variant
@@ -175,11 +179,7 @@ async def run_as(
     """Make one call to io.rdmad1 from a process running as `uid`; returns "ok" or the
     error name. `body` is a Python expression (Variant is in scope). Async, so a service
     running on the test's own event loop can answer meanwhile."""
-    # The venv's interpreter may sit under /root; the system python of the same version
-    # reads the venv's site-packages just as well.
-    python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    if not os.path.exists(python):
-        python = sys.executable
+    python = _CALLER_PYTHON
     env = {"PYTHONPATH": f"{sysconfig.get_paths()['purelib']}:{REPO}", "PATH": "/usr/bin:/bin"}
     proc = await asyncio.create_subprocess_exec(
         python,

@@ -1,0 +1,156 @@
+"""rdmactl's tables and JSON for known data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from dbus_fast import Message, Variant
+
+from rdmad.cli import (
+    build_parser,
+    claim_json,
+    claims_json,
+    device_json,
+    devices_json,
+    error_line,
+    signal_json,
+    snake,
+    table,
+)
+
+DEVICE_PROPS = {
+    "Name": "mlx5_0",
+    "Index": 1,
+    "NodeGuid": "0002:c903:0031:7a40",
+    "Ports": [(1, "ACTIVE", "LINK_UP", "ens1f0")],
+    "NetDevice": "ens1f0",
+    "NumaNode": 0,
+    "Claims": [],
+}
+
+
+def test_table_aligns_columns_and_marks_empty_cells() -> None:
+    out = table(
+        ("DEVICE", "STATE", "NETDEV"),
+        [("mlx5_0", "available", "ens1f0"), ("rxe0", "unavailable", "")],
+    )
+    assert out.splitlines() == [
+        "DEVICE  STATE        NETDEV",
+        "mlx5_0  available    ens1f0",
+        "rxe0    unavailable  -",
+    ]
+
+
+def test_list_json_is_a_list_of_objects_with_snake_case_keys() -> None:
+    rows = [("mlx5_0", "available", "ens1f0", "/io/rdmad1/device/mlx5_5f0")]
+    assert devices_json(rows) == [
+        {
+            "name": "mlx5_0",
+            "state": "available",
+            "netdev": "ens1f0",
+            "path": "/io/rdmad1/device/mlx5_5f0",
+        }
+    ]
+
+
+def test_claims_json_names_every_column() -> None:
+    rows = [("c1", "mlx5_0", "net:[4026532000]", "net1", "ctr", "/io/rdmad1/claim/c1")]
+    assert list(claims_json(rows)[0]) == ["id", "device", "netns", "interface", "owner", "path"]
+
+
+def test_show_json_spells_ports_out() -> None:
+    out = device_json(DEVICE_PROPS, "/p")
+    assert out["ports"] == [
+        {"port": 1, "state": "ACTIVE", "phys_state": "LINK_UP", "netdev": "ens1f0"}
+    ]
+    assert out["node_guid"] == "0002:c903:0031:7a40" and out["path"] == "/p"
+    json.dumps(out)
+
+
+def test_claim_json_spells_char_devices_out() -> None:
+    out = claim_json(
+        {"Id": "c1", "CharDevices": [("/dev/infiniband/uverbs0", 231, 192)], "CreatedAt": 5}, "/c"
+    )
+    assert out == {
+        "id": "c1",
+        "char_devices": [{"path": "/dev/infiniband/uverbs0", "major": 231, "minor": 192}],
+        "created_at": 5,
+        "path": "/c",
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("NodeGuid", "node_guid"),
+        ("CdiDevice", "cdi_device"),
+        ("Id", "id"),
+        ("NetnsPath", "netns_path"),
+    ],
+)
+def test_property_names_become_snake_case(name: str, key: str) -> None:
+    assert snake(name) == key
+
+
+def test_error_line_uses_the_short_error_name() -> None:
+    assert (
+        error_line("io.rdmad1.Error.NoSuchDevice", "no RDMA device 'mlx5_9'")
+        == "rdmactl: NoSuchDevice: no RDMA device 'mlx5_9'"
+    )
+
+
+def test_monitor_json_names_signal_arguments() -> None:
+    msg = Message.new_signal(
+        "/io/rdmad1", "io.rdmad1.Manager", "Released", "sss", ["c1", "mlx5_0", "netns-gone"]
+    )
+    assert signal_json(msg) == {
+        "signal": "Released",
+        "path": "/io/rdmad1",
+        "args": {"claim_id": "c1", "device": "mlx5_0", "reason": "netns-gone"},
+    }
+
+
+def test_monitor_json_flattens_properties_changed() -> None:
+    msg = Message.new_signal(
+        "/io/rdmad1",
+        "org.freedesktop.DBus.Properties",
+        "PropertiesChanged",
+        "sa{sv}as",
+        ["io.rdmad1.Manager", {"NetnsMode": Variant("s", "exclusive")}, []],
+    )
+    assert signal_json(msg)["args"] == {
+        "interface": "io.rdmad1.Manager",
+        "changed": {"netns_mode": "exclusive"},
+        "invalidated": [],
+    }
+
+
+def test_claim_options_parse_repeatable_flags() -> None:
+    a = build_parser().parse_args(
+        [
+            "claim",
+            "mlx5_0",
+            "ns1",
+            "--address",
+            "192.0.2.1/24",
+            "--address",
+            "2001:db8::1/64",
+            "--chardev",
+            "umad",
+        ]
+    )
+    assert a.address == ["192.0.2.1/24", "2001:db8::1/64"] and a.chardev == ["umad"]
+
+
+def test_unknown_command_is_a_usage_error() -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["frobnicate"])
+    assert exc.value.code == 2
+
+
+def test_unreachable_daemon_exits_3_with_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    from rdmad.cli import main
+
+    assert main(["--bus-address", "unix:path=/nonexistent/bus", "status"]) == 3
+    assert "hint:" in capsys.readouterr().err
