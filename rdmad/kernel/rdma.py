@@ -268,7 +268,13 @@ class KernelRdma:
                     nl.get_chardev, kind=str(kind), index=index_arg, port=port
                 )
                 what = f"reading the {kind} char device of {device.name}"
-                (msg,) = await self._request(build, what, sock)
+                try:
+                    (msg,) = await self._request(build, what, sock)
+                except NotSupported as e:
+                    raise NotSupported(
+                        f"{device.name} has no {kind} char device: its kernel client is not "
+                        f"loaded or does not serve this device (rxe has no issm)"
+                    ) from e
                 info = nl.chardev_info(msg)
                 out.append(CharDev(kind, f"{DEV_DIR}/{info.name}", info.major, info.minor))
         return tuple(out)

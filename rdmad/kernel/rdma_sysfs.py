@@ -28,6 +28,13 @@ def _read(path: str) -> str:
         return ""
 
 
+def _link_name(path: str) -> str:
+    try:
+        return os.path.basename(os.readlink(path))
+    except OSError:
+        return ""
+
+
 def _pf_rdma_name(device_dir: str) -> str:
     """The RDMA device of a VF's physical function (PCI dir/infiniband/NAME), or ""."""
     try:
@@ -45,10 +52,10 @@ def sysfs_facts(name: str, root: str = "/sys") -> SysfsFacts:
         return SysfsFacts(virtual=True, link_layer=link_layer)
     real = os.path.realpath(device_dir)
     bus = os.path.basename(os.path.realpath(os.path.join(real, "subsystem")))
-    driver = os.path.basename(os.path.realpath(os.path.join(real, "driver")))
+    driver = _link_name(os.path.join(real, "driver"))  # "" when no driver is bound
     numa = _read(os.path.join(real, "numa_node"))
     return SysfsFacts(
-        driver=driver if os.path.exists(os.path.join(real, "driver")) else "",
+        driver=driver,
         pci_address=os.path.basename(real) if bus == "pci" else "",
         numa_node=int(numa) if numa.lstrip("-").isdecimal() else -1,
         parent=_pf_rdma_name(real),

@@ -1,0 +1,113 @@
+"""The udev event source with a stand-in monitor, and sysfs facts from a fake /sys tree."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from rdmad.events import Event, RdmaChanged, Resync
+from rdmad.kernel.rdma_sysfs import SysfsFacts, sysfs_facts
+from rdmad.kernel.udev import RDMA_SUBSYSTEMS, UdevEvents
+
+
+@dataclass
+class FakeDevice:
+    action: str
+    subsystem: str
+    sys_name: str
+
+
+class FakeMonitor:
+    """A pyudev.Monitor look-alike: readable through a socketpair, fed from the test."""
+
+    def __init__(self) -> None:
+        self.r, self.w = socket.socketpair()
+        self.r.setblocking(False)
+        self.filters: list[str] = []
+        self.started = False
+        self.queue: list[FakeDevice | OSError] = []
+
+    def filter_by(self, subsystem: str) -> None:
+        self.filters.append(subsystem)
+
+    def start(self) -> None:
+        self.started = True
+
+    def fileno(self) -> int:
+        return self.r.fileno()
+
+    def push(self, item: FakeDevice | OSError) -> None:
+        self.queue.append(item)
+        self.w.send(b"x")
+
+    def poll(self, timeout: float) -> FakeDevice | None:
+        try:
+            self.r.recv(1)
+        except BlockingIOError:
+            return None
+        item = self.queue.pop(0)
+        if isinstance(item, OSError):
+            raise item
+        return item
+
+
+async def started(monitor: FakeMonitor) -> tuple[UdevEvents, asyncio.Queue[Event]]:
+    queue: asyncio.Queue[Event] = asyncio.Queue()
+    source = UdevEvents("kernel", lambda _source: monitor)
+    await source.start(queue.put_nowait)
+    return source, queue
+
+
+async def test_udev_source_subscribes_to_the_rdma_subsystems_before_returning() -> None:
+    monitor = FakeMonitor()
+    source, _ = await started(monitor)
+    assert monitor.started and monitor.filters == list(RDMA_SUBSYSTEMS)
+    await source.stop()
+
+
+async def test_udev_event_becomes_rdma_changed() -> None:
+    monitor = FakeMonitor()
+    source, queue = await started(monitor)
+    monitor.push(FakeDevice("add", "infiniband", "rxe0"))
+    assert await asyncio.wait_for(queue.get(), 5) == RdmaChanged("add infiniband/rxe0")
+    await source.stop()
+
+
+async def test_udev_overrun_becomes_resync() -> None:
+    monitor = FakeMonitor()
+    source, queue = await started(monitor)
+    monitor.push(OSError(errno.ENOBUFS, "No buffer space available"))
+    assert await asyncio.wait_for(queue.get(), 5) == Resync("udev")
+    await source.stop()
+
+
+def _link(path: Path, target: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, path)
+
+
+def test_software_device_without_parent_is_virtual(tmp_path: Path) -> None:
+    port = tmp_path / "class/infiniband/rxe0/ports/1"
+    port.mkdir(parents=True)
+    (port / "link_layer").write_text("Ethernet\n")
+    assert sysfs_facts("rxe0", str(tmp_path)) == SysfsFacts(virtual=True, link_layer="Ethernet")
+
+
+def test_sriov_vf_reports_pci_numa_driver_and_its_pf(tmp_path: Path) -> None:
+    pf = tmp_path / "devices/pci0000:00/0000:3b:00.0"
+    vf = tmp_path / "devices/pci0000:00/0000:3b:00.2"
+    (pf / "infiniband/mlx5_0").mkdir(parents=True)
+    vf.mkdir(parents=True)
+    (vf / "numa_node").write_text("1\n")
+    _link(vf / "subsystem", tmp_path / "bus/pci")
+    _link(vf / "driver", tmp_path / "bus/pci/drivers/mlx5_core")
+    _link(vf / "physfn", pf)
+    _link(tmp_path / "class/infiniband/mlx5_2/device", vf)
+    facts = sysfs_facts("mlx5_2", str(tmp_path))
+    assert facts == SysfsFacts(
+        driver="mlx5_core", pci_address="0000:3b:00.2", numa_node=1, parent="mlx5_0"
+    )
