@@ -1,0 +1,202 @@
+"""Logging: structured journal entries under systemd, one-line key=value text elsewhere.
+
+Every event record may carry RDMAD_DEVICE, RDMAD_NETNS, RDMAD_CLAIM, RDMAD_REASON and a
+MESSAGE_ID naming the kind of event, so that e.g.
+
+    journalctl -u rdmad MESSAGE_ID=<MESSAGE_CLAIMED> RDMAD_DEVICE=mlx5_0
+
+lists one device's claims. Use `log_event()`; plain `logger.info()` works too.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any, Final, TextIO
+
+# systemd-python, imported by name: for mypy, the checkout's top-level systemd/ directory
+# (unit files) is a namespace package that shadows it; at runtime the real package wins.
+_journal: Any = importlib.import_module("systemd.journal")
+
+# Fixed per event kind (generated once with uuid4, never change them: users filter on them).
+MESSAGE_CLAIMED: Final = "ff8eafd40d364c19a34673bc3b1e4b38"
+MESSAGE_RELEASED: Final = "0935d984661549fbb4dcd1e850708258"
+MESSAGE_DEVICE_ADDED: Final = "57347e5e9bd8441c83563bae742a33e5"
+MESSAGE_DEVICE_REMOVED: Final = "60d64da90e534b0dba978ee2ee41e449"
+MESSAGE_NETNS_GONE: Final = "4d03436005404628b3aa6b57411c3ef6"
+MESSAGE_MODE_CHANGED: Final = "9f92938cd6c84151aa659318143eb1ad"
+MESSAGE_RECONCILED: Final = "af5005ea085c4c00a3e94c9655ed0957"
+MESSAGE_RESYNC: Final = "55820fbd8b124c448138f9eaf3ea0606"
+MESSAGE_START: Final = "437dce355abf4ffebd66e09ca16f3080"
+MESSAGE_STOP: Final = "09a98dc9b33d4b1092e6415b2d426007"
+
+# record attribute == journal field name; the stderr format shows them as the short key
+EVENT_FIELDS: Final = {
+    "RDMAD_DEVICE": "device",
+    "RDMAD_NETNS": "netns",
+    "RDMAD_CLAIM": "claim",
+    "RDMAD_REASON": "reason",
+}
+SYSLOG_IDENTIFIER: Final = "rdmad"
+
+
+def log_event(
+    logger: logging.Logger,
+    message_id: str,
+    msg: str,
+    *,
+    device: str | None = None,
+    netns: str | None = None,
+    claim: str | None = None,
+    reason: str | None = None,
+    level: int = logging.INFO,
+) -> None:
+    """Log one event with its MESSAGE_ID and whichever of the RDMAD_* fields apply."""
+    extra: dict[str, str] = {"MESSAGE_ID": message_id}
+    for key, value in (
+        ("RDMAD_DEVICE", device),
+        ("RDMAD_NETNS", netns),
+        ("RDMAD_CLAIM", claim),
+        ("RDMAD_REASON", reason),
+    ):
+        if value is not None:
+            extra[key] = str(value)
+    # "%s" + arg: a '%' inside msg (a netns path, a name) must not be %-formatted.
+    logger.log(level, "%s", msg, extra=extra)
+
+
+def record_fields(record: logging.LogRecord, message: str) -> dict[str, str]:
+    """The journal fields of one record (MESSAGE being the formatted text)."""
+    fields = {
+        "MESSAGE": message,
+        "PRIORITY": str(_journal.JournalHandler.map_priority(record.levelno)),
+        "LOGGER": record.name,
+        "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
+        "CODE_FILE": record.pathname,
+        "CODE_LINE": str(record.lineno),
+        "CODE_FUNC": record.funcName,
+    }
+    message_id = getattr(record, "MESSAGE_ID", None)
+    if message_id:
+        fields["MESSAGE_ID"] = str(message_id)
+    for key in EVENT_FIELDS:
+        value = getattr(record, key, None)
+        if value is not None:
+            fields[key] = str(value)
+    if record.exc_text:
+        fields["EXCEPTION_TEXT"] = record.exc_text
+    return fields
+
+
+class RdmadJournalHandler(_journal.JournalHandler):  # type: ignore[misc]  # untyped base
+    """JournalHandler that sends exactly `record_fields()`.
+
+    The stock emit() forwards every LogRecord attribute; the lowercase ones are dropped by
+    journald anyway, this keeps the entry to the fields we document.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields = record_fields(record, self.format(record))
+            message = fields.pop("MESSAGE")
+            self.send(message, **fields)
+        except Exception:
+            self.handleError(record)
+
+
+class KeyValueFormatter(logging.Formatter):
+    """`LEVEL logger: message device=... netns=... claim=... reason=...`, one line."""
+
+    def __init__(self, timestamps: bool = True) -> None:
+        fmt = "%(asctime)s " if timestamps else ""
+        super().__init__(fmt + "%(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        head, sep, tail = text.partition("\n")  # keep tracebacks, but after the fields
+        head = head.replace("\r", "\\r")
+        pairs = [
+            f"{short}={_quote(str(getattr(record, key)))}"
+            for key, short in EVENT_FIELDS.items()
+            if getattr(record, key, None) is not None
+        ]
+        if pairs:
+            head = head + " " + " ".join(pairs)
+        return head + sep + tail
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        # one line per record; a copy, so other handlers still see the original message
+        flat = logging.makeLogRecord(record.__dict__)
+        flat.message = record.message.replace("\n", "\\n")
+        return super().formatMessage(flat)
+
+
+def _quote(value: str) -> str:
+    if value and not any(c.isspace() or c in '"=\\' for c in value):
+        return value
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def stderr_is_journal(environ: Mapping[str, str] | None = None, fd: int = 2) -> bool:
+    """True when `fd` is the stream systemd connected to the journal (JOURNAL_STREAM).
+
+    JOURNAL_STREAM is inherited by children whose stderr may point elsewhere, so it must
+    match fd's device and inode, as sd_journal_stream_fd(3) recommends.
+    """
+    env = os.environ if environ is None else environ
+    value = env.get("JOURNAL_STREAM", "")
+    dev, sep, ino = value.partition(":")
+    if not sep:
+        return False
+    try:
+        st = os.fstat(fd)
+        return (st.st_dev, st.st_ino) == (int(dev), int(ino))
+    except (OSError, ValueError):
+        return False
+
+
+_OURS = "_rdmad_handler"
+
+
+def setup_logging(
+    level: int | str = logging.INFO,
+    *,
+    target: str = "auto",
+    stream: TextIO | None = None,
+    sender: Any = None,
+) -> logging.Handler:
+    """Install rdmad's one handler on the root logger and return it.
+
+    target: "journal", "stderr" or "auto" (journal when stderr is the journal stream).
+    The rdmad.* loggers get `level`; libraries stay at WARNING so that --log-level debug
+    shows rdmad's decisions, not pyroute2's packets. `stream`/`sender` are for tests.
+    """
+    if isinstance(level, str):
+        level = logging.getLevelNamesMapping()[level.upper()]
+    if target == "auto":
+        target = "journal" if stderr_is_journal() else "stderr"
+    handler: logging.Handler
+    if target == "journal":
+        kwargs = {} if sender is None else {"sender_function": sender}
+        handler = RdmadJournalHandler(**kwargs)
+        # journald adds its own timestamp and priority
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    elif target == "stderr":
+        handler = logging.StreamHandler(sys.stderr if stream is None else stream)
+        handler.setFormatter(KeyValueFormatter())
+    else:
+        raise ValueError(f"log target must be auto, journal or stderr, not {target!r}")
+    setattr(handler, _OURS, True)
+
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, _OURS, False)]:
+        root.removeHandler(old)
+        old.close()
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("rdmad").setLevel(level)
+    return handler

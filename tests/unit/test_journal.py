@@ -1,0 +1,172 @@
+"""Log records → journal fields, and the key=value stderr format."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from rdmad import journal
+
+IDS = {name: value for name, value in vars(journal).items() if name.startswith("MESSAGE_")}
+
+
+@pytest.fixture
+def logger() -> Iterator[logging.Logger]:
+    log = logging.getLogger("rdmad.test_journal")
+    yield log
+    root = logging.getLogger()
+    for h in [h for h in root.handlers if getattr(h, "_rdmad_handler", False)]:
+        root.removeHandler(h)
+
+
+def test_message_ids_are_fixed_distinct_uuids() -> None:
+    assert set(IDS) == {
+        "MESSAGE_CLAIMED",
+        "MESSAGE_RELEASED",
+        "MESSAGE_DEVICE_ADDED",
+        "MESSAGE_DEVICE_REMOVED",
+        "MESSAGE_NETNS_GONE",
+        "MESSAGE_MODE_CHANGED",
+        "MESSAGE_RECONCILED",
+        "MESSAGE_RESYNC",
+        "MESSAGE_START",
+        "MESSAGE_STOP",
+    }
+    assert len(set(IDS.values())) == len(IDS)
+    for value in IDS.values():
+        assert uuid.UUID(hex=value).hex == value  # 128-bit, lowercase, no dashes
+    assert journal.MESSAGE_CLAIMED == "ff8eafd40d364c19a34673bc3b1e4b38"  # never changes
+
+
+def test_stderr_line_shows_fields(logger: logging.Logger) -> None:
+    out = io.StringIO()
+    journal.setup_logging("info", target="stderr", stream=out)
+    journal.log_event(
+        logger,
+        journal.MESSAGE_CLAIMED,
+        "rxe0 claimed into /run/netns/c 100%",
+        device="rxe0",
+        netns="/run/netns/c",
+        claim="c1",
+    )
+    line = out.getvalue()
+    assert line.count("\n") == 1
+    assert line.rstrip("\n").endswith(
+        "INFO rdmad.test_journal: rxe0 claimed into /run/netns/c 100% "
+        "device=rxe0 netns=/run/netns/c claim=c1"
+    )
+    assert "reason=" not in line
+
+
+def test_stderr_quotes_and_flattens(logger: logging.Logger) -> None:
+    out = io.StringIO()
+    journal.setup_logging("debug", target="stderr", stream=out)
+    journal.log_event(
+        logger, journal.MESSAGE_RELEASED, "two\nlines", netns='a b"c', reason="netns-gone"
+    )
+    assert out.getvalue().endswith('two\\nlines netns="a b\\"c" reason=netns-gone\n')
+
+
+def test_levels(logger: logging.Logger) -> None:
+    out = io.StringIO()
+    journal.setup_logging("warning", target="stderr", stream=out)
+    logger.info("hidden")
+    logging.getLogger("pyroute2").info("library noise")
+    logger.warning("shown")
+    assert "hidden" not in out.getvalue()
+    assert "noise" not in out.getvalue()
+    assert "WARNING rdmad.test_journal: shown" in out.getvalue()
+
+
+def test_setup_replaces_its_own_handler(logger: logging.Logger) -> None:
+    first = journal.setup_logging("info", target="stderr", stream=io.StringIO())
+    second = journal.setup_logging("info", target="stderr", stream=io.StringIO())
+    handlers = logging.getLogger().handlers
+    assert second in handlers
+    assert first not in handlers
+
+
+def test_record_fields_mapping(logger: logging.Logger) -> None:
+    record = logger.makeRecord(
+        logger.name,
+        logging.ERROR,
+        "/x/core.py",
+        42,
+        "%s",
+        ("gone",),
+        None,
+        func="release",
+        extra={
+            "MESSAGE_ID": journal.MESSAGE_NETNS_GONE,
+            "RDMAD_DEVICE": "mlx5_0",
+            "RDMAD_NETNS": "/proc/7/ns/net",
+            "RDMAD_CLAIM": "c9",
+            "RDMAD_REASON": "netns-gone",
+        },
+    )
+    assert journal.record_fields(record, "gone") == {
+        "MESSAGE": "gone",
+        "MESSAGE_ID": journal.MESSAGE_NETNS_GONE,
+        "PRIORITY": "3",
+        "LOGGER": "rdmad.test_journal",
+        "SYSLOG_IDENTIFIER": "rdmad",
+        "CODE_FILE": "/x/core.py",
+        "CODE_LINE": "42",
+        "CODE_FUNC": "release",
+        "RDMAD_DEVICE": "mlx5_0",
+        "RDMAD_NETNS": "/proc/7/ns/net",
+        "RDMAD_CLAIM": "c9",
+        "RDMAD_REASON": "netns-gone",
+    }
+
+
+def test_journal_handler_sends_fields(logger: logging.Logger) -> None:
+    sent: list[dict[str, Any]] = []
+
+    def sender(message: str, **fields: Any) -> None:
+        sent.append({"MESSAGE": message, **fields})
+
+    handler = journal.setup_logging("info", target="journal", sender=sender)
+    assert isinstance(handler, journal.RdmadJournalHandler)
+    journal.log_event(logger, journal.MESSAGE_START, "rdmad ready")
+    journal.log_event(
+        logger, journal.MESSAGE_DEVICE_ADDED, "rxe0 appeared", device="rxe0", level=logging.DEBUG
+    )  # below the level: not sent
+    logger.warning("plain %s", "warning")
+    assert len(sent) == 2
+    start, plain = sent
+    assert start["MESSAGE"] == "rdmad ready"
+    assert start["MESSAGE_ID"] == journal.MESSAGE_START
+    assert start["PRIORITY"] == "6"
+    assert not any(k.startswith("RDMAD_") for k in start)
+    assert plain["MESSAGE"] == "plain warning"
+    assert plain["PRIORITY"] == "4"
+    assert "MESSAGE_ID" not in plain
+    # every field name is one journald accepts (uppercase, digits, underscore)
+    for entry in sent:
+        for key in entry:
+            assert key.replace("_", "").isalnum() and key.isupper(), key
+
+
+def test_stderr_is_journal_matches_device_and_inode() -> None:
+    r, w = os.pipe()
+    try:
+        st = os.fstat(w)
+        assert journal.stderr_is_journal({"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}, fd=w)
+        assert not journal.stderr_is_journal({"JOURNAL_STREAM": f"{st.st_dev}:1"}, fd=w)
+        assert not journal.stderr_is_journal({"JOURNAL_STREAM": "junk"}, fd=w)
+        assert not journal.stderr_is_journal({}, fd=w)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_bad_target() -> None:
+    with pytest.raises(ValueError, match="log target"):
+        journal.setup_logging(target="syslog")
