@@ -99,11 +99,25 @@ def netns(resolver: KernelNetnsResolver) -> Iterator[Callable[[str], NetnsHandle
         sh("ip", "netns", "del", name, check=False)
 
 
+async def set_mode_once_netns_are_gone(backend: KernelRdma, mode: NetnsMode) -> None:
+    """SYS_SET until the kernel stops answering EBUSY. A deleted netns dies asynchronously
+    (cleanup_net) and announces nothing when it holds no RDMA device, so this is the one
+    bounded poll in this file."""
+    async with asyncio.timeout(WAIT):
+        while True:
+            try:
+                return await backend.set_netns_mode(mode)
+            except ModeBusy:
+                await asyncio.sleep(0.05)
+
+
 @pytest.fixture
 async def exclusive(backend: KernelRdma) -> AsyncIterator[None]:
-    await backend.set_netns_mode(NetnsMode.EXCLUSIVE)
+    """Exclusive mode for one test. Request it *before* `netns`, so that the netns are
+    deleted before shared mode is restored."""
+    await set_mode_once_netns_are_gone(backend, NetnsMode.EXCLUSIVE)
     yield
-    await backend.set_netns_mode(NetnsMode.SHARED)
+    await set_mode_once_netns_are_gone(backend, NetnsMode.SHARED)
 
 
 @pytest.fixture
@@ -202,7 +216,7 @@ async def test_exclusive_mode_is_set_while_no_other_netns_exists(backend: Kernel
 
 @pytest.mark.skipif(RXE_MOVES, reason="rxe on this kernel can change netns")
 async def test_rxe_move_is_not_supported_and_changes_nothing(
-    backend: KernelRdma, rxe: str, netns: Callable[[str], NetnsHandle], exclusive: None
+    backend: KernelRdma, rxe: str, exclusive: None, netns: Callable[[str], NetnsHandle]
 ) -> None:
     dev = await device(backend, rxe)
     assert dev is not None
@@ -222,7 +236,7 @@ async def test_move_in_shared_mode_says_so(
 
 @pytest.mark.skipif(not RXE_MOVES, reason="rxe on this kernel cannot change netns")
 async def test_move_into_netns_and_home_again(
-    backend: KernelRdma, rxe: str, netns: Callable[[str], NetnsHandle], exclusive: None
+    backend: KernelRdma, rxe: str, exclusive: None, netns: Callable[[str], NetnsHandle]
 ) -> None:
     dev = await device(backend, rxe)
     assert dev is not None
@@ -248,8 +262,8 @@ async def test_move_into_netns_and_home_again(
 async def test_netns_deletion_brings_the_device_home(
     backend: KernelRdma,
     rxe: str,
-    netns: Callable[[str], NetnsHandle],
     exclusive: None,
+    netns: Callable[[str], NetnsHandle],
     udev_events: asyncio.Queue[Event],
 ) -> None:
     dev = await device(backend, rxe)
