@@ -177,7 +177,9 @@ class Core:
             state = State()
         self._claims = {c.id: c for c in state.claims}
         self._pending_restores = list(state.pending_restores)
-        self._inv.replace_devices(await self._rdma.list_devices(), keep=self._moved_devices())
+        if self.netns_mode != NetnsMode.UNAVAILABLE:  # else picked up when ib_core appears
+            listed = await self._rdma.list_devices()
+            self._inv.replace_devices(listed, keep=self._moved_devices())
         await self._reconcile()
         self._pump = asyncio.create_task(self._consume_events(), name="rdmad-events")
 

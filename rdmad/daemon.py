@@ -89,8 +89,14 @@ async def run(cfg: Config) -> int:
     rdma = _rdma_backend(cfg, resolver)
     core = Core(net, rdma, resolver, Store(cfg.state_dir), shared_limit=cfg.shared_limit)
     sources = _event_sources(cfg)
-    for source in sources:
-        await source.start(core.handle)
+    for source in list(sources):
+        try:
+            await source.start(core.handle)
+        except RdmadError as exc:
+            # Optional sources (the RDMA netlink monitor) are missing on older kernels or
+            # without ib_core; udev still reports RDMA devices coming and going.
+            log.info("event source %s not used: %s", type(source).__name__, exc)
+            sources.remove(source)
     await core.start()
     if cfg.netns_mode:
         try:

@@ -25,7 +25,12 @@ def opts(**kw: Variant) -> dict[str, Variant]:
 @pytest.fixture
 def netns_process(netns: str) -> Iterator[int]:
     """A process living in `netns`, for pid: and /proc/PID/ns/net claims."""
-    proc = subprocess.Popen(["ip", "netns", "exec", netns, "sleep", "3600"])
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", netns, "sh", "-c", "echo ready; exec sleep 3600"],
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"ready\n", "the process entered the netns"
     try:
         yield proc.pid
     finally:
