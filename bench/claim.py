@@ -1,0 +1,214 @@
+"""1. Claim and release latency: rdmad over D-Bus vs raw pyroute2 vs the iproute2 CLI.
+
+All three do the same kernel work on the same veth, interleaved rep by rep so that drift
+on the host hits all of them alike:
+  claim:   move into the netns + rename, MTU 1400, add an address, set up;
+  release: move back + rename to the host name, MTU 1500, host address back, set up.
+rdmad's time is D-Bus call to reply (the reply comes once the netdev is configured in the
+netns). Raw keeps an in-netns netlink socket open across reps and knows the ifindex, so it
+is the floor a hand-written tool could reach; rdmad may not keep such a socket (it must
+never pin a netns) and has to look things up and persist its state file.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from pyroute2 import AsyncIPRoute
+from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
+from pyroute2.netlink.rtnl import RTM_SETLINK
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
+from bench.common import (
+    Params,
+    Results,
+    Row,
+    claim,
+    claim_options,
+    client,
+    many_veths,
+    ms_since,
+    p50_99,
+    pct,
+    rdmad,
+    release,
+)
+from rdmad.kernel.netns import run_in_netns
+from tests.support.net import addresses, ip, link, temp_netns
+
+HOST_MTU, NS_MTU = 1500, 1400
+HOST_ADDR, NS_ADDR = "192.0.2.1/24", "198.51.100.2/24"
+NS_IFNAME = "bench0"
+
+
+async def _setlink(ipr: AsyncIPRoute, index: int, *attrs: tuple[str, Any]) -> None:
+    # Move + rename in one RTM_SETLINK, as rdmad does (the high-level API splits them).
+    msg = ifinfmsg()
+    msg["index"] = index
+    msg["attrs"] = list(attrs)
+    async for _ in await ipr.nlm_request(msg, RTM_SETLINK, NLM_F_REQUEST | NLM_F_ACK):
+        pass
+
+
+class Raw:
+    """The kernel operations, in-process with pyroute2, and nothing else."""
+
+    def __init__(self, host: str, host_index: int, netns: str) -> None:
+        self.host, self.index, self.netns = host, host_index, netns
+        self.init = AsyncIPRoute()
+        self.ns: AsyncIPRoute | None = None
+        self._ns_sock: socket.socket | None = None
+        self._init_fd = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+
+    async def open(self) -> None:
+        await self.init.setup_endpoint()
+        fd = os.open(f"/run/netns/{self.netns}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            # a netlink socket keeps the netns it was created in
+            self._ns_sock = await run_in_netns(
+                fd, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 0)
+            )
+        finally:
+            os.close(fd)
+        self.ns = AsyncIPRoute(use_socket=self._ns_sock)
+        await self.ns.setup_endpoint()
+
+    def close(self) -> None:
+        self.init.close()
+        if self.ns is not None:
+            self.ns.close()
+        if self._ns_sock is not None:
+            self._ns_sock.close()
+        os.close(self._init_fd)
+
+    async def claim(self) -> None:
+        assert self.ns is not None
+        fd = os.open(f"/run/netns/{self.netns}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            await _setlink(
+                self.init, self.index, ("IFLA_NET_NS_FD", fd), ("IFLA_IFNAME", NS_IFNAME)
+            )
+        finally:
+            os.close(fd)
+        addr, plen = NS_ADDR.split("/")
+        await self.ns.link("set", index=self.index, mtu=NS_MTU)
+        await self.ns.addr("add", index=self.index, address=addr, prefixlen=int(plen))
+        await self.ns.link("set", index=self.index, state="up")
+
+    async def release(self) -> None:
+        assert self.ns is not None
+        await _setlink(
+            self.ns, self.index, ("IFLA_NET_NS_FD", self._init_fd), ("IFLA_IFNAME", self.host)
+        )
+        addr, plen = HOST_ADDR.split("/")
+        await self.init.link("set", index=self.index, mtu=HOST_MTU)
+        await self.init.addr("add", index=self.index, address=addr, prefixlen=int(plen))
+        await self.init.link("set", index=self.index, state="up")
+
+
+def cli_claim(host: str, netns: str) -> None:
+    """What a shell script would run."""
+    ip("link", "set", "dev", host, "netns", netns)
+    ip("link", "set", "dev", host, "name", NS_IFNAME, "mtu", str(NS_MTU), netns=netns)
+    ip("addr", "add", NS_ADDR, "dev", NS_IFNAME, netns=netns)
+    ip("link", "set", "dev", NS_IFNAME, "up", netns=netns)
+
+
+def cli_release(host: str, netns: str) -> None:
+    # `netns PID`: this process is in init_net (ip -n has already entered the netns)
+    ip("link", "set", "dev", NS_IFNAME, "netns", str(os.getpid()), netns=netns)
+    ip("link", "set", "dev", NS_IFNAME, "name", host, "mtu", str(HOST_MTU))
+    ip("addr", "add", HOST_ADDR, "dev", host)
+    ip("link", "set", "dev", host, "up")
+
+
+def check_claimed(netns: str) -> None:
+    info = link(NS_IFNAME, netns)
+    assert info is not None and info["mtu"] == NS_MTU, f"not claimed: {info}"
+    assert addresses(NS_IFNAME, netns) == {NS_ADDR}, addresses(NS_IFNAME, netns)
+
+
+def check_home(host: str) -> None:
+    info = link(host)
+    assert info is not None and info["mtu"] == HOST_MTU, f"not home: {info}"
+    assert HOST_ADDR in addresses(host), addresses(host)
+
+
+async def run(bus: str, p: Params, res: Results, out: Path) -> None:
+    with many_veths(1, "c") as nics, temp_netns("rbc") as netns:
+        host = nics.hosts[0]
+        ip("link", "set", "dev", host, "mtu", str(HOST_MTU), "up")
+        ip("addr", "add", HOST_ADDR, "dev", host)
+        raw = Raw(host, _ifindex(host), netns)
+        await raw.open()
+        opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR])
+        t: dict[str, list[float]] = {k: [] for k in ("rc", "rr", "wc", "wr", "cc", "cr")}
+        try:
+            async with rdmad(bus, nics.sim_spec()) as _d, client(bus) as c:
+
+                async def do_rdmad() -> tuple[float, float]:
+                    t0 = time.perf_counter()
+                    cid = await claim(c, "sim0", netns, opts)
+                    a = ms_since(t0)
+                    if first:
+                        check_claimed(netns)
+                    t0 = time.perf_counter()
+                    await release(c, cid)
+                    return a, ms_since(t0)
+
+                async def do_raw() -> tuple[float, float]:
+                    t0 = time.perf_counter()
+                    await raw.claim()
+                    a = ms_since(t0)
+                    if first:
+                        check_claimed(netns)
+                    t0 = time.perf_counter()
+                    await raw.release()
+                    return a, ms_since(t0)
+
+                async def do_cli() -> tuple[float, float]:
+                    t0 = time.perf_counter()
+                    cli_claim(host, netns)
+                    a = ms_since(t0)
+                    if first:
+                        check_claimed(netns)
+                    t0 = time.perf_counter()
+                    cli_release(host, netns)
+                    return a, ms_since(t0)
+
+                ways: list[tuple[str, Callable[[], Awaitable[tuple[float, float]]]]] = [
+                    ("r", do_rdmad), ("w", do_raw), ("c", do_cli)
+                ]
+                for i in range(p.warmup + p.reps):
+                    first = i == 0
+                    for key, fn in ways:
+                        a, b = await fn()
+                        if first:
+                            check_home(host)
+                        if i >= p.warmup:
+                            t[key + "c"].append(a)
+                            t[key + "r"].append(b)
+        finally:
+            raw.close()
+    for op, label in (("c", "Claim"), ("r", "Release")):
+        r, w, cl = t["r" + op], t["w" + op], t["c" + op]
+        res.dists[f"{label}: rdmad"] = r
+        res.dists[f"{label}: raw pyroute2"] = w
+        res.dists[f"{label}: iproute2 CLI"] = cl
+        q50, q99 = pct(r, 50) / pct(w, 50), pct(r, 99) / pct(w, 99)
+        res.rows.append(Row(
+            f"1. {label} latency (whole device, veth)",
+            p50_99(r), p50_99(w), p50_99(cl),
+            f"rdmad/raw {q50:.2f} / {q99:.2f}; rdmad/CLI {pct(r, 50) / pct(cl, 50):.2f}",
+            "rdmad/raw <= 1.3; rdmad < CLI",
+            q50 <= 1.3 and q99 <= 1.3 and pct(r, 50) < pct(cl, 50) and pct(r, 99) < pct(cl, 99),
+        ))
+
+
+def _ifindex(name: str) -> int:
+    return socket.if_nametoindex(name)

@@ -1,0 +1,153 @@
+"""results.md (one table, notes, before/after) and the PNG plots."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on a CI runner
+import matplotlib.pyplot as plt
+
+from bench.common import BENCH_DIR, Params, Results, pct
+
+FINDINGS = BENCH_DIR / "findings.md"  # hand-written analysis, included verbatim
+
+
+def _mark(met: bool | None) -> str:
+    return "" if met is None else ("yes" if met else "**no**")
+
+
+def _commit() -> str:
+    res = subprocess.run(["git", "-C", str(BENCH_DIR), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True)
+    return res.stdout.strip() or "?"
+
+
+def write_report(
+    res: Results, p: Params, out: Path, seconds: float, baseline: dict[str, Any] | None
+) -> None:
+    plots = write_plots(res, out)
+    mode = "smoke" if p.smoke else "full"
+    lines = [
+        "# rdmad benchmark results",
+        "",
+        f"Written by `python -m bench.run{' --smoke' if p.smoke else ''}` ({mode} mode) on "
+        f"{time.strftime('%Y-%m-%d %H:%M')}, commit {_commit()}, in {seconds:.0f} s.",
+        f"Host: Linux {platform.release()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}. Simulated RDMA backend bound to real veths; every "
+        "netdev operation is real. State dir on tmpfs (as /run is in production); "
+        "daemon at --log-level info. Latencies are p50 / p99 over "
+        f"{p.reps} repetitions after {p.warmup} warm-up ones.",
+        "",
+        "| scenario | rdmad p50 / p99 | raw (pyroute2) or floor p50 / p99 | CLI p50 / p99 "
+        "| ratio | target | met? |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in res.rows:
+        lines.append(f"| {r.scenario} | {r.rdmad} | {r.raw} | {r.cli} | {r.ratio} | "
+                     f"{r.target} | {_mark(r.met)} |")
+    if baseline:
+        lines += ["", "## Before / after", "",
+                  "rdmad column of the baseline run (`--baseline`) against this run.", "",
+                  "| scenario | before | after |", "|---|---|---|"]
+        old = {r["scenario"]: r for r in baseline.get("rows", [])}
+        for r in res.rows:
+            if r.scenario in old and old[r.scenario]["rdmad"] != r.rdmad:
+                lines.append(f"| {r.scenario} | {old[r.scenario]['rdmad']} | {r.rdmad} |")
+    if res.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in res.notes]
+    if FINDINGS.exists() and not p.smoke:
+        lines += ["", FINDINGS.read_text().strip()]
+    lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plots]
+    lines += ["", "## Run", "", "| scenario | seconds |", "|---|---|"]
+    lines += [f"| {k} | {v:.1f} |" for k, v in res.scenario_seconds.items()]
+    if res.errors:
+        lines += ["", "## Errors", ""] + [f"```\n{e}\n```" for e in res.errors]
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+
+
+def _cdf(ax: Any, samples: list[float], label: str) -> None:
+    s = sorted(samples)
+    ax.plot(s, [(i + 1) / len(s) for i in range(len(s))], label=f"{label} (p99 "
+            f"{pct(s, 99):.1f})", drawstyle="steps-post")
+
+
+def write_plots(res: Results, out: Path) -> list[str]:
+    written: list[str] = []
+
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        written.append(name)
+
+    groups = [("latency-claim-release.png", ("Claim:", "Release:")),
+              ("reclaim-netns-death.png", ("Reclaim whole", "Reclaim shared"))]
+    for fname, prefixes in groups:
+        if not any(k.startswith(prefixes) for k in res.dists):
+            continue
+        fig, axes = plt.subplots(1, len(prefixes), figsize=(12, 4.5))
+        for ax, prefix in zip(axes, prefixes, strict=True):
+            for name, s in res.dists.items():
+                if name.startswith(prefix) and s:
+                    _cdf(ax, s, name.split(":", 1)[1].strip())
+            ax.set_xscale("log")
+            ax.set_xlabel("ms (log)")
+            ax.set_ylabel("fraction of reps")
+            ax.set_title(prefix.rstrip(":") + " latency CDF")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+        save(fig, fname)
+
+    hists = [(k, v) for k, v in res.dists.items() if k.startswith(("ListDevices N=", "Claim N="))]
+    if hists:
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+        for ax, prefix in zip(axes, ("ListDevices", "Claim N"), strict=True):
+            for name, s in hists:
+                if name.startswith(prefix):
+                    ax.hist(s, bins=40, alpha=0.5, label=name)
+            ax.set_xlabel("ms")
+            ax.set_ylabel("reps")
+            ax.set_title(f"{prefix.split()[0]} latency by N")
+            ax.legend(fontsize=8)
+        save(fig, "latency-by-n.png")
+
+    scale = res.curves.get("scale")
+    if scale and scale["n"]:
+        n = scale["n"]
+        fig, axes = plt.subplots(1, 4, figsize=(16, 4))
+        panels = [("start to READY=1 (ms)", ["start_ms"], 1000.0),
+                  ("RSS (MB)", ["rss_mb"], 60.0),
+                  ("ListDevices (ms)", ["list_p50_ms", "list_p99_ms"], 5.0),
+                  ("claim / release (ms)", ["claim_p50_ms", "claim_p99_ms", "release_p50_ms",
+                                            "release_p99_ms"], None)]
+        for ax, (title, keys, target) in zip(axes, panels, strict=True):
+            for key in keys:
+                ax.plot(n, scale[key], marker="o", label=key)
+            if target is not None:
+                ax.axhline(target, color="red", linestyle="--", label="target")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("N devices")
+            ax.set_title(title)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
+        save(fig, "scaling.png")
+
+    load = [(k, v) for k, v in res.dists.items() if k.startswith("Claim+release under")]
+    if load:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name, s in load:
+            _cdf(ax, s, name)
+        ax.set_xscale("log")
+        ax.set_xlabel("ms (log)")
+        ax.set_title("per-op latency under concurrent clients")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        save(fig, "throughput.png")
+    return written

@@ -1,0 +1,85 @@
+"""Run every benchmark scenario side by side and write results.md, results.json and PNGs.
+
+    python -m bench.run            # full: >= 200 reps, N up to 1024, 60 s idle (< 10 min)
+    python -m bench.run --smoke    # CI: tiny N, few reps, a few seconds idle (< 60 s)
+
+Needs root (real netns, veth, macvlan) and dbus-daemon. Smoke mode asserts nothing about
+speed: it exits non-zero only if a scenario fails or produces no numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from bench import claim, idle, profile, reclaim, scale, throughput
+from bench.common import BENCH_DIR, Params, Results
+from bench.report import write_report
+from tests.support.bus import start_private_bus
+
+Scenario = Callable[[str, Params, Results, Path], Awaitable[None]]
+SCENARIOS: dict[str, Scenario] = {
+    "claim": claim.run,
+    "reclaim": reclaim.run,
+    "scale": scale.run,
+    "throughput": throughput.run,
+    "idle": idle.run,
+    "profile": profile.run,
+}
+
+
+async def run_all(names: list[str], p: Params, out: Path, bus: str) -> Results:
+    res = Results()
+    for name in names:
+        rows, dists = len(res.rows), len(res.dists)
+        t0 = time.monotonic()
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        try:
+            await SCENARIOS[name](bus, p, res, out)
+            if len(res.rows) == rows and len(res.dists) == dists:
+                raise RuntimeError("the scenario produced no numbers")
+        except Exception:
+            res.errors.append(f"{name}: {traceback.format_exc()}")
+            print(f"bench: {name} FAILED\n{traceback.format_exc()}", file=sys.stderr)
+        res.scenario_seconds[name] = time.monotonic() - t0
+        print(f"bench: {name} done in {res.scenario_seconds[name]:.1f} s", file=sys.stderr)
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
+    ap.add_argument("--smoke", action="store_true", help="tiny N and few reps (CI)")
+    ap.add_argument("--out", type=Path, help="where results go (default: bench/, or a temp "
+                    "dir with --smoke)")
+    ap.add_argument("--only", nargs="+", choices=list(SCENARIOS), help="run only these")
+    ap.add_argument("--baseline", type=Path,
+                    help="results.json of an earlier run, shown as 'before' in results.md")
+    args = ap.parse_args(argv)
+    p = Params.quick() if args.smoke else Params.full()
+    out: Path = args.out or (Path(tempfile.mkdtemp(prefix="rdmad-bench-")) if args.smoke
+                             else BENCH_DIR)
+    out.mkdir(parents=True, exist_ok=True)
+    names = args.only or list(SCENARIOS)
+    t0 = time.monotonic()
+    with start_private_bus() as bus:
+        res = asyncio.run(run_all(names, p, out, bus.address))
+    total = time.monotonic() - t0
+    baseline = json.loads(args.baseline.read_text()) if args.baseline else None
+    (out / "results.json").write_text(json.dumps(res.to_json(), indent=1))
+    write_report(res, p, out, total, baseline)
+    print(f"bench: wrote {out}/results.md in {total:.0f} s", file=sys.stderr)
+    if res.errors:
+        print(f"bench: {len(res.errors)} scenario(s) failed", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

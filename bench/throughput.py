@@ -1,0 +1,80 @@
+"""4. Throughput: 64 clients claiming and releasing at once (each its own device, one
+netns), and ListDevices calls/s from 1 and from 64 concurrent clients.
+
+The clients share this one Python process, so on 2 cores the client side competes with the
+daemon and dbus-daemon for CPU: the numbers are a lower bound of what the daemon can do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+from bench.common import (
+    Params,
+    Results,
+    Row,
+    claim,
+    claim_options,
+    many_veths,
+    ms_since,
+    p50_99,
+    rdmad,
+    release,
+)
+from tests.support.daemon import Client
+from tests.support.net import temp_netns
+
+
+async def run(bus: str, p: Params, res: Results, out: Path) -> None:
+    k = p.clients
+    with many_veths(k, "t") as nics, temp_netns("rbt") as netns:
+        async with rdmad(bus, nics.sim_spec()) as _d:
+            clients = [await Client.connect(bus) for _ in range(k)]
+            try:
+                lat: list[float] = []
+
+                async def churn(c: Client, dev: str) -> int:
+                    for _ in range(p.rounds):
+                        t0 = time.perf_counter()
+                        cid = await claim(c, dev, netns, claim_options(mtu=1400))
+                        lat.append(ms_since(t0))
+                        t0 = time.perf_counter()
+                        await release(c, cid)
+                        lat.append(ms_since(t0))
+                    return 2 * p.rounds
+
+                t0 = time.perf_counter()
+                ops = sum(await asyncio.gather(
+                    *(churn(c, f"sim{i}") for i, c in enumerate(clients))))
+                wall = time.perf_counter() - t0
+                res.dists[f"Claim+release under {k} concurrent clients"] = lat
+                res.rows.append(Row(
+                    f"4. Claim/release throughput, {k} clients",
+                    f"{ops / wall:.0f} ops/s ({ops} ops); per op {p50_99(lat)}"))
+
+                for n_clients in (1, k):
+                    count = 0
+                    stop_at = time.perf_counter() + p.list_seconds
+
+                    async def lister(c: Client, stop_at: float) -> None:
+                        nonlocal count
+                        while time.perf_counter() < stop_at:
+                            await c.manager("ListDevices")
+                            count += 1
+
+                    t0 = time.perf_counter()
+                    await asyncio.gather(*(lister(c, stop_at) for c in clients[:n_clients]))
+                    rate = count / (time.perf_counter() - t0)
+                    res.rows.append(Row(
+                        f"4. ListDevices throughput, {n_clients} client(s), N={k}",
+                        f"{rate:.0f} calls/s"))
+                    res.curves.setdefault("list_rate", {"n": [], "calls_per_s": []})
+                    res.curves["list_rate"]["n"].append(float(n_clients))
+                    res.curves["list_rate"]["calls_per_s"].append(rate)
+            finally:
+                for c in clients:
+                    with contextlib.suppress(Exception):
+                        c.close()
