@@ -441,7 +441,9 @@ class Core:
             except TimeoutError:
                 log.warning(
                     "%s (ifindex %d) has not come back from %s yet; will restore it when it does",
-                    host.name, host.ifindex, claim.netns,
+                    host.name,
+                    host.ifindex,
+                    claim.netns,
                 )
                 self._pending_restores.append(host)
                 return
@@ -589,4 +591,3 @@ class Core:
     # ------------------------------------------------------------------ persistence
     def _save(self) -> None:
         self._store.save(State(list(self._claims.values()), list(self._pending_restores)))
-

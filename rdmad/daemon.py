@@ -117,7 +117,7 @@ async def run(cfg: Config) -> int:
         await _shutdown(core, sources, rdma, net)
         return EXIT_BUS
     core.announce_startup()
-    disconnected = asyncio.ensure_future(bus.wait_for_disconnect())
+    disconnected = asyncio.ensure_future(bus.wait_for_disconnect())  # type: ignore[no-untyped-call]
     disconnected.add_done_callback(lambda _f: stop.set())
 
     systemd.notify_ready(f"serving {len(core.devices())} RDMA devices, {len(core.claims())} claims")

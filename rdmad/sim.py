@@ -94,9 +94,7 @@ class SimRdma:
     async def list_devices(self) -> list[RdmaDevice]:
         self._return_orphans()
         visible = [
-            d
-            for d in self._devs.values()
-            if self._mode == NetnsMode.SHARED or d.netns_inode == 0
+            d for d in self._devs.values() if self._mode == NetnsMode.SHARED or d.netns_inode == 0
         ]
         return [self._describe(d) for d in visible]
 

@@ -53,8 +53,16 @@ async def test_device_busy(rig: Rig, netns: str) -> None:
 
 @pytest.mark.parametrize(
     "spec",
-    ["pid:{daemon}", "/proc/self/ns/net", "/etc/hostname", "/tmp", "no-such-netns", "pid:0",
-     "../etc/passwd", "/proc/{daemon}/ns/ipc"],
+    [
+        "pid:{daemon}",
+        "/proc/self/ns/net",
+        "/etc/hostname",
+        "/tmp",
+        "no-such-netns",
+        "pid:0",
+        "../etc/passwd",
+        "/proc/{daemon}/ns/ipc",
+    ],
 )
 async def test_invalid_netns(rig: Rig, spec: str) -> None:
     assert rig.daemon.proc is not None
@@ -69,11 +77,14 @@ async def test_invalid_netns_for_a_fifo(rig: Rig) -> None:
         await expect_error(rig, E + "InvalidNetns", "Claim", "ssa{sv}", "sim0", str(fifo), {})
 
 
-async def test_not_supported_shared_claim_in_exclusive_mode(
-    exclusive_rig: Rig, netns: str
-) -> None:
+async def test_not_supported_shared_claim_in_exclusive_mode(exclusive_rig: Rig, netns: str) -> None:
     await expect_error(
-        exclusive_rig, E + "NotSupported", "Claim", "ssa{sv}", "sim0", netns,
+        exclusive_rig,
+        E + "NotSupported",
+        "Claim",
+        "ssa{sv}",
+        "sim0",
+        netns,
         {"shared": Variant("b", True)},
     )
 
@@ -111,7 +122,12 @@ async def test_unavailable_without_an_rdma_subsystem(
 async def test_kernel_error_names_errno(rig: Rig, netns: str) -> None:
     # A macvlan child may not have a larger MTU than its parent: the kernel says EINVAL.
     msg = await expect_error(
-        rig, E + "KernelError", "Claim", "ssa{sv}", "sim0", netns,
+        rig,
+        E + "KernelError",
+        "Claim",
+        "ssa{sv}",
+        "sim0",
+        netns,
         {"shared": Variant("b", True), "mtu": Variant("u", 9000)},
     )
     assert "EINVAL" in msg
