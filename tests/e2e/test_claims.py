@@ -247,3 +247,18 @@ async def test_concurrent_claims_of_one_device_give_one_winner(rig: Rig, netns: 
         assert len(errors) == 1 and errors[0].name == "io.rdmad1.Error.DeviceBusy"
     finally:
         ip("netns", "del", other, check=False)
+
+
+async def test_claim_and_release_are_logged_as_one_line_each_with_fields(
+    rig: Rig, netns: str
+) -> None:
+    path = await claim(rig, "sim0", netns)
+    cid = await claim_id(rig, path)
+    mark = rig.client.mark()
+    await rig.client.manager("Release", "s", cid)
+    await rig.client.wait_signal("Released", since=mark)
+    lines = [line for line in rig.daemon.log().splitlines() if f"claim={cid}" in line]
+    label = f"net:[{netns_inode(netns)}]"
+    assert len(lines) == 2, lines
+    assert all(f"device=sim0 netns={label}" in line for line in lines)
+    assert "claimed" in lines[0] and "reason=requested" in lines[1]
