@@ -42,6 +42,7 @@ from rdmad.model import (
     RdmaDevice,
     ReleaseReason,
 )
+from rdmad.options import check_device_name
 from rdmad.store import CorruptState, State, Store
 
 log = logging.getLogger("rdmad.core")
@@ -131,7 +132,7 @@ class Core:
         ]
 
     def device(self, name: str) -> DeviceView:
-        dev = self._inv.devices.get(name)
+        dev = self._inv.devices.get(check_device_name(name))
         if dev is None:
             raise NoSuchDevice(f"no RDMA device {name!r}")
         return self._view(dev)
@@ -227,7 +228,7 @@ class Core:
         try:
             if self.netns_mode == NetnsMode.UNAVAILABLE:
                 raise Unavailable("no RDMA subsystem is present (is ib_core loaded?)")
-            if device not in self._inv.devices:
+            if check_device_name(device) not in self._inv.devices:
                 raise NoSuchDevice(f"no RDMA device {device!r}")
             async with self._lock(device):
                 return await self._claim_locked(self._inv.devices[device], target, options)

@@ -6,6 +6,7 @@ restarted daemon finds out what it owes each device.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -83,7 +84,8 @@ class Store:
             finally:
                 os.close(dfd)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # cleanup must not hide the real error
+                tmp.unlink(missing_ok=True)
             raise KernelError(exc.errno or 0, f"cannot write state file {self.path}") from exc
 
     def move_aside(self) -> Path:

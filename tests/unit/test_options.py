@@ -1,0 +1,66 @@
+"""Claim options: what callers may ask for, refused with InvalidArgs before anything moves."""
+
+from __future__ import annotations
+
+import pytest
+
+from rdmad.errors import InvalidArgs
+from rdmad.model import ChardevKind, ClaimOptions
+from rdmad.options import check_device_name, check_ifname, parse_claim_options
+
+
+def test_no_options_gives_the_contract_defaults() -> None:
+    assert parse_claim_options({}) == ClaimOptions()
+    assert ClaimOptions().chardevs == (ChardevKind.UVERBS, ChardevKind.RDMA_CM)
+
+
+def test_all_options_parse() -> None:
+    parsed = parse_claim_options(
+        {
+            "ifname": ("s", "net0"),
+            "mtu": ("u", 9000),
+            "addresses": ("as", ["10.0.0.5/24", "2001:db8::5/64"]),
+            "chardevs": ("as", ["uverbs", "umad", "uverbs"]),
+            "owner": ("s", "ctr"),
+            "netdev": ("b", False),
+        }
+    )
+    assert parsed == ClaimOptions(
+        ifname="net0",
+        mtu=9000,
+        addresses=("10.0.0.5/24", "2001:db8::5/64"),
+        chardevs=(ChardevKind.UVERBS, ChardevKind.UMAD),
+        owner="ctr",
+        netdev=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ({"bogus": ("s", "x")}, "unknown claim option"),
+        ({"mtu": ("i", 1500)}, "must be of type 'u'"),
+        ({"mtu": ("u", 67)}, "out of range"),
+        ({"addresses": ("as", ["10.0.0.5"])}, "prefix length"),
+        ({"addresses": ("as", ["10.0.0.300/24"])}, "invalid address"),
+        ({"chardevs": ("as", ["nvme"])}, "unknown char device kind"),
+        ({"owner": ("s", "x" * 257)}, "256 bytes"),
+        ({"owner": ("s", "a\x00b")}, "NUL"),
+        ({"shared": ("b", True), "netdev": ("b", False)}, "whole-device claims only"),
+    ],
+)
+def test_bad_options_are_invalid_args(raw: dict[str, tuple[str, object]], says: str) -> None:
+    with pytest.raises(InvalidArgs, match=says):
+        parse_claim_options(raw)
+
+
+@pytest.mark.parametrize("name", ["", "a" * 16, "a/b", "a:b", "a b", ".", "..", "é" * 8])
+def test_bad_interface_names(name: str) -> None:
+    with pytest.raises(InvalidArgs):
+        check_ifname(name)
+
+
+def test_device_names_allow_kernel_style_names() -> None:
+    assert check_device_name("mlx5_0") == "mlx5_0"
+    with pytest.raises(InvalidArgs):
+        check_device_name("../x")

@@ -1,0 +1,72 @@
+"""The state file: what a restarted daemon reads back is what it wrote, or a clear error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rdmad.errors import KernelError
+from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, HostConfig
+from rdmad.store import CorruptState, State, Store
+
+
+def a_claim() -> Claim:
+    return Claim(
+        id="00112233aabbccdd",
+        device="mlx5_0",
+        netns_inode=4026532001,
+        netns_path="/run/netns/pod",
+        nsid=3,
+        ifname="net0",
+        shared=False,
+        owner="ctr-1",
+        created_at_us=1,
+        netdev_moved=True,
+        host=HostConfig(7, "eth1", 9000, True, ("10.0.0.1/24",), ""),
+        chardevs=(CharDev(ChardevKind.UVERBS, "/dev/infiniband/uverbs0", 231, 192),),
+        phase=ClaimPhase.PENDING,
+    )
+
+
+def test_saved_state_loads_back_equal(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    state = State([a_claim()], [HostConfig(9, "eth2", 1500, False, (), "")])
+    store.save(state)
+    assert store.load() == state
+
+
+def test_missing_file_is_empty_state(tmp_path: Path) -> None:
+    assert Store(tmp_path / "nowhere").load() == State()
+
+
+def test_torn_file_is_reported_as_corrupt(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.save(State([a_claim()]))
+    data = store.path.read_bytes()
+    store.path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CorruptState):
+        store.load()
+
+
+def test_unknown_schema_version_is_corrupt(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.path.write_text('{"version": 99, "claims": [], "pending_restores": []}')
+    with pytest.raises(CorruptState, match="schema version"):
+        store.load()
+
+
+def test_move_aside_keeps_the_evidence(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.path.write_text("garbage")
+    aside = store.move_aside()
+    assert aside.read_text() == "garbage" and not store.path.exists()
+
+
+def test_failed_write_is_a_kernel_error_and_keeps_the_old_file(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.save(State([a_claim()]))
+    (tmp_path / "state.json.tmp").mkdir()  # the temp file cannot be created: EISDIR
+    with pytest.raises(KernelError, match="cannot write state file"):
+        store.save(State())
+    assert store.load().claims == [a_claim()]
