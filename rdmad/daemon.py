@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import grp
 import logging
+import os
 import signal
 import sys
+from collections.abc import Callable
 
 from rdmad import __version__, journal, systemd
 from rdmad.backend import EventSource, RdmaBackend
@@ -57,16 +59,56 @@ def _rdma_backend(cfg: Config, resolver: KernelNetnsResolver) -> RdmaBackend:
         return SimRdma(parse_sim_devices(cfg.sim_devices), resolver, NetnsMode(cfg.sim_mode))
     from rdmad.kernel.rdma import KernelRdma
 
-    return KernelRdma()
+    return KernelRdma(init_netns_fd=resolver.init_fd)
 
 
 def _event_sources(cfg: Config) -> list[EventSource]:
     from rdmad.kernel.udev import RdmaMonitorEvents, UdevEvents
 
-    sources: list[EventSource] = [RtnlEventSource(), UdevEvents()]
+    rcvbuf = os.environ.get(RCVBUF_ENV)
+    rtnl = RtnlEventSource(int(rcvbuf)) if rcvbuf else RtnlEventSource()
+    sources: list[EventSource] = [rtnl, UdevEvents()]
     if not cfg.sim_devices:
         sources.append(RdmaMonitorEvents())
     return sources
+
+
+# Test-only fault injection, off unless these variables are set (tests/reliability uses them).
+#   RDMAD_TEST_CRASH_AT=<step>[:<n>]  os._exit(137) at the n-th (default 1st) time the core or
+#                                      the rtnl backend reports <step>: as abrupt as SIGKILL,
+#                                      but at a known point between two kernel steps.
+#   RDMAD_TEST_PAUSE_AT=<step>[:<n>]  SIGSTOP ourselves there instead, so a test can change
+#                                      the world (delete the netns, fill the disk) mid-claim
+#                                      and SIGCONT us.
+#   RDMAD_TEST_RCVBUF=<bytes>         receive buffer of the rtnetlink event socket, tiny to
+#                                      force overruns (ENOBUFS).
+CRASH_ENV, PAUSE_ENV, RCVBUF_ENV = "RDMAD_TEST_CRASH_AT", "RDMAD_TEST_PAUSE_AT", "RDMAD_TEST_RCVBUF"
+CRASH_EXIT = 137  # what a shell reports for SIGKILL
+
+
+def _point(spec: str) -> tuple[str, int]:
+    step, _, count = spec.partition(":")
+    return step, int(count or 1)
+
+
+def _test_step_hook() -> Callable[[str], None] | None:
+    crash, pause = os.environ.get(CRASH_ENV, ""), os.environ.get(PAUSE_ENV, "")
+    if not crash and not pause:
+        return None
+    points = {name: _point(spec) for name, spec in (("crash", crash), ("pause", pause)) if spec}
+    seen: dict[str, int] = {}
+    log.warning("TEST fault injection armed: %s", points)
+
+    def hook(step: str) -> None:
+        seen[step] = seen.get(step, 0) + 1
+        for action, (want, count) in points.items():
+            if step == want and seen[step] == count:
+                log.warning("TEST %s at step %s (#%d)", action, step, count)
+                if action == "crash":
+                    os._exit(CRASH_EXIT)
+                os.kill(os.getpid(), signal.SIGSTOP)
+
+    return hook
 
 
 def _allowed_gid(cfg: Config) -> int | None:
@@ -87,7 +129,17 @@ async def run(cfg: Config) -> int:
     resolver = KernelNetnsResolver()
     net = await RtnlBackend.create(resolver)
     rdma = _rdma_backend(cfg, resolver)
-    core = Core(net, rdma, resolver, Store(cfg.state_dir), shared_limit=cfg.shared_limit)
+    step_hook = _test_step_hook()
+    if step_hook is not None:
+        net.step = step_hook
+    core = Core(
+        net,
+        rdma,
+        resolver,
+        Store(cfg.state_dir),
+        shared_limit=cfg.shared_limit,
+        step_hook=step_hook,
+    )
     sources = _event_sources(cfg)
     for source in list(sources):
         try:
