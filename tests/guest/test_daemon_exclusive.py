@@ -1,0 +1,172 @@
+"""Whole-device claims of a real rxe device in exclusive netns mode, per kernel.
+
+With `netdev` false only the RDMA device moves; the rxe's veth stays in init_net (moving
+it would destroy the rxe). Kernel 7.3's rxe can change netns; 6.1's cannot (it lacks
+disassociate_ucontext), and rdmad must say so and change nothing. Both kernels run in CI,
+so each kernel's tests are selected by RDMA_VM_KERNEL and the other run covers the rest.
+
+The module switches to exclusive mode once, before any test netns exists (the kernel
+refuses the switch otherwise), and back to shared after every test netns is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from dbus_fast import Variant
+
+from rdmad.events import Event
+from tests.support.daemon import Client, DBusCallError
+from tests.support.net import ip, link, netns_inode
+from tests.support.rdma import (
+    CLAIM_IFACE,
+    Rxe,
+    all_props,
+    device_props,
+    kernel,
+    known_to_rdmad,
+    listed,
+    rdma_dev_names,
+    rdma_netns_mode,
+    set_netns_mode,
+    stat_rdev,
+    until,
+)
+
+pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
+
+only_73 = pytest.mark.skipif(
+    kernel() != "7.3", reason="rxe changes netns only on 7.3; the 6.1 run covers the refusal"
+)
+only_61 = pytest.mark.skipif(
+    kernel() != "6.1", reason="6.1's rxe cannot change netns; the 7.3 run covers the moves"
+)
+
+NETDEV_FALSE = {"netdev": Variant("b", False)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+async def exclusive(client: Client) -> AsyncIterator[None]:
+    """Exclusive mode for the whole module; shared again once its netns are gone."""
+    await set_netns_mode(client, "exclusive")
+    assert rdma_netns_mode() == "exclusive"
+    yield
+    await set_netns_mode(client, "shared")
+
+
+@pytest.fixture
+async def exclusive_rxe(client: Client, rxe: Rxe) -> AsyncIterator[Rxe]:
+    """An rxe device rdmad lists; claims on it released afterwards (netns still alive:
+    tests request `netns` before this fixture)."""
+    await known_to_rdmad(client, rxe.name)
+    yield rxe
+    for cid, dev, *_ in await client.manager("ListClaims"):
+        if dev == rxe.name:
+            try:
+                await client.manager("Release", "s", cid)
+            except DBusCallError as exc:
+                assert exc.name == "io.rdmad1.Error.NoSuchClaim", exc
+
+
+async def claim_rdma_only(client: Client, rxe: Rxe, netns: str) -> dict[str, object]:
+    path = await client.manager("Claim", "ssa{sv}", rxe.name, netns, NETDEV_FALSE)
+    return await all_props(client, str(path), CLAIM_IFACE)
+
+
+def unchanged(rxe: Rxe) -> None:
+    """The rxe device and its netdev are in init_net, as before any claim."""
+    assert rxe.name in rdma_dev_names()
+    assert link(rxe.netdev) is not None
+
+
+@only_73
+async def test_claim_without_netdev_moves_only_the_rdma_device_into_the_netns(
+    client: Client, netns: str, exclusive_rxe: Rxe
+) -> None:
+    claim = await claim_rdma_only(client, exclusive_rxe, netns)
+    assert exclusive_rxe.name in rdma_dev_names(netns)
+    assert exclusive_rxe.name not in rdma_dev_names()
+    assert link(exclusive_rxe.netdev) is not None, "the netdev stays in init_net"
+    label = f"net:[{netns_inode(netns)}]"
+    assert claim["Netns"] == label
+    props = await device_props(client, exclusive_rxe.name)
+    assert (props["State"], props["Netns"]) == ("claimed", label)
+
+
+@only_73
+async def test_the_claims_char_devices_exist_inside_the_netns_as_returned(
+    client: Client, netns: str, exclusive_rxe: Rxe
+) -> None:
+    claim = await claim_rdma_only(client, exclusive_rxe, netns)
+    nodes = claim["CharDevices"]
+    assert isinstance(nodes, list) and nodes
+    assert any(p.startswith("/dev/infiniband/uverbs") for p, _, _ in nodes)
+    seen = stat_rdev([p for p, _, _ in nodes], netns)
+    assert seen == {p: (major, minor) for p, major, minor in nodes}
+
+
+@only_73
+async def test_release_moves_the_rdma_device_back_to_init_net(
+    client: Client, netns: str, exclusive_rxe: Rxe
+) -> None:
+    claim = await claim_rdma_only(client, exclusive_rxe, netns)
+    mark = client.mark()
+    await client.manager("Release", "s", claim["Id"])
+    released = await client.wait_signal("Released", lambda b: b[0] == claim["Id"], since=mark)
+    assert released == [claim["Id"], exclusive_rxe.name, "requested"]
+    unchanged(exclusive_rxe)
+    assert exclusive_rxe.name not in rdma_dev_names(netns)
+    props = await device_props(client, exclusive_rxe.name)
+    assert (props["State"], props["Netns"], props["Claims"]) == ("available", "init", [])
+
+
+@only_73
+async def test_netns_deletion_brings_the_device_home_and_ends_the_claim(
+    client: Client, netns: str, exclusive_rxe: Rxe, udev_events: asyncio.Queue[Event]
+) -> None:
+    claim = await claim_rdma_only(client, exclusive_rxe, netns)
+    mark = client.mark()
+    ip("netns", "del", netns)
+    released = await client.wait_signal("Released", lambda b: b[0] == claim["Id"], since=mark)
+    assert released == [claim["Id"], exclusive_rxe.name, "netns-gone"]
+
+    async def home_and_available() -> bool:
+        rows = await listed(client)
+        here = exclusive_rxe.name in rdma_dev_names()
+        return here and rows.get(exclusive_rxe.name, ("",))[0] == "available"
+
+    # The kernel's rdma_dev_exit_net re-registers it in init_net: a uevent each step.
+    await until(home_and_available, udev_events)
+    unchanged(exclusive_rxe)
+    assert await client.manager("ListClaims") == []
+
+
+async def test_claim_with_its_netdev_is_not_supported_and_moves_nothing(
+    client: Client, netns: str, exclusive_rxe: Rxe
+) -> None:
+    with pytest.raises(DBusCallError) as err:
+        await client.manager("Claim", "ssa{sv}", exclusive_rxe.name, netns, {})
+    assert err.value.name == "io.rdmad1.Error.NotSupported"
+    assert "netdev=false" in err.value.message
+    assert "shared claim" in err.value.message
+    unchanged(exclusive_rxe)
+    assert link(exclusive_rxe.netdev, netns) is None
+    assert await client.manager("ListClaims") == []
+    assert (await listed(client))[exclusive_rxe.name][0] == "available"
+
+
+@only_61
+async def test_claim_without_netdev_is_not_supported_with_the_kernels_reason(
+    client: Client, netns: str, exclusive_rxe: Rxe
+) -> None:
+    with pytest.raises(DBusCallError) as err:
+        await claim_rdma_only(client, exclusive_rxe, netns)
+    assert err.value.name == "io.rdmad1.Error.NotSupported"
+    assert "driver cannot change netns" in err.value.message
+    unchanged(exclusive_rxe)
+    assert rdma_dev_names(netns) == set()
+    assert await client.manager("ListClaims") == []
+    props = await device_props(client, exclusive_rxe.name)
+    assert (props["State"], props["Netns"], props["Claims"]) == ("available", "init", [])
