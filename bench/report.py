@@ -29,6 +29,10 @@ def _commit() -> str:
     return res.stdout.strip() or "?"
 
 
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def write_report(
     res: Results, p: Params, out: Path, seconds: float, baseline: dict[str, Any] | None
 ) -> None:
@@ -40,8 +44,10 @@ def write_report(
         f"Written by `python -m bench.run{' --smoke' if p.smoke else ''}` ({mode} mode) on "
         f"{time.strftime('%Y-%m-%d %H:%M')}, commit {_commit()}, in {seconds:.0f} s.",
         f"Host: Linux {platform.release()}, {os.cpu_count()} CPUs, Python "
-        f"{platform.python_version()}. Simulated RDMA backend bound to real veths; every "
-        "netdev operation is real. State dir on tmpfs (as /run is in production); "
+        f"{platform.python_version()}, load average at the end {_load()} (other work on "
+        "the host, e.g. QEMU guests, shows up as p99 outliers). Simulated RDMA backend "
+        "bound to real veths; every netdev operation is real. State dir on tmpfs (as /run "
+        "is in production); "
         "daemon at --log-level info. Latencies are p50 / p99 over "
         f"{p.reps} repetitions after {p.warmup} warm-up ones.",
         "",
