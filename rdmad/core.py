@@ -178,8 +178,12 @@ class Core:
             state = State()
         self._claims = {c.id: c for c in state.claims}
         self._pending_restores = list(state.pending_restores)
+        visible: set[str] | None = None
         if self.netns_mode != NetnsMode.UNAVAILABLE:  # else picked up when ib_core appears
             listed = await self._rdma.list_devices()
+            visible = {d.name for d in listed}
+        self._assume_pending_moved(visible)
+        if visible is not None:
             self._inv.replace_devices(listed, keep=self._moved_devices())
         await self._reconcile()
         self._pump = asyncio.create_task(self._consume_events(), name="rdmad-events")
@@ -191,6 +195,20 @@ class Core:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+    def _assume_pending_moved(self, visible: set[str] | None) -> None:
+        """A PENDING claim is written once, before the first kernel step, so its moved flags
+        say nothing about how far it got: a crash may have come after any step. Assume the
+        netdev moved (the undo finds it home if it never left) and that the RDMA device moved
+        if init_net no longer sees it (exclusive mode hides moved devices)."""
+        for claim in self._claims.values():
+            if claim.phase != ClaimPhase.PENDING:
+                continue
+            if claim.shared or claim.host is not None:
+                claim.netdev_moved = True
+            exclusive = self.netns_mode == NetnsMode.EXCLUSIVE
+            if not claim.shared and exclusive and visible is not None:
+                claim.rdma_moved = claim.device not in visible
 
     async def _reconcile(self) -> None:
         live = await self._net.live_nsids()
@@ -276,6 +294,7 @@ class Core:
     async def _claim_locked(
         self, dev: RdmaDevice, target: NetnsTarget, opts: ClaimOptions
     ) -> Claim:
+        dev = await self._fresh(dev)
         self._check_claim(dev, target, opts)
         exclusive = self.netns_mode == NetnsMode.EXCLUSIVE
         claim_id = secrets.token_hex(8)
@@ -339,6 +358,16 @@ class Core:
         self._notify("device_changed", self._view(dev))
         return claim
 
+    async def _fresh(self, dev: RdmaDevice) -> RdmaDevice:
+        """The inventory is fed by events, which can lag behind our own last kernel step (a
+        release answered, its RTM_NEWLINK not yet read, and a claim arrives). Before refusing
+        a device for having no netdev, re-read the kernel."""
+        if self._inv.has_netdev(dev) or self.netns_mode == NetnsMode.UNAVAILABLE:
+            return dev
+        self._inv.netdevs = {nd.ifindex: nd for nd in await self._net.list_netdevs()}
+        await self._refresh()
+        return self._inv.devices.get(dev.name, dev)
+
     async def _undo_failed_claim(
         self, claim: Claim, target: NetnsTarget, exc: BaseException
     ) -> None:
@@ -396,7 +425,8 @@ class Core:
                 await self._bring_netdev_home(claim)
             else:
                 await self._restore_returned(claim)
-        if claim.rdma_moved and netns_alive:
+            self._step("netdev-returned")
+        if claim.rdma_moved and netns_alive and not await self._rdma_home(claim.device):
             source = self._resolver.reopen(claim.netns_inode, claim.netns_path)
             if source is not None:
                 try:
@@ -406,6 +436,10 @@ class Core:
         # else: the kernel's rdma_dev_exit_net returns it to init_net by itself.
         self._schedule_refresh()
 
+    async def _rdma_home(self, device: str) -> bool:
+        """Whether init_net sees `device` (a release killed after its move home finishes)."""
+        return device in {d.name for d in await self._rdma.list_devices()}
+
     async def _bring_netdev_home(self, claim: Claim) -> None:
         assert claim.host is not None or claim.shared
         if claim.shared:
@@ -414,8 +448,12 @@ class Core:
         assert claim.host is not None
         home = self._inv.netdevs.get(claim.host.ifindex)
         if home is not None:  # never left, or already back
-            await self._net.restore(home.ifindex, claim.host)
-            return
+            try:
+                await self._net.restore(home.ifindex, claim.host)
+                return
+            except RdmadError as exc:
+                # The inventory lags: the RTM_DELLINK of our own move may still be queued.
+                log.debug("%s is not home after all (%s): bringing it home", claim.host.name, exc)
         placement = Placement(claim.nsid, claim.ns_ifindex or claim.host.ifindex, claim.ifname)
         source = self._resolver.reopen(claim.netns_inode, claim.netns_path)
         try:

@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
 
 from rdmad import __version__, journal, systemd
 from rdmad.backend import EventSource, RdmaBackend
@@ -91,24 +90,35 @@ def _point(spec: str) -> tuple[str, int]:
     return step, int(count or 1)
 
 
-def _test_step_hook() -> Callable[[str], None] | None:
-    crash, pause = os.environ.get(CRASH_ENV, ""), os.environ.get(PAUSE_ENV, "")
-    if not crash and not pause:
-        return None
-    points = {name: _point(spec) for name, spec in (("crash", crash), ("pause", pause)) if spec}
-    seen: dict[str, int] = {}
-    log.warning("TEST fault injection armed: %s", points)
+class _FaultInjector:
+    """The step hook behind RDMAD_TEST_CRASH_AT/PAUSE_AT. Counts steps only once armed (after
+    READY=1), so the reconciliation at start never trips it: a test can restart an armed
+    daemon right after a crash and still have it come up."""
 
-    def hook(step: str) -> None:
-        seen[step] = seen.get(step, 0) + 1
-        for action, (want, count) in points.items():
-            if step == want and seen[step] == count:
+    def __init__(self, points: dict[str, tuple[str, int]]) -> None:
+        self._points = points
+        self._seen: dict[str, int] = {}
+        self.armed = False
+
+    def __call__(self, step: str) -> None:
+        if not self.armed:
+            return
+        self._seen[step] = self._seen.get(step, 0) + 1
+        for action, (want, count) in self._points.items():
+            if step == want and self._seen[step] == count:
                 log.warning("TEST %s at step %s (#%d)", action, step, count)
                 if action == "crash":
                     os._exit(CRASH_EXIT)
                 os.kill(os.getpid(), signal.SIGSTOP)
 
-    return hook
+
+def _fault_injector() -> _FaultInjector | None:
+    crash, pause = os.environ.get(CRASH_ENV, ""), os.environ.get(PAUSE_ENV, "")
+    if not crash and not pause:
+        return None
+    points = {name: _point(spec) for name, spec in (("crash", crash), ("pause", pause)) if spec}
+    log.warning("TEST fault injection armed: %s", points)
+    return _FaultInjector(points)
 
 
 def _allowed_gid(cfg: Config) -> int | None:
@@ -129,7 +139,7 @@ async def run(cfg: Config) -> int:
     resolver = KernelNetnsResolver()
     net = await RtnlBackend.create(resolver)
     rdma = _rdma_backend(cfg, resolver)
-    step_hook = _test_step_hook()
+    step_hook = _fault_injector()
     if step_hook is not None:
         net.step = step_hook
     core = Core(
@@ -172,6 +182,8 @@ async def run(cfg: Config) -> int:
     disconnected = asyncio.ensure_future(bus.wait_for_disconnect())  # type: ignore[no-untyped-call]
     disconnected.add_done_callback(lambda _f: stop.set())
 
+    if step_hook is not None:
+        step_hook.armed = True
     systemd.notify_ready(f"serving {len(core.devices())} RDMA devices, {len(core.claims())} claims")
     journal.log_event(
         log,

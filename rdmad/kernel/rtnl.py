@@ -26,13 +26,13 @@ import errno
 import ipaddress
 import logging
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from pyroute2 import AsyncIPRoute
 from pyroute2.netlink import NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_GETNSID, RTM_SETLINK
+from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_GETLINK, RTM_GETNSID, RTM_SETLINK
 from pyroute2.netlink.rtnl.ifinfmsg import IFF_UP, ifinfmsg
 from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
 
@@ -75,6 +75,10 @@ def parse_cidrs(addresses: tuple[str, ...]) -> list[Cidr]:
         except ValueError as e:
             raise InvalidArgs(f"address {a!r} is not a valid CIDR: {e}") from None
     return out
+
+
+def _no_step(_step: str) -> None:
+    return None
 
 
 def _kernel_error(e: NetlinkError, what: str) -> RdmadError:
@@ -153,6 +157,9 @@ class RtnlBackend:
     def __init__(self, ipr: AsyncIPRoute, resolver: KernelNetnsResolver) -> None:
         self._ipr = ipr
         self._resolver = resolver
+        # Crash-point seam (rdmad.daemon RDMAD_TEST_*): told the name of each finished step
+        # inside a place/bring_home/restore, where the core's own steps cannot reach.
+        self.step: Callable[[str], None] = _no_step
 
     @classmethod
     async def create(cls, resolver: KernelNetnsResolver) -> RtnlBackend:
@@ -209,12 +216,13 @@ class RtnlBackend:
                 async with _in_netns(target.fd) as ns:
                     await self._rollback_place(ns, 0, host.name, host)
             raise self._name_error(e, what, ifname, where) from e
+        self.step("netdev-moved")
         async with _in_netns(target.fd) as ns:
             ns_index = 0
             try:
                 with _op(f"finding {ifname} in {where}"):
                     ns_index = int((await ns.link("get", ifname=ifname))[0]["index"])
-                await _configure(ns, ns_index, ifname, mtu, cidrs, where)
+                await _configure(ns, ns_index, ifname, mtu, cidrs, where, self.step)
             except BaseException:
                 await self._rollback_place(ns, ns_index, ifname, host)
                 raise
@@ -263,12 +271,13 @@ class RtnlBackend:
             )
         except NetlinkError as e:
             raise self._name_error(e, what, ifname, where) from e
+        self.step("macvlan-created")
         async with _in_netns(target.fd) as ns:
             ns_index = 0
             try:
                 with _op(f"finding {ifname} in {where}"):
                     ns_index = int((await ns.link("get", ifname=ifname))[0]["index"])
-                await _configure(ns, ns_index, ifname, None, cidrs, where)
+                await _configure(ns, ns_index, ifname, None, cidrs, where, self.step)
             except BaseException:
                 with contextlib.suppress(NetlinkError):
                     if ns_index:
@@ -312,6 +321,7 @@ class RtnlBackend:
         finally:
             if opened is not None:
                 opened.close()
+        self.step("netdev-moved-home")
         home = await self._ifindex_of(host.name)
         await self.restore(home, host)
         return home
@@ -329,6 +339,7 @@ class RtnlBackend:
                 await _setlink(self._ipr, ifindex, ("IFLA_IFNAME", host.name))
             except NetlinkError as e:
                 raise self._name_error(e, what, host.name, "init_net") from e
+            self.step("host-renamed")
         if host.mtu and cur.mtu != host.mtu:
             with _op(what + f": setting MTU {host.mtu}"):
                 await self._ipr.link("set", index=ifindex, mtu=host.mtu)
@@ -339,6 +350,12 @@ class RtnlBackend:
     async def delete(self, placement: Placement) -> None:
         """Delete by nsid. Already gone (ENODEV) counts as done: the netns may have died."""
         what = f"deleting {placement.ifname} (nsid {placement.nsid})"
+        if not placement.ifindex:
+            # A claim interrupted before its ifindex was recorded: find the macvlan by name,
+            # and only a macvlan, so a netdev of the container's own is never deleted.
+            placement = await self._macvlan_by_name(placement)
+            if not placement.ifindex:
+                return
         try:
             async for _ in await self._ipr.nlm_request(
                 _ifmsg(placement.ifindex, ("IFLA_IF_NETNSID", placement.nsid)),
@@ -352,6 +369,17 @@ class RtnlBackend:
             if e.code == errno.EINVAL and placement.nsid not in await self.live_nsids():
                 return  # the netns died and took the netdev with it
             raise _kernel_error(e, what) from e
+
+    async def _macvlan_by_name(self, placement: Placement) -> Placement:
+        msg = _ifmsg(0, ("IFLA_IFNAME", placement.ifname), ("IFLA_IF_NETNSID", placement.nsid))
+        try:
+            request = await self._ipr.nlm_request(msg, RTM_GETLINK, NLM_F_REQUEST)
+            replies = [m async for m in request]
+        except NetlinkError:
+            return placement  # no such name there (or no such netns): nothing to delete
+        if not replies or netdev_from_msg(replies[0]).kind != "macvlan":
+            return placement
+        return Placement(placement.nsid, int(replies[0]["index"]), placement.ifname)
 
     # -- nsids -------------------------------------------------------------------------------
 
@@ -443,6 +471,7 @@ async def _configure(
     mtu: int | None,
     cidrs: list[Cidr],
     where: str,
+    step: Callable[[str], None] | None = None,
 ) -> None:
     """MTU, addresses, admin up: for a netdev already inside the netns `ns` talks to."""
     if mtu is not None:
@@ -451,6 +480,8 @@ async def _configure(
     for c in cidrs:
         with _op(f"adding {c} to {ifname} in {where}"):
             await ns.addr("add", index=index, address=str(c.ip), prefixlen=c.network.prefixlen)
+    if step is not None:
+        step("addresses-set")
     with _op(f"bringing {ifname} up in {where}"):
         await ns.link("set", index=index, state="up")
 

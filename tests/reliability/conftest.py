@@ -1,0 +1,88 @@
+"""Fixtures for the reliability suite: the real daemon (sim RDMA on real veths) with test
+fault injection, N devices, and helpers to wait on a process state without sleeping blind.
+
+The e2e rig and bus fixture are reused, not copied: `bus_address` comes from
+tests/e2e/conftest.py, and `reliability_rig` builds the same `Rig` with more devices and
+the RDMAD_TEST_* variables of rdmad/daemon.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import Rig, bus_address  # noqa: F401  (fixture, reused)
+from tests.support.daemon import Client, RdmadProcess
+from tests.support.invariants import HostSettings, host_settings
+from tests.support.net import VethPair, require_root, temp_netns, temp_veth
+
+POLL_S = 0.02  # granularity of bounded condition waits (never a fixed sleep)
+
+
+@pytest.fixture(autouse=True)
+def _root() -> None:
+    require_root()
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    with temp_netns("rl") as name:
+        yield name
+
+
+@contextlib.asynccontextmanager
+async def reliability_rig(
+    bus: str,
+    workdir: Path,
+    devices: int = 2,
+    *,
+    sim_mode: str = "shared",
+    env: dict[str, str] | None = None,
+    extra: list[str] | None = None,
+) -> AsyncIterator[Rig]:
+    """A running daemon with `devices` sim devices on fresh veths; killed afterwards."""
+    with contextlib.ExitStack() as stack:
+        nics = {f"sim{i}": stack.enter_context(temp_veth("rl")) for i in range(devices)}
+        spec = ",".join(f"{dev}={pair.host}" for dev, pair in nics.items())
+        daemon = RdmadProcess(bus, workdir, spec, sim_mode, extra or [], env or {})
+        await daemon.start()
+        client = await Client.connect(bus)
+        try:
+            yield Rig(daemon, client, nics)
+        finally:
+            client.close()
+            await daemon.kill()
+
+
+def settings_of(nics: dict[str, VethPair]) -> dict[str, HostSettings]:
+    return {dev: host_settings(pair.host) for dev, pair in nics.items()}
+
+
+async def wait_until(cond: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+    """Poll `cond` until true; AssertionError after `timeout` s. For conditions that have no
+    event to wait on (another process's state, a log line)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or cond}")
+        await asyncio.sleep(POLL_S)
+
+
+def is_stopped(pid: int) -> bool:
+    """The process is stopped (SIGSTOP): state T in /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except FileNotFoundError:
+        return False
+
+
+async def restart(rig: Rig, env: dict[str, str] | None = None) -> None:
+    """Start the rig's daemon again (after a crash), with `env` replacing the test env."""
+    rig.daemon.env = env or {}
+    await rig.daemon.start()

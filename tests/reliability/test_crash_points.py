@@ -1,0 +1,111 @@
+"""SIGKILL-equivalent crash (os._exit(137) via RDMAD_TEST_CRASH_AT) at every step of a claim
+and of a release; after a restart each device is either home with its host name and
+settings, or in its netns with the claim listed. Never in between, never forgotten."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dbus_fast import Variant
+
+from tests.e2e.conftest import Rig
+from tests.reliability.conftest import reliability_rig, restart, settings_of
+from tests.support.daemon import BUS_NAME, DBusCallError
+from tests.support.invariants import assert_invariants
+from tests.support.net import ip, link
+
+CRASH = "RDMAD_TEST_CRASH_AT"
+WHOLE = {"ifname": Variant("s", "rdma0"), "mtu": Variant("u", 1400),
+         "addresses": Variant("as", ["192.0.2.5/24"])}
+SHARED = {"shared": Variant("b", True), "addresses": Variant("as", ["192.0.2.6/24"])}
+
+# (kind, sim mode, claim options, steps of a claim in order, steps of a release in order)
+KINDS = {
+    "whole": ("shared", WHOLE,
+              ["pending-written", "netdev-moved", "addresses-set", "netdev-placed",
+               "active-written"],
+              ["releasing-written", "netdev-moved-home", "netdev-returned", "released-written"]),
+    "exclusive": ("exclusive", WHOLE,
+                  ["pending-written", "rdma-moved", "netdev-moved", "addresses-set",
+                   "netdev-placed", "active-written"],
+                  ["releasing-written", "netdev-moved-home", "netdev-returned",
+                   "released-written"]),
+    "shared": ("shared", SHARED,
+               ["pending-written", "macvlan-created", "addresses-set", "netdev-placed",
+                "active-written"],
+               ["releasing-written", "netdev-returned", "released-written"]),
+}
+OUTCOMES: list[str] = []
+
+
+def prepare_host(rig: Rig) -> None:
+    """Give the host netdev settings a release must restore."""
+    nic = rig.nic("sim0")
+    ip("link", "set", nic, "mtu", "1450")
+    ip("addr", "add", "198.51.100.7/24", "dev", nic)
+    ip("link", "set", nic, "up")
+
+
+async def claim(rig: Rig, netns: str, options: dict[str, Variant]) -> str:
+    path: str = await rig.client.manager("Claim", "ssa{sv}", "sim0", netns, options)
+    return path
+
+
+async def crash_once(rig: Rig, netns: str, op: str, options: dict[str, Variant]) -> str:
+    """Make the call that hits the armed crash point; return the error the caller got."""
+    if op == "release":
+        path = await claim(rig, netns, options)
+        cid = await rig.client.prop(path, "io.rdmad1.Claim", "Id")
+        call = rig.client.manager("Release", "s", cid)
+    else:
+        call = claim(rig, netns, options)
+    with pytest.raises(DBusCallError) as err:
+        await call
+    assert rig.daemon.proc is not None
+    assert await rig.daemon.proc.wait() == 137, f"no crash:\n{rig.daemon.log()}"
+    return err.value.name
+
+
+@pytest.mark.parametrize("op", ["claim", "release"])
+@pytest.mark.parametrize("kind", list(KINDS))
+async def test_crash_at_every_step_leaves_each_device_home_or_claimed(
+    bus_address: str, tmp_path: Path, netns: str, kind: str, op: str
+) -> None:
+    """One daemon per step, chained: each restart after a crash is armed for the next step,
+    so every restart is also a reconciliation under test."""
+    mode, options, claim_steps, release_steps = KINDS[kind]
+    steps = claim_steps if op == "claim" else release_steps
+    env = {CRASH: steps[0]}
+    async with reliability_rig(bus_address, tmp_path, 1, sim_mode=mode, env=env) as rig:
+        prepare_host(rig)
+        settings = settings_of(rig.nics)
+        for i, step in enumerate(steps):
+            error = await crash_once(rig, netns, op, options)
+            assert error == "org.freedesktop.DBus.Error.NoReply", error
+            await restart(rig, {CRASH: steps[i + 1]} if i + 1 < len(steps) else {})
+            claims = await rig.client.manager("ListClaims")
+            report = await assert_invariants(rig.client, rig.nics, settings, [netns])
+            held = "claimed" if claims else "home"
+            OUTCOMES.append(
+                f"{kind:9} {op:7} crash@{step:18} -> {held}, stranded={report.stranded}"
+            )
+            print(OUTCOMES[-1])
+            if op == "claim" and step == "active-written":
+                assert len(claims) == 1, "a claim written ACTIVE survives the crash"
+                await rig.client.call_raw(BUS_NAME, claims[0][5], "io.rdmad1.Claim", "Release")
+            else:
+                # Every earlier claim step is undone at start; every release step finished.
+                assert claims == [], f"crash at {step} must not leave a claim: {claims}"
+                assert link(rig.nic("sim0")) is not None
+        # The last daemon is not armed: the device still works end to end.
+        path = await claim(rig, netns, options)
+        await rig.client.call_raw(BUS_NAME, path, "io.rdmad1.Claim", "Release")
+        await assert_invariants(rig.client, rig.nics, settings, [netns])
+
+
+def test_crash_summary() -> None:
+    """Figures for docs/reliability.md (runs after the cases above)."""
+    print(f"crash points tried: {len(OUTCOMES)}")
+    for line in OUTCOMES:
+        print("  " + line)
