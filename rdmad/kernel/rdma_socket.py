@@ -60,9 +60,12 @@ def transact(sock: socket.socket, build: Build, seq: int = 1) -> list[nl.Message
 class RdmaSocket:
     """One NETLINK_RDMA socket served by the event loop (loop.add_reader).
 
-    Concurrent requests are matched to replies by sequence number. Messages with no pending
-    request (multicast notifications, seq 0) go to `on_notify`; a receive-queue overrun
-    (ENOBUFS) goes to `on_overrun`.
+    Requests are sent one at a time: the kernel runs at most one dump per netlink socket
+    and answers a second one with EBUSY while the first is in progress (netlink_dump_start),
+    so concurrent callers (a claim reading char devices while an event re-reads the
+    inventory) queue on a lock. Replies are matched by sequence number. Messages with no
+    pending request (multicast notifications, seq 0) go to `on_notify`; a receive-queue
+    overrun (ENOBUFS) goes to `on_overrun`.
     """
 
     def __init__(
@@ -76,6 +79,7 @@ class RdmaSocket:
         self._loop = asyncio.get_running_loop()
         self._seq = itertools.count(1)
         self._pending: dict[int, tuple[nl.Reply, asyncio.Future[list[nl.Message]]]] = {}
+        self._one_at_a_time = asyncio.Lock()
         self._on_notify = on_notify
         self._on_overrun = on_overrun
         self._loop.add_reader(sock.fileno(), self._readable)
@@ -102,14 +106,15 @@ class RdmaSocket:
 
     async def request(self, build: Build) -> list[nl.Message]:
         """Send a request and return its data messages (raises NetlinkError)."""
-        seq = next(self._seq)
-        fut: asyncio.Future[list[nl.Message]] = self._loop.create_future()
-        self._pending[seq] = (nl.Reply(seq), fut)
-        try:
-            self._sock.send(build(seq))
-            return await fut
-        finally:
-            self._pending.pop(seq, None)
+        async with self._one_at_a_time:
+            seq = next(self._seq)
+            fut: asyncio.Future[list[nl.Message]] = self._loop.create_future()
+            self._pending[seq] = (nl.Reply(seq), fut)
+            try:
+                self._sock.send(build(seq))
+                return await fut
+            finally:
+                self._pending.pop(seq, None)
 
     def close(self) -> None:
         if self.closed:

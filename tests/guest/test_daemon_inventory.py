@@ -58,7 +58,7 @@ async def test_device_properties_match_rdma_dev_rdma_link_and_sysfs(
     assert props["Driver"] == "rxe"  # made by `rdma link add ... type rxe`
     assert props["LinkLayer"] == sysfs(sys_dev / "ports/1/link_layer") == "Ethernet"
     assert props["Ports"] == [
-        [p["port"], p["state"], p["physical_state"], p.get("netdev", "")] for p in links
+        (p["port"], p["state"], p["physical_state"], p.get("netdev", "")) for p in links
     ]
     assert {p.name for p in (sys_dev / "ports").iterdir()} == {str(p["port"]) for p in links}
     assert props["NetDevice"] == rxe.netdev == links[0]["netdev"]
