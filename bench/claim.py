@@ -182,7 +182,9 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                     return a, ms_since(t0)
 
                 ways: list[tuple[str, Callable[[], Awaitable[tuple[float, float]]]]] = [
-                    ("r", do_rdmad), ("w", do_raw), ("c", do_cli)
+                    ("r", do_rdmad),
+                    ("w", do_raw),
+                    ("c", do_cli),
                 ]
                 for i in range(p.warmup + p.reps):
                     first = i == 0
@@ -201,13 +203,17 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
         res.dists[f"{label}: raw pyroute2"] = w
         res.dists[f"{label}: iproute2 CLI"] = cl
         q50, q99 = pct(r, 50) / pct(w, 50), pct(r, 99) / pct(w, 99)
-        res.rows.append(Row(
-            f"1. {label} latency (whole device, veth)",
-            p50_99(r), p50_99(w), p50_99(cl),
-            f"rdmad/raw {q50:.2f} / {q99:.2f}; rdmad/CLI {pct(r, 50) / pct(cl, 50):.2f}",
-            "rdmad/raw <= 1.3; rdmad < CLI",
-            q50 <= 1.3 and q99 <= 1.3 and pct(r, 50) < pct(cl, 50) and pct(r, 99) < pct(cl, 99),
-        ))
+        res.rows.append(
+            Row(
+                f"1. {label} latency (whole device, veth)",
+                p50_99(r),
+                p50_99(w),
+                p50_99(cl),
+                f"rdmad/raw {q50:.2f} / {q99:.2f}; rdmad/CLI {pct(r, 50) / pct(cl, 50):.2f}",
+                "rdmad/raw <= 1.3; rdmad < CLI",
+                q50 <= 1.3 and q99 <= 1.3 and pct(r, 50) < pct(cl, 50) and pct(r, 99) < pct(cl, 99),
+            )
+        )
 
 
 def _ifindex(name: str) -> int:

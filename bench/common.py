@@ -141,8 +141,12 @@ def many_veths(n: int, tag: str = "") -> Iterator[Nics]:
     hosts = [f"{prefix}{i}h" for i in range(n)]
     ip("netns", "add", peers)
     try:
-        ip_batch([f"link add {h} type veth peer name {prefix}{i}p netns {peers}"
-                  for i, h in enumerate(hosts)])
+        ip_batch(
+            [
+                f"link add {h} type veth peer name {prefix}{i}p netns {peers}"
+                for i, h in enumerate(hosts)
+            ]
+        )
         yield Nics(hosts, peers)
     finally:
         ip("netns", "del", peers, check=False)
@@ -170,6 +174,10 @@ async def rdmad(
     await daemon.start()
     try:
         yield daemon
+    except BaseException as exc:
+        # the log dies with the workdir: keep its tail with the error
+        exc.add_note("rdmad log (tail):\n" + daemon.log()[-3000:])
+        raise
     finally:
         await daemon.stop()
         _rmtree(workdir)

@@ -57,11 +57,14 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
             ipr.close()
     cpu_ms = (cpu1 - cpu0) * 1000
     wakeups = (sw1 - sw0) / p.idle_seconds
-    res.rows.append(Row(
-        f"5. Idle daemon over {p.idle_seconds:.0f} s (N={N_DEVICES})",
-        f"CPU {cpu_ms:.0f} ms ({cpu_ms / p.idle_seconds / 10:.3f} %), "
-        f"{wakeups:.2f} wake-ups/s; meanwhile {events} rtnetlink events from other work "
-        "on the host",
-        target="~0: CPU < 0.1 %, < 1 wake-up/s",
-        met=cpu_ms / p.idle_seconds / 10 < 0.1 and wakeups < 1.0))
+    res.rows.append(
+        Row(
+            f"5. Idle daemon over {p.idle_seconds:.0f} s (N={N_DEVICES})",
+            f"CPU {cpu_ms:.0f} ms ({cpu_ms / p.idle_seconds / 10:.3f} %), "
+            f"{wakeups:.2f} wake-ups/s; meanwhile {events} rtnetlink events from other work "
+            "on the host",
+            target="~0: CPU < 0.1 %, < 1 wake-up/s",
+            met=cpu_ms / p.idle_seconds / 10 < 0.1 and wakeups < 1.0,
+        )
+    )
     res.curves["idle"] = {"cpu_ms": [cpu_ms], "wakeups_per_s": [wakeups], "events": [events]}

@@ -68,6 +68,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
             async with rdmad(bus, nics.sim_spec(), process=ProfiledRdmad) as d, client(bus) as c:
                 assert d.proc is not None
                 opts = claim_options("bench0", 1400, ["198.51.100.2/24"])
+
                 async def listdevices() -> None:
                     await c.manager("ListDevices")
 
@@ -85,8 +86,9 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                         await work()
                     d.proc.send_signal(signal.SIGUSR2)
                     session = await _saved(prof_dir, k)
-                    text = ConsoleRenderer(unicode=False, color=False, show_all=False,
-                                           short_mode=False).render(session)
+                    text = ConsoleRenderer(
+                        unicode=False, color=False, show_all=False, short_mode=False
+                    ).render(session)
                     (out / f"profile-{name}.txt").write_text(text)
                     tops = top_self(session)
                     res.dists[f"profile {name}: self time"] = [t * 1000 for _n, t, _s in tops]
@@ -94,6 +96,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                         f"Profile, {name} x{reps} at N={n} "
                         f"({session.duration:.2f} s wall, {session.cpu_time:.2f} s CPU "
                         f"sampled; full tree in profile-{name}.txt). Most self time:\n"
-                        + "\n".join(f"  - {s * 100:4.1f} %  {fn}" for fn, _t, s in tops))
+                        + "\n".join(f"  - {s * 100:4.1f} %  {fn}" for fn, _t, s in tops)
+                    )
         finally:
             os.environ.pop("RDMAD_BENCH_PROFILE_DIR", None)

@@ -140,13 +140,17 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                             gap.append((t_rel - t_nsid) * 1000)
                     res.dists[f"Reclaim {kind}: RTM_DELNSID (floor)"] = floor
                     res.dists[f"Reclaim {kind}: Released(netns-gone)"] = got
-                    res.rows.append(Row(
-                        f"2. Netns death -> Released(netns-gone), {kind}",
-                        p50_99(got), f"{p50_99(floor)} (RTM_DELNSID)", "-",
-                        f"rdmad - floor: p50 {pct(gap, 50):.2f}, p99 {pct(gap, 99):.2f} ms",
-                        "within 20 ms of the floor at p99",
-                        pct(gap, 99) <= 20.0 and pct(got, 99) - pct(floor, 99) <= 20.0,
-                    ))
+                    res.rows.append(
+                        Row(
+                            f"2. Netns death -> Released(netns-gone), {kind}",
+                            p50_99(got),
+                            f"{p50_99(floor)} (RTM_DELNSID)",
+                            "-",
+                            f"rdmad - floor: p50 {pct(gap, 50):.2f}, p99 {pct(gap, 99):.2f} ms",
+                            "within 20 ms of the floor at p99",
+                            pct(gap, 99) <= 20.0 and pct(got, 99) - pct(floor, 99) <= 20.0,
+                        )
+                    )
         finally:
             listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -24,8 +24,11 @@ def _mark(met: bool | None) -> str:
 
 
 def _commit() -> str:
-    res = subprocess.run(["git", "-C", str(BENCH_DIR), "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        ["git", "-C", str(BENCH_DIR), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    )
     return res.stdout.strip() or "?"
 
 
@@ -56,12 +59,20 @@ def write_report(
         "|---|---|---|---|---|---|---|",
     ]
     for r in res.rows:
-        lines.append(f"| {r.scenario} | {r.rdmad} | {r.raw} | {r.cli} | {r.ratio} | "
-                     f"{r.target} | {_mark(r.met)} |")
+        lines.append(
+            f"| {r.scenario} | {r.rdmad} | {r.raw} | {r.cli} | {r.ratio} | "
+            f"{r.target} | {_mark(r.met)} |"
+        )
     if baseline:
-        lines += ["", "## Before / after", "",
-                  "rdmad column of the baseline run (`--baseline`) against this run.", "",
-                  "| scenario | before | after |", "|---|---|---|"]
+        lines += [
+            "",
+            "## Before / after",
+            "",
+            "rdmad column of the baseline run (`--baseline`) against this run.",
+            "",
+            "| scenario | before | after |",
+            "|---|---|---|",
+        ]
         old = {r["scenario"]: r for r in baseline.get("rows", [])}
         for r in res.rows:
             if r.scenario in old and old[r.scenario]["rdmad"] != r.rdmad:
@@ -80,8 +91,12 @@ def write_report(
 
 def _cdf(ax: Any, samples: list[float], label: str) -> None:
     s = sorted(samples)
-    ax.plot(s, [(i + 1) / len(s) for i in range(len(s))], label=f"{label} (p99 "
-            f"{pct(s, 99):.1f})", drawstyle="steps-post")
+    ax.plot(
+        s,
+        [(i + 1) / len(s) for i in range(len(s))],
+        label=f"{label} (p99 {pct(s, 99):.1f})",
+        drawstyle="steps-post",
+    )
 
 
 def write_plots(res: Results, out: Path) -> list[str]:
@@ -93,8 +108,10 @@ def write_plots(res: Results, out: Path) -> list[str]:
         plt.close(fig)
         written.append(name)
 
-    groups = [("latency-claim-release.png", ("Claim:", "Release:")),
-              ("reclaim-netns-death.png", ("Reclaim whole", "Reclaim shared"))]
+    groups = [
+        ("latency-claim-release.png", ("Claim:", "Release:")),
+        ("reclaim-netns-death.png", ("Reclaim whole", "Reclaim shared")),
+    ]
     for fname, prefixes in groups:
         if not any(k.startswith(prefixes) for k in res.dists):
             continue
@@ -128,11 +145,16 @@ def write_plots(res: Results, out: Path) -> list[str]:
     if scale and scale["n"]:
         n = scale["n"]
         fig, axes = plt.subplots(1, 4, figsize=(16, 4))
-        panels = [("start to READY=1 (ms)", ["start_ms"], 1000.0),
-                  ("RSS (MB)", ["rss_mb"], 60.0),
-                  ("ListDevices (ms)", ["list_p50_ms", "list_p99_ms"], 5.0),
-                  ("claim / release (ms)", ["claim_p50_ms", "claim_p99_ms", "release_p50_ms",
-                                            "release_p99_ms"], None)]
+        panels = [
+            ("start to READY=1 (ms)", ["start_ms"], 1000.0),
+            ("RSS (MB)", ["rss_mb"], 60.0),
+            ("ListDevices (ms)", ["list_p50_ms", "list_p99_ms"], 5.0),
+            (
+                "claim / release (ms)",
+                ["claim_p50_ms", "claim_p99_ms", "release_p50_ms", "release_p99_ms"],
+                None,
+            ),
+        ]
         for ax, (title, keys, target) in zip(axes, panels, strict=True):
             for key in keys:
                 ax.plot(n, scale[key], marker="o", label=key)

@@ -56,15 +56,20 @@ async def run_all(names: list[str], p: Params, out: Path, bus: str) -> Results:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
     ap.add_argument("--smoke", action="store_true", help="tiny N and few reps (CI)")
-    ap.add_argument("--out", type=Path, help="where results go (default: bench/, or a temp "
-                    "dir with --smoke)")
+    ap.add_argument(
+        "--out", type=Path, help="where results go (default: bench/, or a temp dir with --smoke)"
+    )
     ap.add_argument("--only", nargs="+", choices=list(SCENARIOS), help="run only these")
-    ap.add_argument("--baseline", type=Path,
-                    help="results.json of an earlier run, shown as 'before' in results.md")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="results.json of an earlier run, shown as 'before' in results.md",
+    )
     args = ap.parse_args(argv)
     p = Params.quick() if args.smoke else Params.full()
-    out: Path = args.out or (Path(tempfile.mkdtemp(prefix="rdmad-bench-")) if args.smoke
-                             else BENCH_DIR)
+    out: Path = args.out or (
+        Path(tempfile.mkdtemp(prefix="rdmad-bench-")) if args.smoke else BENCH_DIR
+    )
     out.mkdir(parents=True, exist_ok=True)
     names = args.only or list(SCENARIOS)
     t0 = time.monotonic()

@@ -41,9 +41,20 @@ def python_floor_ms() -> float:
 
 
 async def run(bus: str, p: Params, res: Results, out: Path) -> None:
-    curve: dict[str, list[float]] = {k: [] for k in (
-        "n", "start_ms", "rss_mb", "list_p50_ms", "list_p99_ms", "claim_p50_ms", "claim_p99_ms",
-        "release_p50_ms", "release_p99_ms")}
+    curve: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "n",
+            "start_ms",
+            "rss_mb",
+            "list_p50_ms",
+            "list_p99_ms",
+            "claim_p50_ms",
+            "claim_p99_ms",
+            "release_p50_ms",
+            "release_p99_ms",
+        )
+    }
     floor = python_floor_ms()
     for n in p.scale_ns:
         with many_veths(n, "s") as nics:
@@ -82,28 +93,60 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
         start = statistics.median(starts)
         res.dists[f"ListDevices N={n}"] = lists
         res.dists[f"Claim N={n}"] = claims
-        for key, val in (("n", n), ("start_ms", start), ("rss_mb", rss),
-                         ("list_p50_ms", pct(lists, 50)), ("list_p99_ms", pct(lists, 99)),
-                         ("claim_p50_ms", pct(claims, 50)), ("claim_p99_ms", pct(claims, 99)),
-                         ("release_p50_ms", pct(releases, 50)),
-                         ("release_p99_ms", pct(releases, 99))):
+        for key, val in (
+            ("n", n),
+            ("start_ms", start),
+            ("rss_mb", rss),
+            ("list_p50_ms", pct(lists, 50)),
+            ("list_p99_ms", pct(lists, 99)),
+            ("claim_p50_ms", pct(claims, 50)),
+            ("claim_p99_ms", pct(claims, 99)),
+            ("release_p50_ms", pct(releases, 50)),
+            ("release_p99_ms", pct(releases, 99)),
+        ):
             curve[key].append(float(val))
         big = n == max(p.scale_ns)
-        res.rows.append(Row(
-            f"3. Start to READY=1, N={n}",
-            f"{start:.0f} ms (median of {len(starts)}; max {max(starts):.0f})",
-            f"{floor:.0f} ms (python + imports)", "-", "-",
-            "< 1 s at 1024" if big else "", (start < 1000) if big else None))
-        res.rows.append(Row(f"3. RSS, N={n}", f"{rss:.1f} MB", target="< 60 MB at 1024" if big
-                            else "", met=(rss < 60) if big else None))
-        res.rows.append(Row(f"3. ListDevices latency, N={n}", p50_99(lists),
-                            target="p99 < 5 ms at 1024" if big else "",
-                            met=(pct(lists, 99) < 5) if big else None))
-        res.rows.append(Row(f"3. Claim / release latency, N={n}",
-                            f"{p50_99(claims)} / release {p50_99(releases)}"))
+        res.rows.append(
+            Row(
+                f"3. Start to READY=1, N={n}",
+                f"{start:.0f} ms (median of {len(starts)}; max {max(starts):.0f})",
+                f"{floor:.0f} ms (python + imports)",
+                "-",
+                "-",
+                "< 1 s at 1024" if big else "",
+                (start < 1000) if big else None,
+            )
+        )
+        res.rows.append(
+            Row(
+                f"3. RSS, N={n}",
+                f"{rss:.1f} MB",
+                target="< 60 MB at 1024" if big else "",
+                met=(rss < 60) if big else None,
+            )
+        )
+        res.rows.append(
+            Row(
+                f"3. ListDevices latency, N={n}",
+                p50_99(lists),
+                target="p99 < 5 ms at 1024" if big else "",
+                met=(pct(lists, 99) < 5) if big else None,
+            )
+        )
+        res.rows.append(
+            Row(
+                f"3. Claim / release latency, N={n}",
+                f"{p50_99(claims)} / release {p50_99(releases)}",
+            )
+        )
     res.curves["scale"] = curve
     lo, hi = curve["claim_p50_ms"][0], curve["claim_p50_ms"][-1]
-    res.rows.append(Row(
-        f"3. Claim latency flat in N ({p.scale_ns[0]} -> {p.scale_ns[-1]})",
-        f"p50 {lo:.2f} -> {hi:.2f} ms", ratio=f"{hi / lo:.2f}",
-        target="flat (ratio <= 1.2)", met=hi / lo <= 1.2))
+    res.rows.append(
+        Row(
+            f"3. Claim latency flat in N ({p.scale_ns[0]} -> {p.scale_ns[-1]})",
+            f"p50 {lo:.2f} -> {hi:.2f} ms",
+            ratio=f"{hi / lo:.2f}",
+            target="flat (ratio <= 1.2)",
+            met=hi / lo <= 1.2,
+        )
+    )
