@@ -571,6 +571,17 @@ class Core:
         async with self._lock(claim.device):
             if self._claims.get(claim.id) is not claim:
                 return  # released meanwhile
+            if reason == ReleaseReason.NETNS_GONE and self._netns_reachable(claim):
+                # A stale RTM_DELNSID: nsids are reused as soon as a netns dies, so an event
+                # still queued about a dead netns can carry the nsid this live one got since.
+                log.info(
+                    "claim %s: nsid %d was dropped but %s is alive (nsid reused); "
+                    "keeping the claim",
+                    claim.id,
+                    claim.nsid,
+                    claim.netns,
+                )
+                return
             claim.phase = ClaimPhase.RELEASING
             self._save()
             alive = reason != ReleaseReason.NETNS_GONE

@@ -21,6 +21,7 @@ naming the netns and the name, since the caller fixes it by choosing another `if
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import ipaddress
@@ -160,6 +161,9 @@ class RtnlBackend:
         # Crash-point seam (rdmad.daemon RDMAD_TEST_*): told the name of each finished step
         # inside a place/bring_home/restore, where the core's own steps cannot reach.
         self.step: Callable[[str], None] = _no_step
+        # The kernel runs one dump at a time per netlink socket and answers a second one
+        # with EBUSY; claims of different devices run concurrently on this one socket.
+        self._dumping = asyncio.Lock()
 
     @classmethod
     async def create(cls, resolver: KernelNetnsResolver) -> RtnlBackend:
@@ -174,13 +178,15 @@ class RtnlBackend:
 
     async def list_netdevs(self) -> list[Netdev]:
         with _op("listing netdevs"):
-            return [netdev_from_msg(m) async for m in await self._ipr.link("dump")]
+            async with self._dumping:
+                return [netdev_from_msg(m) async for m in await self._ipr.link("dump")]
 
     async def host_config(self, ifindex: int) -> HostConfig:
         with _op(f"reading netdev {ifindex}"):
             (msg,) = await self._ipr.link("get", index=ifindex)
             dev = netdev_from_msg(msg)
-            addrs = await _addresses(self._ipr, ifindex)
+            async with self._dumping:
+                addrs = await _addresses(self._ipr, ifindex)
         return HostConfig(
             ifindex=ifindex,
             name=dev.name,
@@ -343,7 +349,8 @@ class RtnlBackend:
         if host.mtu and cur.mtu != host.mtu:
             with _op(what + f": setting MTU {host.mtu}"):
                 await self._ipr.link("set", index=ifindex, mtu=host.mtu)
-        await _sync_addresses(self._ipr, ifindex, cidrs, what)
+        async with self._dumping:
+            await _sync_addresses(self._ipr, ifindex, cidrs, what)
         with _op(what + ": setting admin state"):
             await self._ipr.link("set", index=ifindex, state="up" if host.up else "down")
 
@@ -406,13 +413,14 @@ class RtnlBackend:
 
     async def live_nsids(self) -> set[int]:
         with _op("listing nsids"):
-            return {
-                int(m.get_attr("NETNSA_NSID"))
-                async for m in await self._ipr.nlm_request(
-                    nsidmsg(), RTM_GETNSID, NLM_F_REQUEST | NLM_F_DUMP
-                )
-                if m.get_attr("NETNSA_NSID") is not None
-            }
+            async with self._dumping:
+                return {
+                    int(m.get_attr("NETNSA_NSID"))
+                    async for m in await self._ipr.nlm_request(
+                        nsidmsg(), RTM_GETNSID, NLM_F_REQUEST | NLM_F_DUMP
+                    )
+                    if m.get_attr("NETNSA_NSID") is not None
+                }
 
     async def open_by_nsid(self, nsid: int) -> NetnsTarget | None:
         """Find and open the live netns init_net calls `nsid`, or None. The caller closes it."""

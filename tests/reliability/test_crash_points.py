@@ -16,25 +16,40 @@ from tests.support.invariants import assert_invariants
 from tests.support.net import ip, link
 
 CRASH = "RDMAD_TEST_CRASH_AT"
-WHOLE = {"ifname": Variant("s", "rdma0"), "mtu": Variant("u", 1400),
-         "addresses": Variant("as", ["192.0.2.5/24"])}
+WHOLE = {
+    "ifname": Variant("s", "rdma0"),
+    "mtu": Variant("u", 1400),
+    "addresses": Variant("as", ["192.0.2.5/24"]),
+}
 SHARED = {"shared": Variant("b", True), "addresses": Variant("as", ["192.0.2.6/24"])}
 
 # (kind, sim mode, claim options, steps of a claim in order, steps of a release in order)
 KINDS = {
-    "whole": ("shared", WHOLE,
-              ["pending-written", "netdev-moved", "addresses-set", "netdev-placed",
-               "active-written"],
-              ["releasing-written", "netdev-moved-home", "netdev-returned", "released-written"]),
-    "exclusive": ("exclusive", WHOLE,
-                  ["pending-written", "rdma-moved", "netdev-moved", "addresses-set",
-                   "netdev-placed", "active-written"],
-                  ["releasing-written", "netdev-moved-home", "netdev-returned",
-                   "released-written"]),
-    "shared": ("shared", SHARED,
-               ["pending-written", "macvlan-created", "addresses-set", "netdev-placed",
-                "active-written"],
-               ["releasing-written", "netdev-returned", "released-written"]),
+    "whole": (
+        "shared",
+        WHOLE,
+        ["pending-written", "netdev-moved", "addresses-set", "netdev-placed", "active-written"],
+        ["releasing-written", "netdev-moved-home", "netdev-returned", "released-written"],
+    ),
+    "exclusive": (
+        "exclusive",
+        WHOLE,
+        [
+            "pending-written",
+            "rdma-moved",
+            "netdev-moved",
+            "addresses-set",
+            "netdev-placed",
+            "active-written",
+        ],
+        ["releasing-written", "netdev-moved-home", "netdev-returned", "released-written"],
+    ),
+    "shared": (
+        "shared",
+        SHARED,
+        ["pending-written", "macvlan-created", "addresses-set", "netdev-placed", "active-written"],
+        ["releasing-written", "netdev-returned", "released-written"],
+    ),
 }
 OUTCOMES: list[str] = []
 
