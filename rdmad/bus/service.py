@@ -15,6 +15,7 @@ sees the name can already call everything.
 from __future__ import annotations
 
 import logging
+import socket
 
 from dbus_fast import BusType, Message, NameFlag, RequestNameReply, Variant
 from dbus_fast.aio import MessageBus
@@ -39,10 +40,40 @@ class NameTaken(RuntimeError):
     """Another connection owns io.rdmad1: another rdmad is running."""
 
 
+class _PatientSocket:
+    """The bus socket as dbus-fast's writer sees it, with EAGAIN meaning "not now".
+
+    dbus-fast (like dbus-next, python-dbus-next#153) takes EAGAIN from a full socket as a
+    lost connection, so a burst of replies (64 clients calling ListDevices) made rdmad
+    exit. Reporting 0 bytes sent makes its writer wait for the socket to drain instead.
+    sendmsg (fd passing) is left alone: rdmad never sends fds.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def send(self, data: memoryview) -> int:
+        try:
+            return self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            return 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._sock, name)
+
+
 class RdmadMessageBus(MessageBus):
-    """A MessageBus that sends ObjectManager.InterfacesAdded/Removed from the manager's
-    path, as the D-Bus spec says and GDBus/sd-bus clients expect. Stock dbus-fast sends
-    them from the child object's own path, which ObjectManager clients ignore."""
+    """A MessageBus that survives a full socket (see _PatientSocket) and sends
+    ObjectManager.InterfacesAdded/Removed from the manager's path, as the D-Bus spec says
+    and GDBus/sd-bus clients expect. Stock dbus-fast sends them from the child object's
+    own path, which ObjectManager clients ignore."""
+
+    async def connect(self) -> MessageBus:
+        await super().connect()
+        writer = self._writer
+        assert writer is not None and writer.sock is not None
+        writer.sock = _PatientSocket(writer.sock)  # type: ignore[assignment]
+        return self
 
     def _emit_interface_added(self, path: str, interface: ServiceInterface) -> None:
         if self._disconnected or not path.startswith(MANAGER_PATH + "/"):
