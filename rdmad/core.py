@@ -125,9 +125,11 @@ class Core:
 
     # ------------------------------------------------------------------ queries
     def devices(self) -> list[DeviceView]:
-        claims = list(self._claims.values())
+        by_device: dict[str, list[Claim]] = {}
+        for claim in self._claims.values():
+            by_device.setdefault(claim.device, []).append(claim)
         return [
-            self._inv.view(d, claims, self.netns_mode)
+            self._inv.view(d, by_device.get(d.name, []), self.netns_mode)
             for d in sorted(self._inv.devices.values(), key=lambda d: d.index)
         ]
 
@@ -147,7 +149,8 @@ class Core:
         return claim
 
     def _view(self, dev: RdmaDevice) -> DeviceView:
-        return self._inv.view(dev, list(self._claims.values()), self.netns_mode)
+        mine = [c for c in self._claims.values() if c.device == dev.name]
+        return self._inv.view(dev, mine, self.netns_mode)
 
     def _netdev_of(self, dev: RdmaDevice) -> Netdev:
         nd = self._inv.netdevs.get(dev.netdev_ifindex) or self._inv.netdev_by_name(dev.netdev)
@@ -544,10 +547,12 @@ class Core:
                 waiter.set_result(None)
             if any(h.ifindex == nd.ifindex for h in self._pending_restores):
                 self._spawn(self._restore_pending_and_save())
-            self._schedule_refresh()
+            if self._inv.concerns(nd.ifindex, nd.name):
+                self._schedule_refresh()
         elif isinstance(event, LinkRemoved):
             self._inv.netdevs.pop(event.ifindex, None)
-            self._schedule_refresh()
+            if self._inv.concerns(event.ifindex, event.name):
+                self._schedule_refresh()
         elif isinstance(event, NetnsGone):
             for claim in [c for c in self._claims.values() if c.nsid == event.nsid]:
                 self._spawn(self._end_claim(claim, ReleaseReason.NETNS_GONE))

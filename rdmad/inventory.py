@@ -26,6 +26,15 @@ class Inventory:
     def __init__(self) -> None:
         self.devices: dict[str, RdmaDevice] = {}
         self.netdevs: dict[int, Netdev] = {}
+        # Which netdevs RDMA devices sit on, so that link events about any other netdev
+        # (a busy host has many) cost nothing.
+        self._bound_ifindexes: set[int] = set()
+        self._bound_names: set[str] = set()
+        self._unbound = False
+
+    def concerns(self, ifindex: int, name: str) -> bool:
+        """Whether a change to this netdev can change what an RDMA device shows."""
+        return self._unbound or ifindex in self._bound_ifindexes or name in self._bound_names
 
     def netdev_by_name(self, name: str) -> Netdev | None:
         for nd in self.netdevs.values():
@@ -50,10 +59,13 @@ class Inventory:
             if name not in self.devices:
                 diff.added.append(dev)
             self.devices[name] = dev
+        self._bound_ifindexes = {d.netdev_ifindex for d in self.devices.values()}
+        self._bound_names = {d.netdev for d in self.devices.values()}
+        self._unbound = any(not d.netdev for d in self.devices.values())
         return diff
 
-    def view(self, dev: RdmaDevice, claims: list[Claim], mode: NetnsMode) -> DeviceView:
-        mine = [c for c in claims if c.device == dev.name]
+    def view(self, dev: RdmaDevice, mine: list[Claim], mode: NetnsMode) -> DeviceView:
+        """`mine`: the device's claims."""
         whole = [c for c in mine if not c.shared]
         if whole:
             state = DeviceState.CLAIMED
