@@ -86,9 +86,9 @@ EOF
 if up_to_date; then
     say "venv up to date ($VENV)"
 else
-    say "pip install -e '.[dev]' into $VENV"
-    "$VENV/bin/python" -m pip install -q -e "${ROOT}[dev]" \
-        || die "pip install -e '.[dev]' failed"
+    say "pip install -e '.[dev,bench]' into $VENV"
+    "$VENV/bin/python" -m pip install -q -e "${ROOT}[dev,bench]" \
+        || die "pip install -e '.[dev,bench]' failed"
     echo "$want_stamp" > "$STAMP"
 fi
 say "done"
