@@ -23,7 +23,7 @@ from tests.support.daemon import Client, RdmadProcess
 from tests.support.net import temp_netns
 from tests.support.rdma import Rxe, temp_rxe
 
-DAEMON_START = 60.0  # seconds: the daemon imports dbus-fast, pyroute2, pyudev under TCG
+DAEMON_START = 180.0  # s: imports (dbus-fast, pyroute2, pyudev) over 9p under TCG, loaded host
 
 
 @pytest.hookimpl(wrapper=True)
