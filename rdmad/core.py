@@ -301,6 +301,8 @@ class Core:
         self._check_claim(dev, target, opts)
         exclusive = self.netns_mode == NetnsMode.EXCLUSIVE
         claim_id = secrets.token_hex(8)
+        # Read before the first await: events applied meanwhile must not change the parent.
+        parent = self._netdev_of(dev).ifindex if opts.shared else 0
         host: HostConfig | None = None
         if not opts.shared and opts.netdev:
             netdev = self._netdev_of(dev)
@@ -331,7 +333,7 @@ class Core:
                 self._step("rdma-moved")
             if opts.shared:
                 placed = await self._net.add_macvlan(
-                    self._netdev_of(dev).ifindex,
+                    parent,
                     target,
                     claim.ifname,
                     opts.mtu,
@@ -550,8 +552,14 @@ class Core:
             if self._inv.concerns(nd.ifindex, nd.name):
                 self._schedule_refresh()
         elif isinstance(event, LinkRemoved):
-            self._inv.netdevs.pop(event.ifindex, None)
-            if self._inv.concerns(event.ifindex, event.name):
+            concerns = self._inv.concerns(event.ifindex, event.name)
+            # The event can be older than what we know: a claim re-read the kernel since, or
+            # a release brought the netdev home before this RTM_DELLINK was read. Forgetting
+            # an RDMA device's netdev on a stale event would leave it "unavailable" until its
+            # next event, so ask the kernel first.
+            if not concerns or not await self._netdev_home(event.ifindex):
+                self._inv.netdevs.pop(event.ifindex, None)
+            if concerns:
                 self._schedule_refresh()
         elif isinstance(event, NetnsGone):
             for claim in [c for c in self._claims.values() if c.nsid == event.nsid]:
@@ -561,6 +569,13 @@ class Core:
         elif isinstance(event, Resync):
             log.warning("%s events were lost (socket overrun): resynchronising", event.source)
             self._spawn(self._resync())
+
+    async def _netdev_home(self, ifindex: int) -> bool:
+        try:
+            await self._net.host_config(ifindex)
+        except RdmadError:
+            return False
+        return True
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
