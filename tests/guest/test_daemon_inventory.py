@@ -64,7 +64,11 @@ async def test_device_properties_match_rdma_dev_rdma_link_and_sysfs(
     assert props["NetDevice"] == rxe.netdev == links[0]["netdev"]
     chardevs = props["CharDevices"]
     assert isinstance(chardevs, list)
-    assert set(chardevs) == char_nodes_of(rxe.name)
+    in_sysfs = char_nodes_of(rxe.name)
+    # uverbs and umad nodes are exactly sysfs's. issm: 6.1 makes an issm node for rxe that
+    # its GET_CHARDEV does not serve (EOPNOTSUPP); rdmad reports what GET_CHARDEV says.
+    assert {c for c in chardevs if "/issm" not in c} == {c for c in in_sysfs if "/issm" not in c}
+    assert set(chardevs) <= in_sysfs
     assert any(c.startswith("/dev/infiniband/uverbs") for c in chardevs)
     assert (props["State"], props["Netns"], props["Claims"]) == ("available", "init", [])
 
