@@ -7,6 +7,7 @@
 # --kernel all boots 7.3 then 6.1 and fails if either fails. --junit DIR (host dir, made
 # writable in the guest) receives guest-<kernel>.xml. Everything else goes to pytest, e.g.
 #   run-guest-tests.sh --kernel 7.3 -k netns -x
+#   run-guest-tests.sh --kernel 6.1 tests/guest/test_rdma_kernel.py   (only that file)
 # The tree is read-only in the guest: no pytest cache (-p no:cacheprovider), no .pyc writes.
 # Exit status: pytest's (5 = nothing collected counts as failure too), 125 = guest did not
 # boot / set-up failed, 124 = timeout. Never 0 unless pytest itself passed in the guest.
@@ -32,15 +33,22 @@ done
 
 if [ -n "$junit" ]; then mkdir -p "$junit"; guest_opts+=(--rwdir "$junit"); fi
 
+# Explicit test paths among the pytest args replace the default selection.
+paths=(tests/guest)
+for a in "${pytest_args[@]}"; do
+    case $a in tests/guest*) paths=(); break ;; esac
+done
+
 cd "$ROOT"
 failed=()
 for k in "${kernels[@]}"; do
-    args=(-p no:cacheprovider -ra "${pytest_args[@]}")
+    # smoke_first: the environment smoke test runs before anything can leave state behind
+    args=(-p no:cacheprovider -p tests.guest.harness.smoke_first -ra "${pytest_args[@]}")
     [ -n "$junit" ] && args+=("--junitxml=$junit/guest-$k.xml")
-    echo "[guest-tests] kernel $k: pytest tests/guest ${pytest_args[*]}" >&2
+    echo "[guest-tests] kernel $k: pytest ${paths[*]} ${pytest_args[*]}" >&2
     set +e
     "$HERE/run-in-guest.sh" --kernel "$k" "${guest_opts[@]}" -- \
-        env PYTHONDONTWRITEBYTECODE=1 .venv/bin/python -m pytest tests/guest "${args[@]}"
+        env PYTHONDONTWRITEBYTECODE=1 .venv/bin/python -m pytest "${paths[@]}" "${args[@]}"
     rc=$?
     set -e
     if [ "$rc" != 0 ]; then
