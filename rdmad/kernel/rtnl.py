@@ -341,10 +341,7 @@ class RtnlBackend:
         if cur.name != host.name:
             with _op(what + ": setting it down to rename"):
                 await self._ipr.link("set", index=ifindex, state="down")
-            try:
-                await _setlink(self._ipr, ifindex, ("IFLA_IFNAME", host.name))
-            except NetlinkError as e:
-                raise self._name_error(e, what, host.name, "init_net") from e
+            await self._rename_home(ifindex, host.name, msg, what)
             self.step("host-renamed")
         if host.mtu and cur.mtu != host.mtu:
             with _op(what + f": setting MTU {host.mtu}"):
@@ -353,6 +350,23 @@ class RtnlBackend:
             await _sync_addresses(self._ipr, ifindex, cidrs, what)
         with _op(what + ": setting admin state"):
             await self._ipr.link("set", index=ifindex, state="up" if host.up else "down")
+
+    async def _rename_home(self, ifindex: int, name: str, msg: Any, what: str) -> None:
+        """Rename a returned netdev to its host name. udev gives a netdev that comes back
+        under another name its predictable name as an *altname*, and the kernel refuses a
+        rename to any name in use, its own altnames included: drop that altname first."""
+        try:
+            await _setlink(self._ipr, ifindex, ("IFLA_IFNAME", name))
+            return
+        except NetlinkError as e:
+            if e.code != errno.EEXIST or name not in _altnames(msg):
+                raise self._name_error(e, what, name, "init_net") from e
+        with _op(what + f": dropping its altname {name}"):
+            await self._ipr.link("property_del", index=ifindex, altname=name)
+        try:
+            await _setlink(self._ipr, ifindex, ("IFLA_IFNAME", name))
+        except NetlinkError as e:
+            raise self._name_error(e, what, name, "init_net") from e
 
     async def delete(self, placement: Placement) -> None:
         """Delete by nsid. Already gone (ENODEV) counts as done: the netns may have died."""
@@ -461,6 +475,13 @@ class RtnlBackend:
         if e.code == errno.EEXIST:
             return InvalidArgs(f"{what}: the name {name} is already taken in {where}")
         return _kernel_error(e, what)
+
+
+def _altnames(msg: Any) -> set[str]:
+    props = msg.get_attr("IFLA_PROP_LIST")
+    if not props:
+        return set()
+    return {value for key, value in props.get("attrs", []) if key == "IFLA_ALT_IFNAME"}
 
 
 async def _addresses(ipr: AsyncIPRoute, index: int) -> list[Cidr]:

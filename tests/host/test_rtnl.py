@@ -132,6 +132,29 @@ async def test_restore_renames_and_reconfigures_a_returned_netdev(
     assert await rtnl.host_config(configured.ifindex) == configured
 
 
+async def test_restore_takes_back_a_host_name_that_udev_made_an_altname(
+    rtnl: RtnlBackend, veth: VethPair, configured: HostConfig
+) -> None:
+    # udev gives a NIC that came back as devN its predictable name as an altname; the
+    # kernel then refuses a rename to that name (EEXIST) until the altname is dropped.
+    returned = "dev" + veth.host[-8:]
+    ip("link", "set", veth.host, "name", returned)
+    ip("link", "property", "add", "dev", returned, "altname", veth.host)
+    await rtnl.restore(configured.ifindex, configured)
+    assert await rtnl.host_config(configured.ifindex) == configured
+
+
+async def test_restore_does_not_steal_another_netdevs_name(
+    rtnl: RtnlBackend, veth: VethPair, configured: HostConfig
+) -> None:
+    returned = "dev" + veth.host[-8:]
+    ip("link", "set", veth.host, "name", returned)
+    ip("link", "property", "add", "dev", veth.peer, "altname", veth.host)
+    with pytest.raises(InvalidArgs, match="already taken"):
+        await rtnl.restore(configured.ifindex, configured)
+    assert link(returned) is not None and link(veth.peer) is not None
+
+
 async def test_add_macvlan_creates_configured_child_inside_netns(
     rtnl: RtnlBackend, resolver: KernelNetnsResolver, veth: VethPair, netns: str
 ) -> None:
