@@ -98,6 +98,7 @@ class Core:
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
         self._link_waiters: dict[int, asyncio.Future[None]] = {}
+        self._device_waiters: dict[str, asyncio.Future[None]] = {}
         self._refresh_wanted = False
         self._refresh_task: asyncio.Task[None] | None = None
         self._pump: asyncio.Task[None] | None = None
@@ -438,8 +439,25 @@ class Core:
                     await self._rdma.move_home(claim.device, source)
                 finally:
                     source.close()
-        # else: the kernel's rdma_dev_exit_net returns it to init_net by itself.
+        elif claim.rdma_moved:
+            await self._await_rdma_return(claim)
         self._schedule_refresh()
+
+    async def _await_rdma_return(self, claim: Claim) -> None:
+        """The netns is dead: the kernel's rdma_dev_exit_net brings the device home by itself,
+        shortly after RTM_DELNSID. Wait for it (the claim's lock keeps it in the inventory
+        meanwhile), so the claim ends with the device available, not briefly "removed"."""
+        if await self._rdma_home(claim.device):
+            return
+        waiter = self._device_waiters.setdefault(
+            claim.device, asyncio.get_running_loop().create_future()
+        )
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), RETURN_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("%s has not come back from %s yet", claim.device, claim.netns)
+        finally:
+            self._device_waiters.pop(claim.device, None)
 
     async def _rdma_home(self, device: str) -> bool:
         """Whether init_net sees `device` (a release killed after its move home finishes)."""
@@ -646,9 +664,12 @@ class Core:
                 return
             self._set_mode(mode)
         busy = {name for name, lock in self._locks.items() if lock.locked()}
-        diff = self._inv.replace_devices(
-            await self._rdma.list_devices(), keep=self._moved_devices() | busy
-        )
+        listed = await self._rdma.list_devices()
+        for dev in listed:
+            waiter = self._device_waiters.get(dev.name)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+        diff = self._inv.replace_devices(listed, keep=self._moved_devices() | busy)
         for dev in diff.removed:
             self._notify("device_removed", self._view(dev))
             for claim in [c for c in self._claims.values() if c.device == dev.name]:
