@@ -76,6 +76,10 @@ class NetdevBackend(Protocol):
         """All netdevs in init_net."""
         ...
 
+    async def get_netdev(self, ifindex: int) -> Netdev | None:
+        """One netdev in init_net, or None if init_net has no such ifindex."""
+        ...
+
     async def host_config(self, ifindex: int) -> HostConfig:
         """Name, MTU, admin state and addresses of a netdev in init_net."""
         ...

@@ -101,6 +101,8 @@ class Core:
         self._device_waiters: dict[str, asyncio.Future[None]] = {}
         self._refresh_wanted = False
         self._refresh_task: asyncio.Task[None] | None = None
+        self._refresh_lock = asyncio.Lock()
+        self._touched_links: set[int] | None = None  # set while a netdev dump runs
         self._pump: asyncio.Task[None] | None = None
         # Released(reconciled) found at start, announced once observers are attached.
         self._startup_releases: list[Claim] = []
@@ -370,7 +372,7 @@ class Core:
         a device for having no netdev, re-read the kernel."""
         if self._inv.has_netdev(dev) or self.netns_mode == NetnsMode.UNAVAILABLE:
             return dev
-        self._inv.netdevs = {nd.ifindex: nd for nd in await self._net.list_netdevs()}
+        await self._reload_netdevs()
         await self._refresh()
         return self._inv.devices.get(dev.name, dev)
 
@@ -559,6 +561,9 @@ class Core:
                 log.exception("handling %r failed", event)
 
     async def _apply(self, event: Event) -> None:
+        if isinstance(event, LinkChanged | LinkRemoved) and self._touched_links is not None:
+            ifindex = event.netdev.ifindex if isinstance(event, LinkChanged) else event.ifindex
+            self._touched_links.add(ifindex)
         if isinstance(event, LinkChanged):
             nd = event.netdev
             self._inv.netdevs[nd.ifindex] = nd
@@ -590,10 +595,9 @@ class Core:
 
     async def _netdev_home(self, ifindex: int) -> bool:
         try:
-            await self._net.host_config(ifindex)
+            return await self._net.get_netdev(ifindex) is not None
         except RdmadError:
             return False
-        return True
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -631,9 +635,25 @@ class Core:
             self._save()
         self._finish_release(claim, reason)
 
+    async def _reload_netdevs(self) -> None:
+        """Replace the netdev table with a dump. Events applied while the dump ran may be
+        newer or older than it, so the netdevs they touched are asked for once more."""
+        touched: set[int] = set()
+        self._touched_links = touched
+        try:
+            table = {nd.ifindex: nd for nd in await self._net.list_netdevs()}
+        finally:
+            self._touched_links = None
+        for ifindex in touched:
+            nd = await self._net.get_netdev(ifindex)
+            if nd is None:
+                table.pop(ifindex, None)
+            else:
+                table[ifindex] = nd
+        self._inv.netdevs = table
+
     async def _resync(self) -> None:
-        netdevs = await self._net.list_netdevs()
-        self._inv.netdevs = {nd.ifindex: nd for nd in netdevs}
+        await self._reload_netdevs()
         live = await self._net.live_nsids()
         for claim in list(self._claims.values()):
             if claim.phase == ClaimPhase.ACTIVE and claim.nsid >= 0 and claim.nsid not in live:
@@ -658,6 +678,11 @@ class Core:
                 log.exception("re-reading the RDMA inventory failed")
 
     async def _refresh(self) -> None:
+        # One at a time: two overlapping re-reads could apply the older listing last.
+        async with self._refresh_lock:
+            await self._refresh_locked()
+
+    async def _refresh_locked(self) -> None:
         if self.netns_mode == NetnsMode.UNAVAILABLE:
             mode = await self._rdma.netns_mode()
             if mode == NetnsMode.UNAVAILABLE:

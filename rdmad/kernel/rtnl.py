@@ -181,6 +181,15 @@ class RtnlBackend:
             async with self._dumping:
                 return [netdev_from_msg(m) async for m in await self._ipr.link("dump")]
 
+    async def get_netdev(self, ifindex: int) -> Netdev | None:
+        try:
+            (msg,) = await self._ipr.link("get", index=ifindex)
+        except NetlinkError as e:
+            if e.code == errno.ENODEV:
+                return None
+            raise _kernel_error(e, f"reading netdev {ifindex}") from e
+        return netdev_from_msg(msg)
+
     async def host_config(self, ifindex: int) -> HostConfig:
         with _op(f"reading netdev {ifindex}"):
             (msg,) = await self._ipr.link("get", index=ifindex)
