@@ -262,3 +262,24 @@ async def test_claim_and_release_are_logged_as_one_line_each_with_fields(
     assert len(lines) == 2, lines
     assert all(f"device=sim0 netns={label}" in line for line in lines)
     assert "claimed" in lines[0] and "reason=requested" in lines[1]
+
+
+async def test_daemon_holds_no_fd_of_a_claimed_netns(rig: Rig, netns: str) -> None:
+    # An open fd keeps a netns alive after `ip netns del`: rdmad must never pin one.
+    await claim(rig, "sim0", netns, shared=Variant("b", True))
+    await claim(rig, "sim1", netns)
+    assert rig.daemon.proc is not None
+    proc = f"/proc/{rig.daemon.proc.pid}"
+    ns = _identity(f"/run/netns/{netns}")
+    # stat, not readlink: an fd opened through a /run/netns bind mount reads as that path.
+    held = [fd for fd in os.listdir(f"{proc}/fd") if _identity(f"{proc}/fd/{fd}") == ns]
+    inside = [t for t in os.listdir(f"{proc}/task") if _identity(f"{proc}/task/{t}/ns/net") == ns]
+    assert held == [] and inside == []
+
+
+def _identity(path: str) -> tuple[int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (0, 0)
+    return (st.st_dev, st.st_ino)
