@@ -80,8 +80,11 @@ def _apply_file(cfg: Config, path: Path) -> None:
         default = getattr(Config(), name)
         if isinstance(default, Path):
             value = Path(value)
-        elif not isinstance(value, type(default)):
-            raise ConfigError(f"{path}: {key} must be a {type(default).__name__}")
+        elif not isinstance(value, type(default)) or isinstance(value, bool) != isinstance(
+            default, bool
+        ):
+            kind = {int: "an integer", str: "a string"}.get(type(default), type(default).__name__)
+            raise ConfigError(f"{path}: {key} must be {kind}")
         setattr(cfg, name, value)
 
 

@@ -1,0 +1,50 @@
+"""Daemon settings: defaults, then the TOML file, then the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rdmad.config import ConfigError, load
+
+
+def test_defaults() -> None:
+    cfg = load([])
+    assert (cfg.cdi_dir, cfg.shared_limit, cfg.netns_mode, cfg.sim_devices) == (
+        Path("/var/run/cdi"),
+        16,
+        "",
+        "",
+    )
+
+
+def test_file_settings_apply_and_options_override_them(tmp_path: Path) -> None:
+    conf = tmp_path / "rdmad.toml"
+    conf.write_text('state-dir = "/tmp/s"\nshared_limit = 4\nnetns_mode = "exclusive"\n')
+    cfg = load(["--config", str(conf), "--shared-limit", "8"])
+    assert (cfg.state_dir, cfg.shared_limit, cfg.netns_mode) == (Path("/tmp/s"), 8, "exclusive")
+
+
+def test_bus_address_falls_back_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/tmp/x")
+    assert load([]).bus_address == "unix:path=/tmp/x"
+    assert load(["--bus-address", "unix:path=/tmp/y"]).bus_address == "unix:path=/tmp/y"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("colour = 1\n", "unknown setting"),
+        ("shared_limit = 'many'\n", "must be an integer"),
+        ("shared_limit = true\n", "must be an integer"),
+        ("netns_mode = 'promiscuous'\n", "netns_mode"),
+        ("shared_limit = 0\n", "at least 1"),
+        ("this is not toml", "cannot read"),
+    ],
+)
+def test_bad_files_are_refused_with_the_reason(tmp_path: Path, text: str, says: str) -> None:
+    conf = tmp_path / "rdmad.toml"
+    conf.write_text(text)
+    with pytest.raises(ConfigError, match=says):
+        load(["--config", str(conf)])
