@@ -158,6 +158,10 @@ class RdmaBackend(Protocol):
         """The RDMA devices visible in init_net."""
         ...
 
+    async def get_device(self, index: int) -> RdmaDevice | None:
+        """One RDMA device visible in init_net, or None if init_net sees no such index."""
+        ...
+
     async def move(self, index: int, target: NetnsTarget) -> None:
         """Move an RDMA device from init_net into `target` (exclusive mode only)."""
         ...

@@ -99,7 +99,8 @@ class Core:
         self._tasks: set[asyncio.Task[None]] = set()
         self._link_waiters: dict[int, asyncio.Future[None]] = {}
         self._device_waiters: dict[str, asyncio.Future[None]] = {}
-        self._refresh_wanted = False
+        self._refresh_all = False
+        self._refresh_some: set[str] = set()
         self._refresh_task: asyncio.Task[None] | None = None
         self._refresh_lock = asyncio.Lock()
         self._touched_links: set[int] | None = None  # set while a netdev dump runs
@@ -443,7 +444,7 @@ class Core:
                     source.close()
         elif claim.rdma_moved:
             await self._await_rdma_return(claim)
-        self._schedule_refresh()
+        self._schedule_refresh({claim.device})
 
     async def _await_rdma_return(self, claim: Claim) -> None:
         """The netns is dead: the kernel's rdma_dev_exit_net brings the device home by itself,
@@ -572,18 +573,16 @@ class Core:
                 waiter.set_result(None)
             if any(h.ifindex == nd.ifindex for h in self._pending_restores):
                 self._spawn(self._restore_pending_and_save())
-            if self._inv.concerns(nd.ifindex, nd.name):
-                self._schedule_refresh()
+            self._schedule_refresh(self._devices_on(nd.ifindex, nd.name))
         elif isinstance(event, LinkRemoved):
-            concerns = self._inv.concerns(event.ifindex, event.name)
+            concerned = self._devices_on(event.ifindex, event.name)
             # The event can be older than what we know: a claim re-read the kernel since, or
             # a release brought the netdev home before this RTM_DELLINK was read. Forgetting
             # an RDMA device's netdev on a stale event would leave it "unavailable" until its
             # next event, so ask the kernel first.
-            if not concerns or not await self._netdev_home(event.ifindex):
+            if concerned == set() or not await self._netdev_home(event.ifindex):
                 self._inv.netdevs.pop(event.ifindex, None)
-            if concerns:
-                self._schedule_refresh()
+            self._schedule_refresh(concerned)
         elif isinstance(event, NetnsGone):
             for claim in [c for c in self._claims.values() if c.nsid == event.nsid]:
                 self._spawn(self._end_claim(claim, ReleaseReason.NETNS_GONE))
@@ -662,20 +661,62 @@ class Core:
         await self._refresh()
 
     # ------------------------------------------------------------------ RDMA inventory
-    def _schedule_refresh(self) -> None:
-        """Coalesce bursts of events into one re-read of the RDMA inventory."""
-        self._refresh_wanted = True
+    def _devices_on(self, ifindex: int, name: str) -> set[str] | None:
+        """The RDMA devices a change to this netdev can concern; None if it could be any
+        (a device without a netdev may be about to get this one)."""
+        hit = self._inv.devices_on(ifindex, name)
+        held = set()
+        for claim in self._claims.values():
+            if claim.host is not None:
+                held.add(claim.device)  # its netdev is away on purpose
+                if claim.host.ifindex == ifindex or claim.host.name == name:
+                    hit.add(claim.device)
+        if not hit and self._inv.unbound - held:
+            return None
+        return hit
+
+    def _schedule_refresh(self, devices: set[str] | None = None) -> None:
+        """Coalesce bursts of events into one re-read: of the named devices, or of the whole
+        RDMA inventory when `devices` is None."""
+        if devices is None:
+            self._refresh_all = True
+        elif not devices:
+            return
+        else:
+            self._refresh_some |= devices
         if self._refresh_task is None or self._refresh_task.done():
             self._refresh_task = asyncio.ensure_future(self._refresh_loop())
 
     async def _refresh_loop(self) -> None:
-        while self._refresh_wanted:
-            self._refresh_wanted = False
+        while self._refresh_all or self._refresh_some:
             await asyncio.sleep(0)  # let the rest of a burst queue up first
+            whole, some = self._refresh_all, self._refresh_some
+            self._refresh_all, self._refresh_some = False, set()
             try:
-                await self._refresh()
+                if whole or not await self._refresh_devices(some):
+                    await self._refresh()
             except Exception:
                 log.exception("re-reading the RDMA inventory failed")
+
+    async def _refresh_devices(self, names: set[str]) -> bool:
+        """Re-read a few devices. False when that is not enough (one left init_net, or the
+        subsystem is not there): the caller re-reads everything."""
+        if self.netns_mode == NetnsMode.UNAVAILABLE:
+            return False
+        async with self._refresh_lock:
+            for name in names:
+                old = self._inv.devices.get(name)
+                if old is None:
+                    return False
+                fresh = await self._rdma.get_device(old.index)
+                if fresh is None or fresh.name != name:
+                    if name in self._moved_devices() or self._lock(name).locked():
+                        continue  # in a claimant's netns, or moving right now
+                    return False
+                if fresh != old:
+                    self._inv.put(fresh)
+                    self._notify("device_changed", self._view(fresh))
+        return True
 
     async def _refresh(self) -> None:
         # One at a time: two overlapping re-reads could apply the older listing last.

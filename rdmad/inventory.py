@@ -26,15 +26,19 @@ class Inventory:
     def __init__(self) -> None:
         self.devices: dict[str, RdmaDevice] = {}
         self.netdevs: dict[int, Netdev] = {}
-        # Which netdevs RDMA devices sit on, so that link events about any other netdev
-        # (a busy host has many) cost nothing.
-        self._bound_ifindexes: set[int] = set()
-        self._bound_names: set[str] = set()
-        self._unbound = False
+        # Which netdevs RDMA devices sit on, so that a link event costs a re-read of the
+        # devices on that netdev only, and nothing for any other netdev (a busy host has many).
+        self._on_ifindex: dict[int, set[str]] = {}
+        self._on_name: dict[str, set[str]] = {}
+        self.unbound: set[str] = set()  # devices without a netdev in init_net
 
-    def concerns(self, ifindex: int, name: str) -> bool:
-        """Whether a change to this netdev can change what an RDMA device shows."""
-        return self._unbound or ifindex in self._bound_ifindexes or name in self._bound_names
+    def devices_on(self, ifindex: int, name: str) -> set[str]:
+        """The devices whose netdev has this ifindex or name."""
+        return self._on_ifindex.get(ifindex, set()) | self._on_name.get(name, set())
+
+    def put(self, dev: RdmaDevice) -> None:
+        self.devices[dev.name] = dev
+        self._index()
 
     def netdev_by_name(self, name: str) -> Netdev | None:
         for nd in self.netdevs.values():
@@ -59,10 +63,17 @@ class Inventory:
             if name not in self.devices:
                 diff.added.append(dev)
             self.devices[name] = dev
-        self._bound_ifindexes = {d.netdev_ifindex for d in self.devices.values()}
-        self._bound_names = {d.netdev for d in self.devices.values()}
-        self._unbound = any(not d.netdev for d in self.devices.values())
+        self._index()
         return diff
+
+    def _index(self) -> None:
+        self._on_ifindex, self._on_name, self.unbound = {}, {}, set()
+        for dev in self.devices.values():
+            if not dev.netdev:
+                self.unbound.add(dev.name)
+                continue
+            self._on_ifindex.setdefault(dev.netdev_ifindex, set()).add(dev.name)
+            self._on_name.setdefault(dev.netdev, set()).add(dev.name)
 
     def view(self, dev: RdmaDevice, mine: list[Claim], mode: NetnsMode) -> DeviceView:
         """`mine`: the device's claims."""

@@ -98,6 +98,12 @@ class SimRdma:
         ]
         return [self._describe(d) for d in visible]
 
+    async def get_device(self, index: int) -> RdmaDevice | None:
+        dev = next((d for d in self._devs.values() if d.index == index), None)
+        if dev is None or (self._mode == NetnsMode.EXCLUSIVE and dev.netns_inode):
+            return None
+        return self._describe(dev)
+
     def _return_orphans(self) -> None:
         """rdma_dev_exit_net: a device whose netns died is back in init_net."""
         for dev in self._devs.values():

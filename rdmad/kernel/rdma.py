@@ -137,6 +137,17 @@ class KernelRdma:
                 raise
         return out
 
+    async def get_device(self, index: int) -> RdmaDevice | None:
+        try:
+            (msg,) = await self._request(
+                functools.partial(nl.get_dev, index=index), f"reading RDMA device {index}"
+            )
+            return await self._describe(nl.dev_info(msg))
+        except RdmadError as e:
+            if getattr(e, "errno", None) in _GONE:
+                return None
+            raise
+
     async def move(self, index: int, target: NetnsTarget) -> None:
         # Socket and sending thread are both in init_net: the device's current netns.
         build = functools.partial(nl.set_dev_netns, index=index, netns_fd=target.fd)
