@@ -20,7 +20,7 @@ from rdmad.errors import ModeBusy, NotSupported
 from rdmad.events import Event, RdmaChanged
 from rdmad.kernel.netns import KernelNetnsResolver, NetnsHandle
 from rdmad.kernel.rdma import KernelRdma
-from rdmad.kernel.udev import RdmaMonitorEvents, UdevEvents
+from rdmad.kernel.udev import RdmaMonitorEvents
 from rdmad.model import ChardevKind, NetnsMode, RdmaDevice
 
 pytestmark = pytest.mark.guest
@@ -118,15 +118,6 @@ async def exclusive(backend: KernelRdma) -> AsyncIterator[None]:
     await set_mode_once_netns_are_gone(backend, NetnsMode.EXCLUSIVE)
     yield
     await set_mode_once_netns_are_gone(backend, NetnsMode.SHARED)
-
-
-@pytest.fixture
-async def udev_events() -> AsyncIterator[asyncio.Queue[Event]]:
-    queue: asyncio.Queue[Event] = asyncio.Queue()
-    source = UdevEvents()
-    await source.start(queue.put_nowait)
-    yield queue
-    await source.stop()
 
 
 async def until(check: Callable[[], Awaitable[bool]], events: asyncio.Queue[Event]) -> None:
