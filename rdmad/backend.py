@@ -91,10 +91,12 @@ class NetdevBackend(Protocol):
         ifname: str,
         mtu: int | None,
         addresses: tuple[str, ...],
+        host: HostConfig | None = None,
     ) -> Placement:
         """Move an init_net netdev into `target`, rename it, set MTU and addresses, bring it up.
 
-        All or nothing: on failure the netdev is back in init_net as it was.
+        `host` is the netdev's host_config() when the caller has just read it. All or
+        nothing: on failure the netdev is back in init_net as it was.
         """
         ...
 

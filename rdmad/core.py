@@ -104,6 +104,9 @@ class Core:
         self._refresh_task: asyncio.Task[None] | None = None
         self._refresh_lock = asyncio.Lock()
         self._touched_links: set[int] | None = None  # set while a netdev dump runs
+        self._reload_lock = asyncio.Lock()
+        self._announced: dict[str, DeviceView] = {}  # what observers were last told
+        self._sync_task: asyncio.Task[None] | None = None
         self._pump: asyncio.Task[None] | None = None
         # Released(reconciled) found at start, announced once observers are attached.
         self._startup_releases: list[Claim] = []
@@ -120,6 +123,23 @@ class Core:
                 getattr(obs, event)(*args)
             except Exception:  # an observer bug must not break the state machine
                 log.exception("observer %r failed", obs)
+
+    def _changed(self, view: DeviceView) -> None:
+        self._announced[view.device.name] = view
+        self._notify("device_changed", view)
+
+    def _schedule_view_sync(self) -> None:
+        """A device's state follows from its record, its netdev's presence and the claims,
+        which change through different paths: after each burst, announce every view that
+        differs from what was last announced, so observers never keep a stale state."""
+        if self._sync_task is None or self._sync_task.done():
+            self._sync_task = asyncio.ensure_future(self._sync_views())
+
+    async def _sync_views(self) -> None:
+        await asyncio.sleep(0)  # after the rest of the burst
+        for view in self.devices():
+            if self._announced.get(view.device.name) != view:
+                self._changed(view)
 
     def announce_startup(self) -> None:
         """Emit the Released(reconciled) of claims ended during start."""
@@ -193,10 +213,12 @@ class Core:
         if visible is not None:
             self._inv.replace_devices(listed, keep=self._moved_devices())
         await self._reconcile()
+        self._announced = {view.device.name: view for view in self.devices()}
         self._pump = asyncio.create_task(self._consume_events(), name="rdmad-events")
 
     async def close(self) -> None:
-        tasks = [t for t in (self._pump, self._refresh_task, *self._tasks) if t is not None]
+        pending = (self._pump, self._refresh_task, self._sync_task, *self._tasks)
+        tasks = [t for t in pending if t is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -346,7 +368,7 @@ class Core:
                 claim.netdev_moved = True
             elif host is not None:
                 placed = await self._net.place(
-                    host.ifindex, target, claim.ifname, opts.mtu, opts.addresses
+                    host.ifindex, target, claim.ifname, opts.mtu, opts.addresses, host
                 )
                 claim.netdev_moved = True
             else:
@@ -364,7 +386,7 @@ class Core:
             raise
         log.info("claimed %s into %s as claim %s", dev.name, claim.netns, claim.id)
         self._notify("claimed", claim)
-        self._notify("device_changed", self._view(dev))
+        self._changed(self._view(dev))
         return claim
 
     async def _fresh(self, dev: RdmaDevice) -> RdmaDevice:
@@ -405,8 +427,8 @@ class Core:
             claim.phase = ClaimPhase.RELEASING
             self._save()
             self._step("releasing-written")
-            live = await self._net.live_nsids()
-            await self._give_back(claim, netns_alive=claim.nsid in live)
+            # By inode, not nsid: a dead netns's nsid may already name another one.
+            await self._give_back(claim, netns_alive=self._netns_reachable(claim))
             self._drop(claim)
             self._save()
             self._step("released-written")
@@ -417,7 +439,7 @@ class Core:
         self._notify("released", claim, reason)
         dev = self._inv.devices.get(claim.device)
         if dev is not None:
-            self._notify("device_changed", self._view(dev))
+            self._changed(self._view(dev))
 
     def _drop(self, claim: Claim) -> None:
         self._claims.pop(claim.id, None)
@@ -546,7 +568,7 @@ class Core:
             log.info("RDMA netns mode is %s", mode.value)
             self._notify("mode_changed", mode)
             for view in self.devices():
-                self._notify("device_changed", view)
+                self._changed(view)
 
     # ------------------------------------------------------------------ events
     def handle(self, event: Event) -> None:
@@ -560,29 +582,11 @@ class Core:
                 await self._apply(event)
             except Exception:
                 log.exception("handling %r failed", event)
+            self._schedule_view_sync()
 
     async def _apply(self, event: Event) -> None:
-        if isinstance(event, LinkChanged | LinkRemoved) and self._touched_links is not None:
-            ifindex = event.netdev.ifindex if isinstance(event, LinkChanged) else event.ifindex
-            self._touched_links.add(ifindex)
-        if isinstance(event, LinkChanged):
-            nd = event.netdev
-            self._inv.netdevs[nd.ifindex] = nd
-            waiter = self._link_waiters.get(nd.ifindex)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
-            if any(h.ifindex == nd.ifindex for h in self._pending_restores):
-                self._spawn(self._restore_pending_and_save())
-            self._schedule_refresh(self._devices_on(nd.ifindex, nd.name))
-        elif isinstance(event, LinkRemoved):
-            concerned = self._devices_on(event.ifindex, event.name)
-            # The event can be older than what we know: a claim re-read the kernel since, or
-            # a release brought the netdev home before this RTM_DELLINK was read. Forgetting
-            # an RDMA device's netdev on a stale event would leave it "unavailable" until its
-            # next event, so ask the kernel first.
-            if concerned == set() or not await self._netdev_home(event.ifindex):
-                self._inv.netdevs.pop(event.ifindex, None)
-            self._schedule_refresh(concerned)
+        if isinstance(event, LinkChanged | LinkRemoved):
+            await self._apply_link(event)
         elif isinstance(event, NetnsGone):
             for claim in [c for c in self._claims.values() if c.nsid == event.nsid]:
                 self._spawn(self._end_claim(claim, ReleaseReason.NETNS_GONE))
@@ -635,21 +639,24 @@ class Core:
         self._finish_release(claim, reason)
 
     async def _reload_netdevs(self) -> None:
-        """Replace the netdev table with a dump. Events applied while the dump ran may be
-        newer or older than it, so the netdevs they touched are asked for once more."""
-        touched: set[int] = set()
-        self._touched_links = touched
-        try:
-            table = {nd.ifindex: nd for nd in await self._net.list_netdevs()}
-        finally:
-            self._touched_links = None
-        for ifindex in touched:
-            nd = await self._net.get_netdev(ifindex)
-            if nd is None:
-                table.pop(ifindex, None)
-            else:
-                table[ifindex] = nd
-        self._inv.netdevs = table
+        """Replace the netdev table with a dump. Events applied while it runs may be newer or
+        older than the dump, so every netdev they touch is asked for once more, until no
+        event came in meanwhile; only then is the table swapped (no await in between)."""
+        async with self._reload_lock:  # one at a time: each tracks the events it overlaps
+            touched: set[int] = set()
+            self._touched_links = touched
+            try:
+                table = {nd.ifindex: nd for nd in await self._net.list_netdevs()}
+                while touched:
+                    ifindex = touched.pop()
+                    nd = await self._net.get_netdev(ifindex)  # an event meanwhile re-adds it
+                    if nd is None:
+                        table.pop(ifindex, None)
+                    else:
+                        table[ifindex] = nd
+                self._inv.netdevs = table
+            finally:
+                self._touched_links = None
 
     async def _resync(self) -> None:
         await self._reload_netdevs()
@@ -661,6 +668,32 @@ class Core:
         await self._refresh()
 
     # ------------------------------------------------------------------ RDMA inventory
+    async def _apply_link(self, event: LinkChanged | LinkRemoved) -> None:
+        if isinstance(event, LinkChanged):
+            ifindex, name = event.netdev.ifindex, event.netdev.name
+        else:
+            ifindex, name = event.ifindex, event.name
+        if self._touched_links is not None:
+            self._touched_links.add(ifindex)
+        if isinstance(event, LinkChanged):
+            nd = event.netdev
+            self._inv.netdevs[nd.ifindex] = nd
+            waiter = self._link_waiters.get(nd.ifindex)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+            if any(h.ifindex == nd.ifindex for h in self._pending_restores):
+                self._spawn(self._restore_pending_and_save())
+            self._schedule_refresh(self._devices_on(ifindex, name))
+        else:
+            concerned = self._devices_on(ifindex, name)
+            # The event can be older than what we know: a claim re-read the kernel since, or
+            # a release brought the netdev home before this RTM_DELLINK was read. Forgetting
+            # an RDMA device's netdev on a stale event would leave it "unavailable" until its
+            # next event, so ask the kernel first.
+            if concerned == set() or not await self._netdev_home(ifindex):
+                self._inv.netdevs.pop(ifindex, None)
+            self._schedule_refresh(concerned)
+
     def _devices_on(self, ifindex: int, name: str) -> set[str] | None:
         """The RDMA devices a change to this netdev can concern; None if it could be any
         (a device without a netdev may be about to get this one)."""
@@ -697,6 +730,7 @@ class Core:
                     await self._refresh()
             except Exception:
                 log.exception("re-reading the RDMA inventory failed")
+            self._schedule_view_sync()
 
     async def _refresh_devices(self, names: set[str]) -> bool:
         """Re-read a few devices. False when that is not enough (one left init_net, or the
@@ -715,7 +749,7 @@ class Core:
                     return False
                 if fresh != old:
                     self._inv.put(fresh)
-                    self._notify("device_changed", self._view(fresh))
+                    self._changed(self._view(fresh))
         return True
 
     async def _refresh(self) -> None:
@@ -737,13 +771,16 @@ class Core:
                 waiter.set_result(None)
         diff = self._inv.replace_devices(listed, keep=self._moved_devices() | busy)
         for dev in diff.removed:
+            self._announced.pop(dev.name, None)
             self._notify("device_removed", self._view(dev))
             for claim in [c for c in self._claims.values() if c.device == dev.name]:
                 self._spawn(self._end_claim(claim, ReleaseReason.DEVICE_REMOVED))
         for dev in diff.added:
-            self._notify("device_added", self._view(dev))
+            view = self._view(dev)
+            self._announced[dev.name] = view
+            self._notify("device_added", view)
         for dev in diff.changed:
-            self._notify("device_changed", self._view(dev))
+            self._changed(self._view(dev))
 
     # ------------------------------------------------------------------ persistence
     def _save(self) -> None:

@@ -37,8 +37,12 @@ class Inventory:
         return self._on_ifindex.get(ifindex, set()) | self._on_name.get(name, set())
 
     def put(self, dev: RdmaDevice) -> None:
+        """Update one device (O(1): a link event must not cost O(devices))."""
+        old = self.devices.get(dev.name)
+        if old is not None:
+            self._unindex(old)
         self.devices[dev.name] = dev
-        self._index()
+        self._add_index(dev)
 
     def netdev_by_name(self, name: str) -> Netdev | None:
         for nd in self.netdevs.values():
@@ -69,11 +73,19 @@ class Inventory:
     def _index(self) -> None:
         self._on_ifindex, self._on_name, self.unbound = {}, {}, set()
         for dev in self.devices.values():
-            if not dev.netdev:
-                self.unbound.add(dev.name)
-                continue
-            self._on_ifindex.setdefault(dev.netdev_ifindex, set()).add(dev.name)
-            self._on_name.setdefault(dev.netdev, set()).add(dev.name)
+            self._add_index(dev)
+
+    def _add_index(self, dev: RdmaDevice) -> None:
+        if not dev.netdev:
+            self.unbound.add(dev.name)
+            return
+        self._on_ifindex.setdefault(dev.netdev_ifindex, set()).add(dev.name)
+        self._on_name.setdefault(dev.netdev, set()).add(dev.name)
+
+    def _unindex(self, dev: RdmaDevice) -> None:
+        self.unbound.discard(dev.name)
+        self._on_ifindex.get(dev.netdev_ifindex, set()).discard(dev.name)
+        self._on_name.get(dev.netdev, set()).discard(dev.name)
 
     def view(self, dev: RdmaDevice, mine: list[Claim], mode: NetnsMode) -> DeviceView:
         """`mine`: the device's claims."""

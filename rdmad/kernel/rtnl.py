@@ -213,9 +213,10 @@ class RtnlBackend:
         ifname: str,
         mtu: int | None,
         addresses: tuple[str, ...],
+        host: HostConfig | None = None,
     ) -> Placement:
         cidrs = parse_cidrs(addresses)
-        host = await self.host_config(ifindex)
+        host = host or await self.host_config(ifindex)
         where = netns_label(target.inode)
         what = f"moving {host.name} into {where} as {ifname}"
         try:
@@ -352,13 +353,14 @@ class RtnlBackend:
                 await self._ipr.link("set", index=ifindex, state="down")
             await self._rename_home(ifindex, host.name, msg, what)
             self.step("host-renamed")
-        if host.mtu and cur.mtu != host.mtu:
-            with _op(what + f": setting MTU {host.mtu}"):
-                await self._ipr.link("set", index=ifindex, mtu=host.mtu)
         async with self._dumping:
             await _sync_addresses(self._ipr, ifindex, cidrs, what)
-        with _op(what + ": setting admin state"):
-            await self._ipr.link("set", index=ifindex, state="up" if host.up else "down")
+        # MTU and admin state in one message: one round trip less on every release.
+        settings: dict[str, Any] = {"state": "up" if host.up else "down"}
+        if host.mtu and cur.mtu != host.mtu:
+            settings["mtu"] = host.mtu
+        with _op(what + ": setting " + " and ".join(sorted(settings))):
+            await self._ipr.link("set", index=ifindex, **settings)
 
     async def _rename_home(self, ifindex: int, name: str, msg: Any, what: str) -> None:
         """Rename a returned netdev to its host name. udev gives a netdev that comes back
