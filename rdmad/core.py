@@ -242,7 +242,8 @@ class Core:
     async def _reconcile(self) -> None:
         live = await self._net.live_nsids()
         for claim in list(self._claims.values()):
-            alive = claim.nsid in live if claim.nsid >= 0 else self._netns_reachable(claim)
+            # The nsid says dead for sure; a live nsid may have been reused by another netns.
+            alive = (claim.nsid < 0 or claim.nsid in live) and self._netns_reachable(claim)
             if claim.phase == ClaimPhase.PENDING:
                 log.warning("claim %s was interrupted while being made: undoing it", claim.id)
                 await self._give_back(claim, netns_alive=alive)

@@ -184,7 +184,9 @@ async def run(cfg: Config) -> int:
 
     if step_hook is not None:
         step_hook.armed = True
-    systemd.notify_ready(f"serving {len(core.devices())} RDMA devices, {len(core.claims())} claims")
+    status = f"serving {len(core.devices())} RDMA devices, {len(core.claims())} claims"
+    # What went wrong at start (e.g. an unreadable state file) stays in `systemctl status`.
+    systemd.notify_ready("; ".join([status, *core.startup_notes]))
     journal.log_event(
         log,
         journal.MESSAGE_START,

@@ -37,6 +37,7 @@ async def test_corrupt_state_file_is_kept_aside_reported_and_rebuilt_from_the_ke
     (state / "state.json").write_bytes(CORRUPT[kind])
     async with reliability_rig(bus_address, tmp_path, 2) as rig:
         assert "state file unreadable" in rig.daemon.log(), "the operator is told"
+        assert "state file unreadable" in rig.daemon.notified[-1], "and systemctl status says so"
         assert (state / "state.json.corrupt").read_bytes() == CORRUPT[kind], "evidence kept"
         assert await rig.client.manager("ListClaims") == []
         settings = settings_of(rig.nics)

@@ -46,6 +46,7 @@ class RdmadProcess:
     env: dict[str, str] = field(default_factory=dict)
     proc: asyncio.subprocess.Process | None = None
     log_path: Path | None = None
+    notified: list[str] = field(default_factory=list)  # sd_notify messages, in order
 
     @property
     def state_dir(self) -> Path:
@@ -108,6 +109,7 @@ class RdmadProcess:
                 if recv not in done:
                     recv.cancel()
                     raise RuntimeError(f"rdmad exited with {self.proc.returncode}")
+                self.notified.append(recv.result().decode(errors="replace"))
                 if b"READY=1" in recv.result().split(b"\n"):
                     return
         finally:
