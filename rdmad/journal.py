@@ -102,7 +102,10 @@ class RdmadJournalHandler(_journal.JournalHandler):  # type: ignore[misc]  # unt
         try:
             fields = record_fields(record, self.format(record))
             message = fields.pop("MESSAGE")
-            self.send(message, **fields)
+            # systemd.journal.send() formats CODE_LINE with {:d}: a str raises ValueError
+            # and the record is lost (found by tests/guest/harness/run-systemd-check.sh).
+            code_line = int(fields.pop("CODE_LINE"))
+            self.send(message, CODE_LINE=code_line, **fields)
         except Exception:
             self.handleError(record)
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import logging
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -170,3 +172,20 @@ def test_stderr_is_journal_matches_device_and_inode() -> None:
 def test_bad_target() -> None:
     with pytest.raises(ValueError, match="log target"):
         journal.setup_logging(target="syslog")
+
+
+def test_journal_handler_with_real_send(
+    logger: logging.Logger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through systemd-python's own send() (only its socket write, sendv, replaced): it
+    rejects a str CODE_LINE, which a fake sender does not notice."""
+    sysjournal = importlib.import_module("systemd.journal")
+    written: list[tuple[str, ...]] = []
+    monkeypatch.setattr(sysjournal, "sendv", lambda *args: written.append(args))
+    journal.setup_logging("info", target="journal", sender=sysjournal.send)
+    journal.log_event(logger, journal.MESSAGE_START, "rdmad ready", device="rxe0")
+    assert len(written) == 1
+    args = written[0]
+    assert "MESSAGE=rdmad ready" in args
+    assert "RDMAD_DEVICE=rxe0" in args
+    assert any(re.fullmatch(r"CODE_LINE=\d+", a) for a in args), args
