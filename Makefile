@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 GUEST  := tests/guest/harness
 
-.PHONY: setup kernels lint test test-host test-guest test-guest-7.3 test-guest-6.1 demo demo-host bench bench-smoke
+.PHONY: setup kernels lint test test-host test-guest test-guest-7.3 test-guest-6.1 test-systemd demo demo-host bench bench-smoke
 
 setup:
 	scripts/bootstrap.sh
@@ -29,7 +29,12 @@ test-guest-6.1: kernels
 
 test-guest: test-guest-7.3 test-guest-6.1
 
-test: lint test-host test-guest bench-smoke
+# rdmad under systemd as PID 1 in a bookworm image: notify, bus policy, journald fields,
+# systemd-analyze security.
+test-systemd: kernels
+	$(GUEST)/run-systemd-check.sh
+
+test: lint test-host test-guest test-systemd bench-smoke
 
 demo: kernels
 	scripts/demo.sh --guest

@@ -65,7 +65,8 @@ def log_event(
         if value is not None:
             extra[key] = str(value)
     # "%s" + arg: a '%' inside msg (a netns path, a name) must not be %-formatted.
-    logger.log(level, "%s", msg, extra=extra)
+    # stacklevel: CODE_FILE/CODE_LINE name the caller, not this helper.
+    logger.log(level, "%s", msg, extra=extra, stacklevel=2)
 
 
 def record_fields(record: logging.LogRecord, message: str) -> dict[str, str]:
