@@ -66,7 +66,9 @@ def _event_sources(cfg: Config) -> list[EventSource]:
 
     rcvbuf = os.environ.get(RCVBUF_ENV)
     rtnl = RtnlEventSource(int(rcvbuf)) if rcvbuf else RtnlEventSource()
-    sources: list[EventSource] = [rtnl, UdevEvents()]
+    udev_rcvbuf = os.environ.get(UDEV_RCVBUF_ENV)
+    udev = UdevEvents(rcvbuf=int(udev_rcvbuf)) if udev_rcvbuf else UdevEvents()
+    sources: list[EventSource] = [rtnl, udev]
     if not cfg.sim_devices:
         sources.append(RdmaMonitorEvents())
     return sources
@@ -81,7 +83,9 @@ def _event_sources(cfg: Config) -> list[EventSource]:
 #                                      and SIGCONT us.
 #   RDMAD_TEST_RCVBUF=<bytes>         receive buffer of the rtnetlink event socket, tiny to
 #                                      force overruns (ENOBUFS).
+#   RDMAD_TEST_UDEV_RCVBUF=<bytes>    the same for the uevent (pyudev) socket.
 CRASH_ENV, PAUSE_ENV, RCVBUF_ENV = "RDMAD_TEST_CRASH_AT", "RDMAD_TEST_PAUSE_AT", "RDMAD_TEST_RCVBUF"
+UDEV_RCVBUF_ENV = "RDMAD_TEST_UDEV_RCVBUF"
 CRASH_EXIT = 137  # what a shell reports for SIGKILL
 
 

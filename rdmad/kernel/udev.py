@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -38,18 +39,25 @@ def _pyudev_monitor(source: str) -> Any:
 
 
 class UdevEvents:
-    """Implements rdmad.backend.EventSource over a pyudev monitor."""
+    """Implements rdmad.backend.EventSource over a pyudev monitor. `rcvbuf` (bytes) replaces
+    libudev's 128 MiB receive buffer; only tests make it tiny, to provoke overruns."""
 
     def __init__(
-        self, source: str | None = None, monitor_factory: MonitorFactory = _pyudev_monitor
+        self,
+        source: str | None = None,
+        monitor_factory: MonitorFactory = _pyudev_monitor,
+        rcvbuf: int | None = None,
     ) -> None:
         self.source = source or default_source()
         self._factory = monitor_factory
+        self._rcvbuf = rcvbuf
         self._monitor: Any = None
         self._sink: EventSink | None = None
 
     async def start(self, sink: EventSink) -> None:
         monitor = self._factory(self.source)
+        if self._rcvbuf is not None:  # libudev forces it (SO_RCVBUFFORCE): needs CAP_NET_ADMIN
+            monitor.set_receive_buffer_size(self._rcvbuf)
         for subsystem in RDMA_SUBSYSTEMS:
             monitor.filter_by(subsystem)
         monitor.start()  # subscribed from here on: the caller may enumerate now
@@ -61,13 +69,22 @@ class UdevEvents:
             asyncio.get_running_loop().remove_reader(self._monitor.fileno())
             self._monitor = None
 
+    def _socket_error(self) -> int:
+        """SO_ERROR of the monitor's socket (read on a dup, so the monitor keeps its fd)."""
+        assert self._monitor is not None
+        with socket.socket(fileno=os.dup(self._monitor.fileno())) as sock:
+            return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+
     def _readable(self) -> None:
         assert self._monitor is not None and self._sink is not None
         while True:
             try:
                 device = self._monitor.poll(timeout=0)
             except OSError as e:
-                if e.errno != errno.ENOBUFS:
+                # pyudev's poll() turns POLLERR into an OSError without errno, before any
+                # recv: take the socket's pending error (ENOBUFS after an overrun) ourselves,
+                # which also clears it (else the fd stays readable and this repeats forever).
+                if (e.errno or self._socket_error()) != errno.ENOBUFS:
                     raise
                 self._sink(Resync("udev"))  # uevents were dropped: re-read everything
                 continue

@@ -9,6 +9,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from rdmad.events import Event, RdmaChanged, Resync
 from rdmad.kernel.rdma_sysfs import SysfsFacts, sysfs_facts
 from rdmad.kernel.udev import RDMA_SUBSYSTEMS, UdevEvents
@@ -30,6 +32,10 @@ class FakeMonitor:
         self.filters: list[str] = []
         self.started = False
         self.queue: list[FakeDevice | OSError] = []
+        self.rcvbuf: int | None = None
+
+    def set_receive_buffer_size(self, size: int) -> None:
+        self.rcvbuf = size
 
     def filter_by(self, subsystem: str) -> None:
         self.filters.append(subsystem)
@@ -82,6 +88,27 @@ async def test_udev_overrun_becomes_resync() -> None:
     source, queue = await started(monitor)
     monitor.push(OSError(errno.ENOBUFS, "No buffer space available"))
     assert await asyncio.wait_for(queue.get(), 5) == Resync("udev")
+    await source.stop()
+
+
+async def test_udev_pollerr_with_enobufs_pending_becomes_resync(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pyudev's poll() reports POLLERR as an OSError without errno; the pending socket error
+    (read with SO_ERROR) says it was an overrun."""
+    monitor = FakeMonitor()
+    source, queue = await started(monitor)
+    monkeypatch.setattr(source, "_socket_error", lambda: errno.ENOBUFS)
+    monitor.push(OSError("Error while polling fd: 7"))
+    assert await asyncio.wait_for(queue.get(), 5) == Resync("udev")
+    await source.stop()
+
+
+async def test_udev_rcvbuf_is_set_on_the_monitor() -> None:
+    monitor = FakeMonitor()
+    source = UdevEvents("kernel", lambda _source: monitor, rcvbuf=4096)
+    await source.start(asyncio.Queue[Event]().put_nowait)
+    assert monitor.rcvbuf == 4096
     await source.stop()
 
 
