@@ -59,10 +59,21 @@ def sim_devices() -> str:
 
 
 @pytest.fixture(scope="module")
+def daemon_env() -> dict[str, str]:
+    """Extra environment for the module's daemon (test-only knobs); a module overrides it."""
+    return {}
+
+
+@pytest.fixture(scope="module")
 async def rdmad(
-    bus_address: str, sim_devices: str, tmp_path_factory: pytest.TempPathFactory
+    bus_address: str,
+    sim_devices: str,
+    daemon_env: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[RdmadProcess]:
-    daemon = RdmadProcess(bus_address, tmp_path_factory.mktemp("rdmad"), sim_devices)
+    daemon = RdmadProcess(
+        bus_address, tmp_path_factory.mktemp("rdmad"), sim_devices, env=daemon_env
+    )
     await daemon.start(timeout=DAEMON_START)
     try:
         yield daemon

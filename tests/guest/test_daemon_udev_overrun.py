@@ -14,7 +14,6 @@ import asyncio
 import os
 import signal
 import tempfile
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -26,25 +25,13 @@ pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log
 
 RCVBUF = 4096  # bytes asked; the kernel doubles it: a few uevents at most
 DEVICES = 20  # rxe devices (each on its own veth) added while the daemon is stopped
-DAEMON_START = 180.0  # s, as tests/guest/conftest.py: imports over 9p under TCG
 UDEV_RESYNC = "udev events were lost (socket overrun): resynchronising"
 
 
 @pytest.fixture(scope="module")
-async def rdmad(
-    bus_address: str, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[RdmadProcess]:
+def daemon_env() -> dict[str, str]:
     """This module's daemon: tiny uevent buffer, rtnetlink buffer left at its default."""
-    env = {"RDMAD_TEST_UDEV_RCVBUF": str(RCVBUF), "RDMAD_TEST_RCVBUF": ""}
-    daemon = RdmadProcess(bus_address, tmp_path_factory.mktemp("rdmad"), env=env)
-    await daemon.start(timeout=DAEMON_START)
-    try:
-        yield daemon
-    finally:
-        try:
-            await daemon.stop()
-        finally:
-            await daemon.kill()
+    return {"RDMAD_TEST_UDEV_RCVBUF": str(RCVBUF), "RDMAD_TEST_RCVBUF": ""}
 
 
 def batch(tool: str, lines: list[str]) -> None:
