@@ -45,6 +45,8 @@ from rdmad.model import HostConfig, Netdev, netns_label
 log = logging.getLogger(__name__)
 
 NETNSA_NSID_NOT_ASSIGNED = 0xFFFFFFFF  # -1 as the u32 pyroute2 decodes
+# udev may add the altname again while we drop it; a few tries cover its one uevent.
+_RENAME_ATTEMPTS = 3
 
 Msg = Any  # pyroute2 messages are untyped
 Cidr = ipaddress.IPv4Interface | ipaddress.IPv6Interface
@@ -351,7 +353,7 @@ class RtnlBackend:
         if cur.name != host.name:
             with _op(what + ": setting it down to rename"):
                 await self._ipr.link("set", index=ifindex, state="down")
-            await self._rename_home(ifindex, host.name, msg, what)
+            await self._rename_home(ifindex, host.name, what)
             self.step("host-renamed")
         async with self._dumping:
             await _sync_addresses(self._ipr, ifindex, cidrs, what)
@@ -362,22 +364,28 @@ class RtnlBackend:
         with _op(what + ": setting " + " and ".join(sorted(settings))):
             await self._ipr.link("set", index=ifindex, **settings)
 
-    async def _rename_home(self, ifindex: int, name: str, msg: Any, what: str) -> None:
+    async def _rename_home(self, ifindex: int, name: str, what: str) -> None:
         """Rename a returned netdev to its host name. udev gives a netdev that comes back
         under another name its predictable name as an *altname*, and the kernel refuses a
-        rename to any name in use, its own altnames included: drop that altname first."""
-        try:
-            await _setlink(self._ipr, ifindex, ("IFLA_IFNAME", name))
-            return
-        except NetlinkError as e:
-            if e.code != errno.EEXIST or name not in _altnames(msg):
-                raise self._name_error(e, what, name, "init_net") from e
-        with _op(what + f": dropping its altname {name}"):
-            await self._ipr.link("property_del", index=ifindex, altname=name)
-        try:
-            await _setlink(self._ipr, ifindex, ("IFLA_IFNAME", name))
-        except NetlinkError as e:
-            raise self._name_error(e, what, name, "init_net") from e
+        rename to any name in use, its own altnames included: drop that altname first.
+        udev does this asynchronously, so the altname can appear after any read of ours:
+        check again after each EEXIST instead of trusting an earlier read."""
+        for _ in range(_RENAME_ATTEMPTS):
+            self.step("host-renaming")
+            try:
+                await _setlink(self._ipr, ifindex, ("IFLA_IFNAME", name))
+                return
+            except NetlinkError as e:
+                if e.code != errno.EEXIST:
+                    raise self._name_error(e, what, name, "init_net") from e
+                refused = e
+            with _op(what + ": reading its altnames"):
+                (msg,) = await self._ipr.link("get", index=ifindex)
+            if name not in _altnames(msg):
+                break  # another netdev holds the name: never take it
+            with _op(what + f": dropping its altname {name}"):
+                await self._ipr.link("property_del", index=ifindex, altname=name)
+        raise self._name_error(refused, what, name, "init_net") from refused
 
     async def delete(self, placement: Placement) -> None:
         """Delete by nsid. Already gone (ENODEV) counts as done: the netns may have died."""

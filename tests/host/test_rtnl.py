@@ -144,6 +144,24 @@ async def test_restore_takes_back_a_host_name_that_udev_made_an_altname(
     assert await rtnl.host_config(configured.ifindex) == configured
 
 
+async def test_restore_takes_back_a_host_name_that_udev_makes_an_altname_mid_restore(
+    rtnl: RtnlBackend, veth: VethPair, configured: HostConfig
+) -> None:
+    # udev works asynchronously: the altname can appear after restore has read the link.
+    returned = "dev" + veth.host[-8:]
+    ip("link", "set", veth.host, "name", returned)
+    added: list[str] = []
+
+    def udev_adds_the_altname(step: str) -> None:
+        if step == "host-renaming" and not added:
+            ip("link", "property", "add", "dev", returned, "altname", veth.host)
+            added.append(step)
+
+    rtnl.step = udev_adds_the_altname
+    await rtnl.restore(configured.ifindex, configured)
+    assert added and await rtnl.host_config(configured.ifindex) == configured
+
+
 async def test_restore_does_not_steal_another_netdevs_name(
     rtnl: RtnlBackend, veth: VethPair, configured: HostConfig
 ) -> None:
