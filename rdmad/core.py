@@ -330,17 +330,15 @@ class Core:
         claim_id = secrets.token_hex(8)
         # Read before the first await: events applied meanwhile must not change the parent.
         parent = self._netdev_of(dev).ifindex if opts.shared else 0
-        host: HostConfig | None = None
-        if not opts.shared and opts.netdev:
-            netdev = self._netdev_of(dev)
-            host = replace(await self._net.host_config(netdev.ifindex), kind=netdev.kind)
+        moving = self._netdev_of(dev) if not opts.shared and opts.netdev else None
+        host, nsid = await asyncio.gather(self._host_config(moving), self._net.nsid(target))
         default_ifname = DEFAULT_SHARED_IFNAME if opts.shared else (host.name if host else "")
         claim = Claim(
             id=claim_id,
             device=dev.name,
             netns_inode=target.inode,
             netns_path=target.path,
-            nsid=await self._net.nsid(target),
+            nsid=nsid,
             ifname=opts.ifname or default_ifname,
             shared=opts.shared,
             owner=opts.owner,
@@ -389,6 +387,12 @@ class Core:
         self._notify("claimed", claim)
         self._changed(self._view(dev))
         return claim
+
+    async def _host_config(self, netdev: Netdev | None) -> HostConfig | None:
+        """What to restore on release, for a claim that moves the device's netdev."""
+        if netdev is None:
+            return None
+        return replace(await self._net.host_config(netdev.ifindex), kind=netdev.kind)
 
     async def _fresh(self, dev: RdmaDevice) -> RdmaDevice:
         """The inventory is fed by events, which can lag behind our own last kernel step (a

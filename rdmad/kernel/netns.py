@@ -329,10 +329,14 @@ class NetnsRunner:
         return ThreadPoolExecutor(self._max_workers, thread_name_prefix="rdmad-netns")
 
     async def run(self, target_fd: int, fn: Callable[[], T]) -> T:
+        return await self.submit(target_fd, fn)
+
+    def submit(self, target_fd: int, fn: Callable[[], T]) -> asyncio.Future[T]:
+        """Hand `fn` to a worker now, without yielding to the loop first."""
         loop = asyncio.get_running_loop()
         with self._lock:
             pool = self._pool
-        return await loop.run_in_executor(pool, self._call, pool, target_fd, fn)
+        return loop.run_in_executor(pool, self._call, pool, target_fd, fn)
 
     def _call(self, pool: ThreadPoolExecutor, target_fd: int, fn: Callable[[], T]) -> T:
         self._libc.setns_net(target_fd)
@@ -383,3 +387,10 @@ async def run_in_netns(target_fd: int, fn: Callable[[], T]) -> T:
         await run_in_netns(target.fd, lambda: nl_request(set_dev_netns(idx, init_fd)))
     """
     return await _runner().run(target_fd, fn)
+
+
+def submit_in_netns(target_fd: int, fn: Callable[[], T]) -> asyncio.Future[T]:
+    """`run_in_netns`, started before this returns: the worker runs while the caller goes on
+    with blocking work on the loop thread (a netns move blocks in send()). Keep the fd open
+    until the future is done."""
+    return _runner().submit(target_fd, fn)

@@ -39,7 +39,12 @@ from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
 
 from rdmad.backend import NetnsTarget, Placement
 from rdmad.errors import InvalidArgs, InvalidNetns, RdmadError, from_errno
-from rdmad.kernel.netns import KernelNetnsResolver, candidate_paths, run_in_netns
+from rdmad.kernel.netns import (
+    KernelNetnsResolver,
+    candidate_paths,
+    run_in_netns,
+    submit_in_netns,
+)
 from rdmad.model import HostConfig, Netdev, netns_label
 
 log = logging.getLogger(__name__)
@@ -97,17 +102,23 @@ def _op(what: str) -> Iterator[None]:
         raise _kernel_error(e, what) from e
 
 
-def _ifmsg(index: int, *attrs: tuple[str, Any]) -> ifinfmsg:
+def _ifmsg(index: int, *attrs: tuple[str, Any], up: bool | None = None) -> ifinfmsg:
     msg = ifinfmsg()
     msg["index"] = index
     msg["attrs"] = list(attrs)
+    if up is not None:
+        msg["change"] = IFF_UP
+        msg["flags"] = IFF_UP if up else 0
     return msg
 
 
-async def _setlink(ipr: AsyncIPRoute, index: int, *attrs: tuple[str, Any]) -> None:
-    """A raw RTM_SETLINK: the high-level API rewrites some attributes (net_ns_fd, ifname)."""
+async def _setlink(
+    ipr: AsyncIPRoute, index: int, *attrs: tuple[str, Any], up: bool | None = None
+) -> None:
+    """A raw RTM_SETLINK: the high-level API rewrites some attributes (net_ns_fd, ifname).
+    The kernel applies a netns move first, then MTU, then the name, then the admin state."""
     async for _ in await ipr.nlm_request(
-        _ifmsg(index, *attrs), RTM_SETLINK, NLM_F_REQUEST | NLM_F_ACK
+        _ifmsg(index, *attrs, up=up), RTM_SETLINK, NLM_F_REQUEST | NLM_F_ACK
     ):
         pass
 
@@ -126,12 +137,10 @@ class _InNetns:
 
     @classmethod
     async def open(cls, netns_fd: int) -> _InNetns:
-        sock = await run_in_netns(
-            netns_fd,
-            lambda: socket.socket(
-                socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
-            ),
-        )
+        return cls.wrap(await run_in_netns(netns_fd, _rtnl_socket))
+
+    @classmethod
+    def wrap(cls, sock: socket.socket) -> _InNetns:
         try:
             return cls(AsyncIPRoute(use_socket=sock), sock)
         except BaseException:
@@ -145,6 +154,12 @@ class _InNetns:
             self._sock.close()  # AsyncIPRoute leaves a use_socket open
 
 
+def _rtnl_socket() -> socket.socket:
+    return socket.socket(
+        socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
+    )
+
+
 @contextlib.asynccontextmanager
 async def _in_netns(netns_fd: int) -> AsyncIterator[AsyncIPRoute]:
     ns = await _InNetns.open(netns_fd)
@@ -152,6 +167,40 @@ async def _in_netns(netns_fd: int) -> AsyncIterator[AsyncIPRoute]:
         yield ns.ipr
     finally:
         ns.close()
+
+
+class _Opening:
+    """An in-netns socket being opened by a worker thread, for use after a netns move. The
+    move blocks the loop in send() for ~15 ms; the worker opens the socket meanwhile, where
+    opening it afterwards waits on the loop (and the GIL) handling the move's events."""
+
+    def __init__(self, netns_fd: int) -> None:
+        self._sock = submit_in_netns(netns_fd, _rtnl_socket)  # submitted now, not on await
+        self._ns: _InNetns | None = None
+
+    async def ipr(self) -> AsyncIPRoute:
+        if self._ns is None:
+            self._ns = _InNetns.wrap(await self._sock)
+        return self._ns.ipr
+
+    async def close(self) -> None:
+        if self._ns is not None:
+            self._ns.close()
+            return
+        try:
+            sock = await self._sock
+        except Exception:  # the operation's own error is the one to report
+            return
+        sock.close()
+
+
+@contextlib.asynccontextmanager
+async def _opening_in_netns(netns_fd: int) -> AsyncIterator[_Opening]:
+    opening = _Opening(netns_fd)
+    try:
+        yield opening
+    finally:
+        await opening.close()
 
 
 class RtnlBackend:
@@ -194,10 +243,10 @@ class RtnlBackend:
 
     async def host_config(self, ifindex: int) -> HostConfig:
         with _op(f"reading netdev {ifindex}"):
-            (msg,) = await self._ipr.link("get", index=ifindex)
+            (msg,), addrs = await asyncio.gather(
+                self._ipr.link("get", index=ifindex), self._dumped_addresses(ifindex)
+            )
             dev = netdev_from_msg(msg)
-            async with self._dumping:
-                addrs = await _addresses(self._ipr, ifindex)
         return HostConfig(
             ifindex=ifindex,
             name=dev.name,
@@ -205,6 +254,10 @@ class RtnlBackend:
             up=dev.up,
             addresses=tuple(str(a) for a in addrs if not _is_link_local(a)),
         )
+
+    async def _dumped_addresses(self, ifindex: int) -> list[Cidr]:
+        async with self._dumping:
+            return await _addresses(self._ipr, ifindex)
 
     # -- claims ----------------------------------------------------------------------------
 
@@ -221,21 +274,21 @@ class RtnlBackend:
         host = host or await self.host_config(ifindex)
         where = netns_label(target.inode)
         what = f"moving {host.name} into {where} as {ifname}"
-        try:
-            # one message: the kernel applies the new name as part of the move
-            await _setlink(
-                self._ipr, ifindex, ("IFLA_NET_NS_FD", target.fd), ("IFLA_IFNAME", ifname)
-            )
-        except NetlinkError as e:
-            # Not atomic: unless its current name is taken in the target, the kernel moves
-            # the netdev under that name and renames it afterwards, so a failed rename
-            # (EEXIST) leaves it in the target as host.name.
-            if not await self._is_home(ifindex, host.name):
-                async with _in_netns(target.fd) as ns:
-                    await self._rollback_place(ns, 0, host.name, host)
-            raise self._name_error(e, what, ifname, where) from e
-        self.step("netdev-moved")
-        async with _in_netns(target.fd) as ns:
+        async with _opening_in_netns(target.fd) as opening:
+            try:
+                # one message: the kernel applies the new name as part of the move
+                await _setlink(
+                    self._ipr, ifindex, ("IFLA_NET_NS_FD", target.fd), ("IFLA_IFNAME", ifname)
+                )
+            except NetlinkError as e:
+                # Not atomic: unless its current name is taken in the target, the kernel
+                # moves the netdev under that name and renames it afterwards, so a failed
+                # rename (EEXIST) leaves it in the target as host.name.
+                if not await self._is_home(ifindex, host.name):
+                    await self._rollback_place(await opening.ipr(), 0, host.name, host)
+                raise self._name_error(e, what, ifname, where) from e
+            self.step("netdev-moved")
+            ns = await opening.ipr()
             ns_index = 0
             try:
                 with _op(f"finding {ifname} in {where}"):
@@ -328,11 +381,14 @@ class RtnlBackend:
         try:
             async with _in_netns(source.fd) as ns:
                 try:
+                    # One message: the netdev arrives home with its name, MTU and admin state.
                     await _setlink(
                         ns,
                         placement.ifindex,
                         ("IFLA_NET_NS_FD", self._resolver.init_fd),
                         ("IFLA_IFNAME", host.name),
+                        *((("IFLA_MTU", host.mtu),) if host.mtu else ()),
+                        up=host.up,
                     )
                 except NetlinkError as e:
                     raise self._name_error(e, what, host.name, "init_net") from e
@@ -340,8 +396,15 @@ class RtnlBackend:
             if opened is not None:
                 opened.close()
         self.step("netdev-moved-home")
-        home = await self._ifindex_of(host.name)
-        await self.restore(home, host)
+        with _op(f"finding {host.name} in init_net"):
+            (msg,) = await self._ipr.link("get", ifname=host.name)
+        home = int(msg["index"])
+        cur = netdev_from_msg(msg)
+        if cur.up != host.up or (host.mtu and cur.mtu != host.mtu):
+            await self.restore(home, host)  # something else changed it meanwhile
+            return home
+        # A netdev loses all its addresses when it changes netns: add the host's back.
+        await _add_addresses(self._ipr, home, parse_cidrs(host.addresses), what)
         return home
 
     async def restore(self, ifindex: int, host: HostConfig) -> None:
@@ -521,17 +584,16 @@ async def _configure(
     where: str,
     step: Callable[[str], None] | None = None,
 ) -> None:
-    """MTU, addresses, admin up: for a netdev already inside the netns `ns` talks to."""
-    if mtu is not None:
-        with _op(f"setting MTU {mtu} on {ifname} in {where}"):
-            await ns.link("set", index=index, mtu=mtu)
+    """MTU, admin up, addresses: for a netdev already inside the netns `ns` talks to."""
+    attrs = () if mtu is None else (("IFLA_MTU", mtu),)
+    settings = "up" if mtu is None else f"MTU {mtu} and up"
+    with _op(f"setting {settings} on {ifname} in {where}"):
+        await _setlink(ns, index, *attrs, up=True)
     for c in cidrs:
         with _op(f"adding {c} to {ifname} in {where}"):
             await ns.addr("add", index=index, address=str(c.ip), prefixlen=c.network.prefixlen)
     if step is not None:
         step("addresses-set")
-    with _op(f"bringing {ifname} up in {where}"):
-        await ns.link("set", index=index, state="up")
 
 
 async def _sync_addresses(
@@ -546,7 +608,14 @@ async def _sync_addresses(
         if c not in wanted and not _is_link_local(c):
             with _op(what + f": removing {c}"):
                 await ipr.addr("del", index=index, address=str(c.ip), prefixlen=c.network.prefixlen)
-    for c in wanted:
-        if c not in current:
-            with _op(what + f": adding {c}"):
+    await _add_addresses(ipr, index, [c for c in wanted if c not in current], what)
+
+
+async def _add_addresses(ipr: AsyncIPRoute, index: int, cidrs: list[Cidr], what: str) -> None:
+    for c in cidrs:
+        with _op(what + f": adding {c}"):
+            try:
                 await ipr.addr("add", index=index, address=str(c.ip), prefixlen=c.network.prefixlen)
+            except NetlinkError as e:
+                if e.code != errno.EEXIST:  # already there: what we want
+                    raise
