@@ -116,12 +116,12 @@ class NetdevBackend(Protocol):
 
     async def bring_home(
         self, placement: Placement, host: HostConfig, source: NetnsTarget | None = None
-    ) -> int:
+    ) -> Netdev:
         """Move a netdev from a claimant's netns back to init_net and restore `host`.
 
         Needs a socket inside the netns (the kernel's SETLINK ignores IFLA_TARGET_NETNSID),
         so pass `source` when the caller has it open; otherwise the netns is found by nsid.
-        Returns the netdev's ifindex in init_net.
+        Returns the netdev as it now is in init_net (ahead of the events that will tell).
         """
         ...
 

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Protocol
 
@@ -128,6 +128,11 @@ class Core:
         self._announced[view.device.name] = view
         self._notify("device_changed", view)
 
+    def _changed_unless_busy(self, dev: RdmaDevice) -> None:
+        # A claim or release in flight announces the device when it is done.
+        if not self._lock(dev.name).locked():
+            self._changed(self._view(dev))
+
     def _schedule_view_sync(self) -> None:
         """A device's state follows from its record, its netdev's presence and the claims,
         which change through different paths: after each burst, announce every view that
@@ -138,6 +143,11 @@ class Core:
     async def _sync_views(self) -> None:
         await asyncio.sleep(0)  # after the rest of the burst
         for view in self.devices():
+            # A device mid-claim or mid-release would show its own netdev's trip between
+            # netns as a passing state ("unavailable"): its operation announces the outcome,
+            # and _operating_on syncs again when it ends.
+            if self._lock(view.device.name).locked():
+                continue
             if self._announced.get(view.device.name) != view:
                 self._changed(view)
 
@@ -184,6 +194,15 @@ class Core:
 
     def _lock(self, device: str) -> asyncio.Lock:
         return self._locks.setdefault(device, asyncio.Lock())
+
+    @contextlib.asynccontextmanager
+    async def _operating_on(self, device: str) -> AsyncIterator[None]:
+        """Hold `device` for one claim or release; then announce whatever its view became."""
+        try:
+            async with self._lock(device):
+                yield
+        finally:
+            self._schedule_view_sync()
 
     # ------------------------------------------------------------------ start
     async def start(self) -> None:
@@ -278,7 +297,7 @@ class Core:
                 raise Unavailable("no RDMA subsystem is present (is ib_core loaded?)")
             if check_device_name(device) not in self._inv.devices:
                 raise NoSuchDevice(f"no RDMA device {device!r}")
-            async with self._lock(device):
+            async with self._operating_on(device):
                 return await self._claim_locked(self._inv.devices[device], target, options)
         finally:
             target.close()
@@ -385,7 +404,8 @@ class Core:
             raise
         log.info("claimed %s into %s as claim %s", dev.name, claim.netns, claim.id)
         self._notify("claimed", claim)
-        self._changed(self._view(dev))
+        await self._reread_device(dev.name)  # its port's netdev left init_net
+        self._changed(self._view(self._inv.devices.get(dev.name, dev)))
         return claim
 
     async def _host_config(self, netdev: Netdev | None) -> HostConfig | None:
@@ -426,7 +446,7 @@ class Core:
     # ------------------------------------------------------------------ release
     async def release(self, claim_id: str, reason: ReleaseReason = ReleaseReason.REQUESTED) -> None:
         claim = self.get_claim(claim_id)
-        async with self._lock(claim.device):
+        async with self._operating_on(claim.device):
             if self._claims.get(claim_id) is not claim:
                 raise NoSuchClaim(f"claim {claim_id!r} ended while waiting")
             claim.phase = ClaimPhase.RELEASING
@@ -471,7 +491,16 @@ class Core:
                     source.close()
         elif claim.rdma_moved:
             await self._await_rdma_return(claim)
-        self._schedule_refresh({claim.device})
+        await self._reread_device(claim.device)
+
+    async def _reread_device(self, name: str) -> None:
+        """Re-read a device our own step changed, before announcing it (its events lag)."""
+        try:
+            if await self._refresh_devices({name}):
+                return
+        except Exception as exc:  # the claim or release itself is done: never fail it here
+            log.warning("re-reading %s failed (%s): re-reading everything", name, exc)
+        self._schedule_refresh()
 
     async def _await_rdma_return(self, claim: Claim) -> None:
         """The netns is dead: the kernel's rdma_dev_exit_net brings the device home by itself,
@@ -503,6 +532,7 @@ class Core:
         if home is not None:  # never left, or already back
             try:
                 await self._net.restore(home.ifindex, claim.host)
+                await self._reread_netdev(home.ifindex)
                 return
             except RdmadError as exc:
                 # The inventory lags: the RTM_DELLINK of our own move may still be queued.
@@ -510,10 +540,22 @@ class Core:
         placement = Placement(claim.nsid, claim.ns_ifindex or claim.host.ifindex, claim.ifname)
         source = self._resolver.reopen(claim.netns_inode, claim.netns_path)
         try:
-            await self._net.bring_home(placement, claim.host, source)
+            self._netdev_is(await self._net.bring_home(placement, claim.host, source))
         finally:
             if source is not None:
                 source.close()
+
+    def _netdev_is(self, nd: Netdev) -> None:
+        """Record what our own kernel step just did, ahead of its queued events: the release
+        announces the device's view right away, and must not announce it without a netdev."""
+        self._inv.netdevs[nd.ifindex] = nd
+        if self._touched_links is not None:  # a dump in flight asks for it again
+            self._touched_links.add(nd.ifindex)
+
+    async def _reread_netdev(self, ifindex: int) -> None:
+        nd = await self._net.get_netdev(ifindex)
+        if nd is not None:
+            self._netdev_is(nd)
 
     @staticmethod
     def _placement(claim: Claim) -> Placement:
@@ -542,6 +584,7 @@ class Core:
             finally:
                 self._link_waiters.pop(host.ifindex, None)
         await self._net.restore(host.ifindex, host)
+        await self._reread_netdev(host.ifindex)
 
     async def _restore_pending(self) -> None:
         for host in list(self._pending_restores):
@@ -618,7 +661,7 @@ class Core:
 
     async def _end_claim(self, claim: Claim, reason: ReleaseReason) -> None:
         """End a claim the kernel ended for us (netns death, device removal)."""
-        async with self._lock(claim.device):
+        async with self._operating_on(claim.device):
             if self._claims.get(claim.id) is not claim:
                 return  # released meanwhile
             if reason == ReleaseReason.NETNS_GONE and self._netns_reachable(claim):
@@ -754,7 +797,7 @@ class Core:
                     return False
                 if fresh != old:
                     self._inv.put(fresh)
-                    self._changed(self._view(fresh))
+                    self._changed_unless_busy(fresh)
         return True
 
     async def _refresh(self) -> None:
@@ -785,7 +828,7 @@ class Core:
             self._announced[dev.name] = view
             self._notify("device_added", view)
         for dev in diff.changed:
-            self._changed(self._view(dev))
+            self._changed_unless_busy(dev)
 
     # ------------------------------------------------------------------ persistence
     def _save(self) -> None:

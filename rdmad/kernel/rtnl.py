@@ -232,6 +232,11 @@ class RtnlBackend:
             async with self._dumping:
                 return [netdev_from_msg(m) async for m in await self._ipr.link("dump")]
 
+    async def _netdev(self, ifindex: int, what: str) -> Netdev:
+        with _op(what + f": reading netdev {ifindex}"):
+            (msg,) = await self._ipr.link("get", index=ifindex)
+        return netdev_from_msg(msg)
+
     async def get_netdev(self, ifindex: int) -> Netdev | None:
         try:
             (msg,) = await self._ipr.link("get", index=ifindex)
@@ -361,7 +366,7 @@ class RtnlBackend:
 
     async def bring_home(
         self, placement: Placement, host: HostConfig, source: NetnsTarget | None = None
-    ) -> int:
+    ) -> Netdev:
         """Move a placed netdev home and restore `host`.
 
         The kernel cannot move a netdev out of a netns by nsid (see module doc), so this
@@ -398,14 +403,13 @@ class RtnlBackend:
         self.step("netdev-moved-home")
         with _op(f"finding {host.name} in init_net"):
             (msg,) = await self._ipr.link("get", ifname=host.name)
-        home = int(msg["index"])
         cur = netdev_from_msg(msg)
         if cur.up != host.up or (host.mtu and cur.mtu != host.mtu):
-            await self.restore(home, host)  # something else changed it meanwhile
-            return home
+            await self.restore(cur.ifindex, host)  # something else changed it meanwhile
+            return await self._netdev(cur.ifindex, what)
         # A netdev loses all its addresses when it changes netns: add the host's back.
-        await _add_addresses(self._ipr, home, parse_cidrs(host.addresses), what)
-        return home
+        await _add_addresses(self._ipr, cur.ifindex, parse_cidrs(host.addresses), what)
+        return cur
 
     async def restore(self, ifindex: int, host: HostConfig) -> None:
         cidrs = parse_cidrs(host.addresses)

@@ -236,6 +236,28 @@ async def test_claimed_signal_carries_id_device_and_path(rig: Rig, netns: str) -
     assert signal == [await claim_id(rig, path), "sim1", path]
 
 
+async def test_observers_see_claimed_then_available_and_no_passing_state(
+    rig: Rig, netns: str
+) -> None:
+    # The device's own netdev leaving and coming back must not show as a state of its own
+    # (e.g. "unavailable" while the netdev is between netns).
+    device = await rig.client.manager("GetDevice", "s", "sim0")
+    mark = rig.client.mark()
+    path = await claim(rig, "sim0", netns)
+    await rig.client.manager("Release", "s", await claim_id(rig, path))
+    await rig.client.wait_signal(
+        "PropertiesChanged",
+        lambda b: b[1].get("State") == Variant("s", "available"),
+        since=mark,
+    )
+    states = [
+        m.body[1]["State"].value
+        for m in rig.client.signals[mark:]
+        if m.member == "PropertiesChanged" and m.path == device and "State" in m.body[1]
+    ]
+    assert states == ["claimed", "available"]
+
+
 async def test_concurrent_claims_of_one_device_give_one_winner(rig: Rig, netns: str) -> None:
     other = f"{netns}c"
     ip("netns", "add", other)

@@ -110,7 +110,8 @@ async def test_bring_home_restores_name_mtu_addresses_and_state(
     # no netns fd is passed: the backend finds the netns by its nsid
     home = await rtnl.bring_home(p, configured)
     assert link("net1", netns) is None
-    assert await rtnl.host_config(home) == replace(configured, ifindex=home)
+    assert await rtnl.host_config(home.ifindex) == replace(configured, ifindex=home.ifindex)
+    assert (home.name, home.mtu, home.up) == (configured.name, configured.mtu, configured.up)
 
 
 async def test_bring_home_fails_clearly_when_the_netns_is_gone(
