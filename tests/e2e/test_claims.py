@@ -245,17 +245,8 @@ async def test_observers_see_claimed_then_available_and_no_passing_state(
     mark = rig.client.mark()
     path = await claim(rig, "sim0", netns)
     await rig.client.manager("Release", "s", await claim_id(rig, path))
-    await rig.client.wait_signal(
-        "PropertiesChanged",
-        lambda b: b[1].get("State") == Variant("s", "available"),
-        since=mark,
-    )
-    states = [
-        m.body[1]["State"].value
-        for m in rig.client.signals[mark:]
-        if m.member == "PropertiesChanged" and m.path == device and "State" in m.body[1]
-    ]
-    assert states == ["claimed", "available"]
+    await rig.client.wait_property(device, "State", "available", since=mark)
+    assert rig.client.property_changes(device, "State", since=mark) == ["claimed", "available"]
 
 
 async def test_concurrent_claims_of_one_device_give_one_winner(rig: Rig, netns: str) -> None:

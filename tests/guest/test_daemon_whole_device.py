@@ -18,7 +18,7 @@ from dbus_fast import Variant
 
 from tests.support.daemon import Client
 from tests.support.net import addresses, ip, is_up, link, netns_inode
-from tests.support.rdma import CLAIM_IFACE, all_props, device_props, known_to_rdmad
+from tests.support.rdma import CLAIM_IFACE, WAIT, all_props, device_props, known_to_rdmad
 
 pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
 
@@ -129,3 +129,26 @@ async def test_netns_deletion_returns_the_nic_under_its_original_name_restored(
     assert host_side(configured_nic.name) == configured_nic
     assert await client.manager("ListClaims") == []
     assert (await device_props(client, DEVICE))["State"] == "available"
+
+
+async def test_observers_see_claimed_then_available_around_a_release(
+    client: Client, netns: str, configured_nic: HostSide
+) -> None:
+    device = await client.manager("GetDevice", "s", DEVICE)
+    mark = client.mark()
+    claim = await claim_whole(client, netns)
+    await client.manager("Release", "s", claim["Id"])
+    await client.wait_property(device, "State", "available", since=mark, timeout=WAIT)
+    assert client.property_changes(device, "State", since=mark) == ["claimed", "available"]
+
+
+async def test_observers_see_claimed_then_available_around_a_netns_death(
+    client: Client, netns: str, configured_nic: HostSide
+) -> None:
+    # The NIC comes back by itself, down and misnamed: no "unavailable" while rdmad fixes it.
+    device = await client.manager("GetDevice", "s", DEVICE)
+    mark = client.mark()
+    await claim_whole(client, netns)
+    ip("netns", "del", netns)
+    await client.wait_property(device, "State", "available", since=mark, timeout=WAIT)
+    assert client.property_changes(device, "State", since=mark) == ["claimed", "available"]

@@ -223,6 +223,25 @@ class Client:
             got = [(m.member, m.body) for m in self.signals[since:]]
             raise AssertionError(f"no {member} signal within {timeout}s; got {got}") from None
 
+    def property_changes(self, path: str, name: str, since: int = 0) -> list[Any]:
+        """Each value PropertiesChanged gave property `name` of object `path`, in order."""
+        return [
+            m.body[1][name].value
+            for m in self.signals[since:]
+            if m.member == "PropertiesChanged" and m.path == path and name in m.body[1]
+        ]
+
+    async def wait_property(
+        self, path: str, name: str, value: Any, since: int = 0, timeout: float = 10.0
+    ) -> None:
+        """Wait for a PropertiesChanged that sets `name` of `path` to `value`."""
+        await self.wait_signal(
+            "PropertiesChanged",
+            lambda b: name in b[1] and b[1][name].value == value,
+            timeout=timeout,
+            since=since,
+        )
+
     def mark(self) -> int:
         """An index to pass as `since`, so a wait sees only signals after this point."""
         return len(self.signals)
