@@ -27,7 +27,7 @@ import errno
 import ipaddress
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from pyroute2 import AsyncIPRoute
@@ -294,14 +294,11 @@ class RtnlBackend:
                 raise self._name_error(e, what, ifname, where) from e
             self.step("netdev-moved")
             ns = await opening.ipr()
-            ns_index = 0
-            try:
-                with _op(f"finding {ifname} in {where}"):
-                    ns_index = int((await ns.link("get", ifname=ifname))[0]["index"])
-                await _configure(ns, ns_index, ifname, mtu, cidrs, where, self.step)
-            except BaseException:
+
+            async def undo(ns_index: int) -> None:
                 await self._rollback_place(ns, ns_index, ifname, host)
-                raise
+
+            ns_index = await _configure_placed(ns, ifname, mtu, cidrs, where, self.step, undo)
         nsid = await self.nsid(target)
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
@@ -310,7 +307,7 @@ class RtnlBackend:
     ) -> None:
         try:
             if not ns_index:
-                ns_index = int((await ns.link("get", ifname=ifname))[0]["index"])
+                ns_index = await _ifindex_in(ns, ifname, "its netns")
             await _setlink(
                 ns,
                 ns_index,
@@ -349,18 +346,15 @@ class RtnlBackend:
             raise self._name_error(e, what, ifname, where) from e
         self.step("macvlan-created")
         async with _in_netns(target.fd) as ns:
-            ns_index = 0
-            try:
-                with _op(f"finding {ifname} in {where}"):
-                    ns_index = int((await ns.link("get", ifname=ifname))[0]["index"])
-                await _configure(ns, ns_index, ifname, None, cidrs, where, self.step)
-            except BaseException:
+
+            async def undo(ns_index: int) -> None:
                 with contextlib.suppress(NetlinkError):
                     if ns_index:
                         await ns.link("del", index=ns_index)
                     else:
                         await ns.link("del", ifname=ifname)
-                raise
+
+            ns_index = await _configure_placed(ns, ifname, None, cidrs, where, self.step, undo)
         nsid = await self.nsid(target)
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
@@ -553,8 +547,7 @@ class RtnlBackend:
         return bool(msg.get_attr("IFLA_IFNAME") == name)
 
     async def _ifindex_of(self, name: str) -> int:
-        with _op(f"finding {name} in init_net"):
-            return int((await self._ipr.link("get", ifname=name))[0]["index"])
+        return await _ifindex_in(self._ipr, name, "init_net")
 
     @staticmethod
     def _name_error(e: NetlinkError, what: str, name: str, where: str) -> RdmadError:
@@ -577,6 +570,32 @@ async def _addresses(ipr: AsyncIPRoute, index: int) -> list[Cidr]:
         if addr:
             out.append(ipaddress.ip_interface(f"{addr}/{m['prefixlen']}"))
     return out
+
+
+async def _ifindex_in(ipr: AsyncIPRoute, ifname: str, where: str) -> int:
+    with _op(f"finding {ifname} in {where}"):
+        return int((await ipr.link("get", ifname=ifname))[0]["index"])
+
+
+async def _configure_placed(
+    ns: AsyncIPRoute,
+    ifname: str,
+    mtu: int | None,
+    cidrs: list[Cidr],
+    where: str,
+    step: Callable[[str], None],
+    undo: Callable[[int], Awaitable[None]],
+) -> int:
+    """Configure a netdev just placed in the netns `ns` talks to; its ifindex there. On any
+    failure, `undo(ifindex or 0)` takes the placement back before the error propagates."""
+    ns_index = 0
+    try:
+        ns_index = await _ifindex_in(ns, ifname, where)
+        await _configure(ns, ns_index, ifname, mtu, cidrs, where, step)
+    except BaseException:
+        await undo(ns_index)
+        raise
+    return ns_index
 
 
 async def _configure(
