@@ -1,7 +1,8 @@
-"""The state machine: inventory, claims, release, reconciliation, kernel events.
+"""The state machine: claims, release, reconciliation, the RDMA netns mode.
 
-Imports no D-Bus, pyroute2 or pyudev. It drives the protocols in rdmad.backend, is fed the
-events in rdmad.events, persists through a Store, and tells observers what changed.
+Imports no D-Bus, pyroute2 or pyudev. It drives the protocols in rdmad.backend, leaves
+applying the events in rdmad.events to an InventoryTracker (rdmad.tracking), persists
+through a Store, and tells observers what changed.
 
 Crash safety: a claim is written as PENDING before the kernel is touched and as RELEASING
 before it is given back, so a daemon killed at any step finds out at start what to undo or
@@ -15,7 +16,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 from typing import Protocol
 
@@ -29,7 +30,7 @@ from rdmad.errors import (
     RdmadError,
     Unavailable,
 )
-from rdmad.events import Event, LinkChanged, LinkRemoved, NetnsGone, RdmaChanged, Resync
+from rdmad.events import Event
 from rdmad.inventory import Inventory
 from rdmad.model import (
     Claim,
@@ -44,6 +45,7 @@ from rdmad.model import (
 )
 from rdmad.options import check_device_name
 from rdmad.store import CorruptState, State, Store
+from rdmad.tracking import InventoryTracker
 
 log = logging.getLogger("rdmad.core")
 
@@ -95,19 +97,7 @@ class Core:
         self._pending_restores: list[HostConfig] = []
         self._locks: dict[str, asyncio.Lock] = {}
         self._observers: list[CoreObserver] = []
-        self._events: asyncio.Queue[Event] = asyncio.Queue()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._link_waiters: dict[int, asyncio.Future[None]] = {}
-        self._device_waiters: dict[str, asyncio.Future[None]] = {}
-        self._refresh_all = False
-        self._refresh_some: set[str] = set()
-        self._refresh_task: asyncio.Task[None] | None = None
-        self._refresh_lock = asyncio.Lock()
-        self._touched_links: set[int] | None = None  # set while a netdev dump runs
-        self._reload_lock = asyncio.Lock()
-        self._announced: dict[str, DeviceView] = {}  # what observers were last told
-        self._sync_task: asyncio.Task[None] | None = None
-        self._pump: asyncio.Task[None] | None = None
+        self._tracker = InventoryTracker(self._inv, net, rdma, self)
         # Released(reconciled) found at start, announced once observers are attached.
         self._startup_releases: list[Claim] = []
         self.startup_notes: list[str] = []
@@ -116,7 +106,7 @@ class Core:
     def add_observer(self, observer: CoreObserver) -> None:
         self._observers.append(observer)
 
-    def _notify(self, event: str, *args: object) -> None:
+    def notify(self, event: str, *args: object) -> None:
         """Call observer method `event` on each observer."""
         for obs in self._observers:
             try:
@@ -124,54 +114,21 @@ class Core:
             except Exception:  # an observer bug must not break the state machine
                 log.exception("observer %r failed", obs)
 
-    def _changed(self, view: DeviceView) -> None:
-        self._announced[view.device.name] = view
-        self._notify("device_changed", view)
-
-    def _changed_unless_busy(self, dev: RdmaDevice) -> None:
-        # A claim or release in flight announces the device when it is done.
-        if not self._lock(dev.name).locked():
-            self._changed(self._view(dev))
-
-    def _schedule_view_sync(self) -> None:
-        """A device's state follows from its record, its netdev's presence and the claims,
-        which change through different paths: after each burst, announce every view that
-        differs from what was last announced, so observers never keep a stale state."""
-        if self._sync_task is None or self._sync_task.done():
-            self._sync_task = asyncio.ensure_future(self._sync_views())
-
-    async def _sync_views(self) -> None:
-        await asyncio.sleep(0)  # after the rest of the burst
-        for view in self.devices():
-            # A device mid-claim or mid-release would show its own netdev's trip between
-            # netns as a passing state ("unavailable"): its operation announces the outcome,
-            # and _operating_on syncs again when it ends.
-            if self._lock(view.device.name).locked():
-                continue
-            if self._announced.get(view.device.name) != view:
-                self._changed(view)
-
     def announce_startup(self) -> None:
         """Emit the Released(reconciled) of claims ended during start."""
         for claim in self._startup_releases:
-            self._notify("released", claim, ReleaseReason.RECONCILED)
+            self.notify("released", claim, ReleaseReason.RECONCILED)
         self._startup_releases.clear()
 
     # ------------------------------------------------------------------ queries
     def devices(self) -> list[DeviceView]:
-        by_device: dict[str, list[Claim]] = {}
-        for claim in self._claims.values():
-            by_device.setdefault(claim.device, []).append(claim)
-        return [
-            self._inv.view(d, by_device.get(d.name, []), self.netns_mode)
-            for d in sorted(self._inv.devices.values(), key=lambda d: d.index)
-        ]
+        return self._tracker.views()
 
     def device(self, name: str) -> DeviceView:
         dev = self._inv.devices.get(check_device_name(name))
         if dev is None:
             raise NoSuchDevice(f"no RDMA device {name!r}")
-        return self._view(dev)
+        return self._tracker.view(dev)
 
     def claims(self) -> list[Claim]:
         return sorted(self._claims.values(), key=lambda c: c.created_at_us)
@@ -181,10 +138,6 @@ class Core:
         if claim is None:
             raise NoSuchClaim(f"no claim {claim_id!r}")
         return claim
-
-    def _view(self, dev: RdmaDevice) -> DeviceView:
-        mine = [c for c in self._claims.values() if c.device == dev.name]
-        return self._inv.view(dev, mine, self.netns_mode)
 
     def _netdev_of(self, dev: RdmaDevice) -> Netdev:
         nd = self._inv.netdevs.get(dev.netdev_ifindex) or self._inv.netdev_by_name(dev.netdev)
@@ -202,7 +155,7 @@ class Core:
             async with self._lock(device):
                 yield
         finally:
-            self._schedule_view_sync()
+            self._tracker.schedule_view_sync()
 
     # ------------------------------------------------------------------ start
     async def start(self) -> None:
@@ -230,19 +183,12 @@ class Core:
             visible = {d.name for d in listed}
         self._assume_pending_moved(visible)
         if visible is not None:
-            self._inv.replace_devices(listed, keep=self._moved_devices())
+            self._inv.replace_devices(listed, keep=self.moved_devices())
         await self._reconcile()
-        self._announced = {view.device.name: view for view in self.devices()}
-        self._pump = asyncio.create_task(self._consume_events(), name="rdmad-events")
+        self._tracker.start()
 
     async def close(self) -> None:
-        pending = (self._pump, self._refresh_task, self._sync_task, *self._tasks)
-        tasks = [t for t in pending if t is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self._tracker.close()
 
     def _assume_pending_moved(self, visible: set[str] | None) -> None:
         """A PENDING claim is written once, before the first kernel step, so its moved flags
@@ -285,9 +231,6 @@ class Core:
             return False
         target.close()
         return True
-
-    def _moved_devices(self) -> set[str]:
-        return {c.device for c in self._claims.values() if c.rdma_moved}
 
     # ------------------------------------------------------------------ claim
     async def claim(self, device: str, target: NetnsTarget, options: ClaimOptions) -> Claim:
@@ -403,9 +346,9 @@ class Core:
             await self._undo_failed_claim(claim, target, exc)
             raise
         log.info("claimed %s into %s as claim %s", dev.name, claim.netns, claim.id)
-        self._notify("claimed", claim)
-        await self._reread_device(dev.name)  # its port's netdev left init_net
-        self._changed(self._view(self._inv.devices.get(dev.name, dev)))
+        self.notify("claimed", claim)
+        await self._tracker.reread_device(dev.name)  # its port's netdev left init_net
+        self._tracker.announce(self._tracker.view(self._inv.devices.get(dev.name, dev)))
         return claim
 
     async def _host_config(self, netdev: Netdev | None) -> HostConfig | None:
@@ -420,8 +363,8 @@ class Core:
         a device for having no netdev, re-read the kernel."""
         if self._inv.has_netdev(dev) or self.netns_mode == NetnsMode.UNAVAILABLE:
             return dev
-        await self._reload_netdevs()
-        await self._refresh()
+        await self._tracker.reload_netdevs()
+        await self._tracker.refresh()
         return self._inv.devices.get(dev.name, dev)
 
     async def _undo_failed_claim(
@@ -461,10 +404,10 @@ class Core:
 
     def _finish_release(self, claim: Claim, reason: ReleaseReason) -> None:
         log.info("released claim %s (%s): %s", claim.id, claim.device, reason.value)
-        self._notify("released", claim, reason)
+        self.notify("released", claim, reason)
         dev = self._inv.devices.get(claim.device)
         if dev is not None:
-            self._changed(self._view(dev))
+            self._tracker.announce(self._tracker.view(dev))
 
     def _drop(self, claim: Claim) -> None:
         self._claims.pop(claim.id, None)
@@ -491,16 +434,7 @@ class Core:
                     source.close()
         elif claim.rdma_moved:
             await self._await_rdma_return(claim)
-        await self._reread_device(claim.device)
-
-    async def _reread_device(self, name: str) -> None:
-        """Re-read a device our own step changed, before announcing it (its events lag)."""
-        try:
-            if await self._refresh_devices({name}):
-                return
-        except Exception as exc:  # the claim or release itself is done: never fail it here
-            log.warning("re-reading %s failed (%s): re-reading everything", name, exc)
-        self._schedule_refresh()
+        await self._tracker.reread_device(claim.device)
 
     async def _await_rdma_return(self, claim: Claim) -> None:
         """The netns is dead: the kernel's rdma_dev_exit_net brings the device home by itself,
@@ -508,15 +442,8 @@ class Core:
         meanwhile), so the claim ends with the device available, not briefly "removed"."""
         if await self._rdma_home(claim.device):
             return
-        waiter = self._device_waiters.setdefault(
-            claim.device, asyncio.get_running_loop().create_future()
-        )
-        try:
-            await asyncio.wait_for(asyncio.shield(waiter), RETURN_TIMEOUT_S)
-        except TimeoutError:
+        if not await self._tracker.wait_for_device(claim.device, RETURN_TIMEOUT_S):
             log.warning("%s has not come back from %s yet", claim.device, claim.netns)
-        finally:
-            self._device_waiters.pop(claim.device, None)
 
     async def _rdma_home(self, device: str) -> bool:
         """Whether init_net sees `device` (a release killed after its move home finishes)."""
@@ -532,7 +459,7 @@ class Core:
         if home is not None:  # never left, or already back
             try:
                 await self._net.restore(home.ifindex, claim.host)
-                await self._reread_netdev(home.ifindex)
+                await self._tracker.reread_netdev(home.ifindex)
                 return
             except RdmadError as exc:
                 # The inventory lags: the RTM_DELLINK of our own move may still be queued.
@@ -540,22 +467,10 @@ class Core:
         placement = Placement(claim.nsid, claim.ns_ifindex or claim.host.ifindex, claim.ifname)
         source = self._resolver.reopen(claim.netns_inode, claim.netns_path)
         try:
-            self._netdev_is(await self._net.bring_home(placement, claim.host, source))
+            self._tracker.netdev_is(await self._net.bring_home(placement, claim.host, source))
         finally:
             if source is not None:
                 source.close()
-
-    def _netdev_is(self, nd: Netdev) -> None:
-        """Record what our own kernel step just did, ahead of its queued events: the release
-        announces the device's view right away, and must not announce it without a netdev."""
-        self._inv.netdevs[nd.ifindex] = nd
-        if self._touched_links is not None:  # a dump in flight asks for it again
-            self._touched_links.add(nd.ifindex)
-
-    async def _reread_netdev(self, ifindex: int) -> None:
-        nd = await self._net.get_netdev(ifindex)
-        if nd is not None:
-            self._netdev_is(nd)
 
     @staticmethod
     def _placement(claim: Claim) -> Placement:
@@ -566,25 +481,19 @@ class Core:
         host = claim.host
         if host is None or host.kind:
             return  # virtual netdevs are destroyed with their netns
-        if host.ifindex not in self._inv.netdevs:
-            waiter = self._link_waiters.setdefault(
-                host.ifindex, asyncio.get_running_loop().create_future()
+        if host.ifindex not in self._inv.netdevs and not await self._tracker.wait_for_link(
+            host.ifindex, RETURN_TIMEOUT_S
+        ):
+            log.warning(
+                "%s (ifindex %d) has not come back from %s yet; will restore it when it does",
+                host.name,
+                host.ifindex,
+                claim.netns,
             )
-            try:
-                await asyncio.wait_for(asyncio.shield(waiter), RETURN_TIMEOUT_S)
-            except TimeoutError:
-                log.warning(
-                    "%s (ifindex %d) has not come back from %s yet; will restore it when it does",
-                    host.name,
-                    host.ifindex,
-                    claim.netns,
-                )
-                self._pending_restores.append(host)
-                return
-            finally:
-                self._link_waiters.pop(host.ifindex, None)
+            self._pending_restores.append(host)
+            return
         await self._net.restore(host.ifindex, host)
-        await self._reread_netdev(host.ifindex)
+        await self._tracker.reread_netdev(host.ifindex)
 
     async def _restore_pending(self) -> None:
         for host in list(self._pending_restores):
@@ -608,58 +517,40 @@ class Core:
                 f"{len(self._claims)} claims are live; release them before changing the mode"
             )
         await self._rdma.set_netns_mode(mode)
-        self._set_mode(mode)
+        self.adopt_mode(mode)
 
-    def _set_mode(self, mode: NetnsMode) -> None:
+    def adopt_mode(self, mode: NetnsMode) -> None:
         if mode != self.netns_mode:
             self.netns_mode = mode
             log.info("RDMA netns mode is %s", mode.value)
-            self._notify("mode_changed", mode)
+            self.notify("mode_changed", mode)
             for view in self.devices():
-                self._changed(view)
+                self._tracker.announce(view)
 
     # ------------------------------------------------------------------ events
     def handle(self, event: Event) -> None:
-        """Queue a kernel event; the pump applies them in order."""
-        self._events.put_nowait(event)
+        """Queue a kernel event; the tracker applies them in order."""
+        self._tracker.handle(event)
 
-    async def _consume_events(self) -> None:
-        while True:
-            event = await self._events.get()
-            try:
-                await self._apply(event)
-            except Exception:
-                log.exception("handling %r failed", event)
-            self._schedule_view_sync()
+    # What the tracker needs of the claims: see rdmad.tracking.ClaimKeeper.
+    def iter_claims(self) -> Iterable[Claim]:
+        return self._claims.values()
 
-    async def _apply(self, event: Event) -> None:
-        if isinstance(event, LinkChanged | LinkRemoved):
-            await self._apply_link(event)
-        elif isinstance(event, NetnsGone):
-            for claim in [c for c in self._claims.values() if c.nsid == event.nsid]:
-                self._spawn(self._end_claim(claim, ReleaseReason.NETNS_GONE))
-        elif isinstance(event, RdmaChanged):
-            self._schedule_refresh()
-        elif isinstance(event, Resync):
-            log.warning("%s events were lost (socket overrun): resynchronising", event.source)
-            self._spawn(self._resync())
+    def busy(self, device: str) -> bool:
+        lock = self._locks.get(device)
+        return lock is not None and lock.locked()
 
-    async def _netdev_home(self, ifindex: int) -> bool:
-        try:
-            return await self._net.get_netdev(ifindex) is not None
-        except RdmadError:
-            return False
+    def moved_devices(self) -> set[str]:
+        return {c.device for c in self._claims.values() if c.rdma_moved}
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def restore_waits_for(self, ifindex: int) -> bool:
+        return any(h.ifindex == ifindex for h in self._pending_restores)
 
-    async def _restore_pending_and_save(self) -> None:
+    async def retry_restores(self) -> None:
         await self._restore_pending()
         self._save()
 
-    async def _end_claim(self, claim: Claim, reason: ReleaseReason) -> None:
+    async def end_claim(self, claim: Claim, reason: ReleaseReason) -> None:
         """End a claim the kernel ended for us (netns death, device removal)."""
         async with self._operating_on(claim.device):
             if self._claims.get(claim.id) is not claim:
@@ -685,150 +576,6 @@ class Core:
             self._drop(claim)
             self._save()
         self._finish_release(claim, reason)
-
-    async def _reload_netdevs(self) -> None:
-        """Replace the netdev table with a dump. Events applied while it runs may be newer or
-        older than the dump, so every netdev they touch is asked for once more, until no
-        event came in meanwhile; only then is the table swapped (no await in between)."""
-        async with self._reload_lock:  # one at a time: each tracks the events it overlaps
-            touched: set[int] = set()
-            self._touched_links = touched
-            try:
-                table = {nd.ifindex: nd for nd in await self._net.list_netdevs()}
-                while touched:
-                    ifindex = touched.pop()
-                    nd = await self._net.get_netdev(ifindex)  # an event meanwhile re-adds it
-                    if nd is None:
-                        table.pop(ifindex, None)
-                    else:
-                        table[ifindex] = nd
-                self._inv.netdevs = table
-            finally:
-                self._touched_links = None
-
-    async def _resync(self) -> None:
-        await self._reload_netdevs()
-        live = await self._net.live_nsids()
-        for claim in list(self._claims.values()):
-            if claim.phase == ClaimPhase.ACTIVE and claim.nsid >= 0 and claim.nsid not in live:
-                self._spawn(self._end_claim(claim, ReleaseReason.NETNS_GONE))
-        await self._restore_pending_and_save()
-        await self._refresh()
-
-    # ------------------------------------------------------------------ RDMA inventory
-    async def _apply_link(self, event: LinkChanged | LinkRemoved) -> None:
-        if isinstance(event, LinkChanged):
-            ifindex, name = event.netdev.ifindex, event.netdev.name
-        else:
-            ifindex, name = event.ifindex, event.name
-        if self._touched_links is not None:
-            self._touched_links.add(ifindex)
-        if isinstance(event, LinkChanged):
-            nd = event.netdev
-            self._inv.netdevs[nd.ifindex] = nd
-            waiter = self._link_waiters.get(nd.ifindex)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
-            if any(h.ifindex == nd.ifindex for h in self._pending_restores):
-                self._spawn(self._restore_pending_and_save())
-            self._schedule_refresh(self._devices_on(ifindex, name))
-        else:
-            concerned = self._devices_on(ifindex, name)
-            # The event can be older than what we know: a claim re-read the kernel since, or
-            # a release brought the netdev home before this RTM_DELLINK was read. Forgetting
-            # an RDMA device's netdev on a stale event would leave it "unavailable" until its
-            # next event, so ask the kernel first.
-            if concerned == set() or not await self._netdev_home(ifindex):
-                self._inv.netdevs.pop(ifindex, None)
-            self._schedule_refresh(concerned)
-
-    def _devices_on(self, ifindex: int, name: str) -> set[str] | None:
-        """The RDMA devices a change to this netdev can concern; None if it could be any
-        (a device without a netdev may be about to get this one)."""
-        hit = self._inv.devices_on(ifindex, name)
-        held = set()
-        for claim in self._claims.values():
-            if claim.host is not None:
-                held.add(claim.device)  # its netdev is away on purpose
-                if claim.host.ifindex == ifindex or claim.host.name == name:
-                    hit.add(claim.device)
-        if not hit and self._inv.unbound - held:
-            return None
-        return hit
-
-    def _schedule_refresh(self, devices: set[str] | None = None) -> None:
-        """Coalesce bursts of events into one re-read: of the named devices, or of the whole
-        RDMA inventory when `devices` is None."""
-        if devices is None:
-            self._refresh_all = True
-        elif not devices:
-            return
-        else:
-            self._refresh_some |= devices
-        if self._refresh_task is None or self._refresh_task.done():
-            self._refresh_task = asyncio.ensure_future(self._refresh_loop())
-
-    async def _refresh_loop(self) -> None:
-        while self._refresh_all or self._refresh_some:
-            await asyncio.sleep(0)  # let the rest of a burst queue up first
-            whole, some = self._refresh_all, self._refresh_some
-            self._refresh_all, self._refresh_some = False, set()
-            try:
-                if whole or not await self._refresh_devices(some):
-                    await self._refresh()
-            except Exception:
-                log.exception("re-reading the RDMA inventory failed")
-            self._schedule_view_sync()
-
-    async def _refresh_devices(self, names: set[str]) -> bool:
-        """Re-read a few devices. False when that is not enough (one left init_net, or the
-        subsystem is not there): the caller re-reads everything."""
-        if self.netns_mode == NetnsMode.UNAVAILABLE:
-            return False
-        async with self._refresh_lock:
-            for name in names:
-                old = self._inv.devices.get(name)
-                if old is None:
-                    return False
-                fresh = await self._rdma.get_device(old.index)
-                if fresh is None or fresh.name != name:
-                    if name in self._moved_devices() or self._lock(name).locked():
-                        continue  # in a claimant's netns, or moving right now
-                    return False
-                if fresh != old:
-                    self._inv.put(fresh)
-                    self._changed_unless_busy(fresh)
-        return True
-
-    async def _refresh(self) -> None:
-        # One at a time: two overlapping re-reads could apply the older listing last.
-        async with self._refresh_lock:
-            await self._refresh_locked()
-
-    async def _refresh_locked(self) -> None:
-        if self.netns_mode == NetnsMode.UNAVAILABLE:
-            mode = await self._rdma.netns_mode()
-            if mode == NetnsMode.UNAVAILABLE:
-                return
-            self._set_mode(mode)
-        busy = {name for name, lock in self._locks.items() if lock.locked()}
-        listed = await self._rdma.list_devices()
-        for dev in listed:
-            waiter = self._device_waiters.get(dev.name)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
-        diff = self._inv.replace_devices(listed, keep=self._moved_devices() | busy)
-        for dev in diff.removed:
-            self._announced.pop(dev.name, None)
-            self._notify("device_removed", self._view(dev))
-            for claim in [c for c in self._claims.values() if c.device == dev.name]:
-                self._spawn(self._end_claim(claim, ReleaseReason.DEVICE_REMOVED))
-        for dev in diff.added:
-            view = self._view(dev)
-            self._announced[dev.name] = view
-            self._notify("device_added", view)
-        for dev in diff.changed:
-            self._changed_unless_busy(dev)
 
     # ------------------------------------------------------------------ persistence
     def _save(self) -> None:

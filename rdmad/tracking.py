@@ -1,0 +1,370 @@
+"""Keeping the inventory in step with the kernel, and telling observers how devices look.
+
+Imports no D-Bus, pyroute2 or pyudev. The InventoryTracker applies the events in
+rdmad.events to the Inventory, in order, re-reading the kernel where an event is not enough,
+and announces each device's view when it changes. It knows the claims only through
+ClaimKeeper (rdmad.core.Core), which also ends the claims the kernel ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Iterable
+from typing import Protocol, TypeVar
+
+from rdmad.backend import NetdevBackend, RdmaBackend
+from rdmad.errors import RdmadError
+from rdmad.events import Event, LinkChanged, LinkRemoved, NetnsGone, RdmaChanged, Resync
+from rdmad.inventory import Inventory
+from rdmad.model import Claim, ClaimPhase, DeviceView, Netdev, NetnsMode, RdmaDevice, ReleaseReason
+
+# Part of the core: its messages keep the core's logger name.
+log = logging.getLogger("rdmad.core")
+
+_Key = TypeVar("_Key", int, str)
+
+
+class ClaimKeeper(Protocol):
+    """What the tracker needs from the claim state machine (rdmad.core.Core)."""
+
+    @property
+    def netns_mode(self) -> NetnsMode: ...
+
+    def iter_claims(self) -> Iterable[Claim]:
+        """Every claim on record, in no particular order."""
+        ...
+
+    def busy(self, device: str) -> bool:
+        """Whether a claim or release is operating on `device` right now."""
+        ...
+
+    def moved_devices(self) -> set[str]:
+        """The RDMA devices a claim moved into its netns."""
+        ...
+
+    def notify(self, event: str, *args: object) -> None:
+        """Call CoreObserver method `event` on each observer."""
+        ...
+
+    def adopt_mode(self, mode: NetnsMode) -> None:
+        """The RDMA subsystem turned up (or its mode changed) in this mode."""
+        ...
+
+    def restore_waits_for(self, ifindex: int) -> bool:
+        """Whether a netdev that did not come home in time is still to be restored."""
+        ...
+
+    async def retry_restores(self) -> None:
+        """Restore the netdevs that have come home since, and save."""
+        ...
+
+    async def end_claim(self, claim: Claim, reason: ReleaseReason) -> None:
+        """End a claim the kernel ended for us (netns death, device removal)."""
+        ...
+
+
+class InventoryTracker:
+    def __init__(
+        self, inventory: Inventory, net: NetdevBackend, rdma: RdmaBackend, keeper: ClaimKeeper
+    ) -> None:
+        self._inv = inventory
+        self._net = net
+        self._rdma = rdma
+        self._keeper = keeper
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._link_waiters: dict[int, asyncio.Future[None]] = {}
+        self._device_waiters: dict[str, asyncio.Future[None]] = {}
+        self._refresh_all = False
+        self._refresh_some: set[str] = set()
+        self._refresh_task: asyncio.Task[None] | None = None
+        self._refresh_lock = asyncio.Lock()
+        self._touched_links: set[int] | None = None  # set while a netdev dump runs
+        self._reload_lock = asyncio.Lock()
+        self._announced: dict[str, DeviceView] = {}  # what observers were last told
+        self._sync_task: asyncio.Task[None] | None = None
+        self._pump: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Take the current views as announced, then start applying the queued events."""
+        self._announced = {view.device.name: view for view in self.views()}
+        self._pump = asyncio.create_task(self._consume_events(), name="rdmad-events")
+
+    async def close(self) -> None:
+        pending = (self._pump, self._refresh_task, self._sync_task, *self._tasks)
+        tasks = [t for t in pending if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    # ------------------------------------------------------------------ views
+    def views(self) -> list[DeviceView]:
+        by_device: dict[str, list[Claim]] = {}
+        for claim in self._keeper.iter_claims():
+            by_device.setdefault(claim.device, []).append(claim)
+        mode = self._keeper.netns_mode
+        return [
+            self._inv.view(d, by_device.get(d.name, []), mode)
+            for d in sorted(self._inv.devices.values(), key=lambda d: d.index)
+        ]
+
+    def view(self, dev: RdmaDevice) -> DeviceView:
+        mine = [c for c in self._keeper.iter_claims() if c.device == dev.name]
+        return self._inv.view(dev, mine, self._keeper.netns_mode)
+
+    def announce(self, view: DeviceView) -> None:
+        self._announced[view.device.name] = view
+        self._keeper.notify("device_changed", view)
+
+    def _announce_unless_busy(self, dev: RdmaDevice) -> None:
+        # A claim or release in flight announces the device when it is done.
+        if not self._keeper.busy(dev.name):
+            self.announce(self.view(dev))
+
+    def schedule_view_sync(self) -> None:
+        """A device's state follows from its record, its netdev's presence and the claims,
+        which change through different paths: after each burst, announce every view that
+        differs from what was last announced, so observers never keep a stale state."""
+        if self._sync_task is None or self._sync_task.done():
+            self._sync_task = asyncio.ensure_future(self._sync_views())
+
+    async def _sync_views(self) -> None:
+        await asyncio.sleep(0)  # after the rest of the burst
+        for view in self.views():
+            # A device mid-claim or mid-release would show its own netdev's trip between
+            # netns as a passing state ("unavailable"): its operation announces the outcome,
+            # and Core._operating_on syncs again when it ends.
+            if self._keeper.busy(view.device.name):
+                continue
+            if self._announced.get(view.device.name) != view:
+                self.announce(view)
+
+    # ------------------------------------------------------------------ waiting
+    async def wait_for_link(self, ifindex: int, timeout: float) -> bool:
+        """Wait for a netdev to appear in init_net (by event); False if it did not in time."""
+        return await self._wait(self._link_waiters, ifindex, timeout)
+
+    async def wait_for_device(self, name: str, timeout: float) -> bool:
+        """Wait for a re-read to list an RDMA device in init_net; False if none did in time."""
+        return await self._wait(self._device_waiters, name, timeout)
+
+    @staticmethod
+    async def _wait(waiters: dict[_Key, asyncio.Future[None]], key: _Key, timeout: float) -> bool:
+        waiter = waiters.setdefault(key, asyncio.get_running_loop().create_future())
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except TimeoutError:
+            return False
+        finally:
+            waiters.pop(key, None)
+        return True
+
+    @staticmethod
+    def _wake(waiters: dict[_Key, asyncio.Future[None]], key: _Key) -> None:
+        waiter = waiters.get(key)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # ------------------------------------------------------------------ events
+    def handle(self, event: Event) -> None:
+        """Queue a kernel event; the pump applies them in order."""
+        self._events.put_nowait(event)
+
+    async def _consume_events(self) -> None:
+        while True:
+            event = await self._events.get()
+            try:
+                await self._apply(event)
+            except Exception:
+                log.exception("handling %r failed", event)
+            self.schedule_view_sync()
+
+    async def _apply(self, event: Event) -> None:
+        if isinstance(event, LinkChanged | LinkRemoved):
+            await self._apply_link(event)
+        elif isinstance(event, NetnsGone):
+            for claim in [c for c in self._keeper.iter_claims() if c.nsid == event.nsid]:
+                self._spawn(self._keeper.end_claim(claim, ReleaseReason.NETNS_GONE))
+        elif isinstance(event, RdmaChanged):
+            self.schedule_refresh()
+        elif isinstance(event, Resync):
+            log.warning("%s events were lost (socket overrun): resynchronising", event.source)
+            self._spawn(self._resync())
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _resync(self) -> None:
+        await self.reload_netdevs()
+        live = await self._net.live_nsids()
+        for claim in list(self._keeper.iter_claims()):
+            if claim.phase == ClaimPhase.ACTIVE and claim.nsid >= 0 and claim.nsid not in live:
+                self._spawn(self._keeper.end_claim(claim, ReleaseReason.NETNS_GONE))
+        await self._keeper.retry_restores()
+        await self.refresh()
+
+    # ------------------------------------------------------------------ netdevs
+    async def _apply_link(self, event: LinkChanged | LinkRemoved) -> None:
+        if isinstance(event, LinkChanged):
+            ifindex, name = event.netdev.ifindex, event.netdev.name
+        else:
+            ifindex, name = event.ifindex, event.name
+        if self._touched_links is not None:
+            self._touched_links.add(ifindex)
+        if isinstance(event, LinkChanged):
+            nd = event.netdev
+            self._inv.netdevs[nd.ifindex] = nd
+            self._wake(self._link_waiters, nd.ifindex)
+            if self._keeper.restore_waits_for(nd.ifindex):
+                self._spawn(self._keeper.retry_restores())
+            self.schedule_refresh(self._devices_on(ifindex, name))
+        else:
+            concerned = self._devices_on(ifindex, name)
+            # The event can be older than what we know: a claim re-read the kernel since, or
+            # a release brought the netdev home before this RTM_DELLINK was read. Forgetting
+            # an RDMA device's netdev on a stale event would leave it "unavailable" until its
+            # next event, so ask the kernel first.
+            if concerned == set() or not await self._netdev_home(ifindex):
+                self._inv.netdevs.pop(ifindex, None)
+            self.schedule_refresh(concerned)
+
+    async def _netdev_home(self, ifindex: int) -> bool:
+        try:
+            return await self._net.get_netdev(ifindex) is not None
+        except RdmadError:
+            return False
+
+    def _devices_on(self, ifindex: int, name: str) -> set[str] | None:
+        """The RDMA devices a change to this netdev can concern; None if it could be any
+        (a device without a netdev may be about to get this one)."""
+        hit = self._inv.devices_on(ifindex, name)
+        held = set()
+        for claim in self._keeper.iter_claims():
+            if claim.host is not None:
+                held.add(claim.device)  # its netdev is away on purpose
+                if claim.host.ifindex == ifindex or claim.host.name == name:
+                    hit.add(claim.device)
+        if not hit and self._inv.unbound - held:
+            return None
+        return hit
+
+    def netdev_is(self, nd: Netdev) -> None:
+        """Record what our own kernel step just did, ahead of its queued events: the release
+        announces the device's view right away, and must not announce it without a netdev."""
+        self._inv.netdevs[nd.ifindex] = nd
+        if self._touched_links is not None:  # a dump in flight asks for it again
+            self._touched_links.add(nd.ifindex)
+
+    async def reread_netdev(self, ifindex: int) -> None:
+        nd = await self._net.get_netdev(ifindex)
+        if nd is not None:
+            self.netdev_is(nd)
+
+    async def reload_netdevs(self) -> None:
+        """Replace the netdev table with a dump. Events applied while it runs may be newer or
+        older than the dump, so every netdev they touch is asked for once more, until no
+        event came in meanwhile; only then is the table swapped (no await in between)."""
+        async with self._reload_lock:  # one at a time: each tracks the events it overlaps
+            touched: set[int] = set()
+            self._touched_links = touched
+            try:
+                table = {nd.ifindex: nd for nd in await self._net.list_netdevs()}
+                while touched:
+                    ifindex = touched.pop()
+                    nd = await self._net.get_netdev(ifindex)  # an event meanwhile re-adds it
+                    if nd is None:
+                        table.pop(ifindex, None)
+                    else:
+                        table[ifindex] = nd
+                self._inv.netdevs = table
+            finally:
+                self._touched_links = None
+
+    # ------------------------------------------------------------------ RDMA devices
+    async def reread_device(self, name: str) -> None:
+        """Re-read a device our own step changed, before announcing it (its events lag)."""
+        try:
+            if await self._refresh_devices({name}):
+                return
+        except Exception as exc:  # the claim or release itself is done: never fail it here
+            log.warning("re-reading %s failed (%s): re-reading everything", name, exc)
+        self.schedule_refresh()
+
+    def schedule_refresh(self, devices: set[str] | None = None) -> None:
+        """Coalesce bursts of events into one re-read: of the named devices, or of the whole
+        RDMA inventory when `devices` is None."""
+        if devices is None:
+            self._refresh_all = True
+        elif not devices:
+            return
+        else:
+            self._refresh_some |= devices
+        if self._refresh_task is None or self._refresh_task.done():
+            self._refresh_task = asyncio.ensure_future(self._refresh_loop())
+
+    async def _refresh_loop(self) -> None:
+        while self._refresh_all or self._refresh_some:
+            await asyncio.sleep(0)  # let the rest of a burst queue up first
+            whole, some = self._refresh_all, self._refresh_some
+            self._refresh_all, self._refresh_some = False, set()
+            try:
+                if whole or not await self._refresh_devices(some):
+                    await self.refresh()
+            except Exception:
+                log.exception("re-reading the RDMA inventory failed")
+            self.schedule_view_sync()
+
+    async def _refresh_devices(self, names: set[str]) -> bool:
+        """Re-read a few devices. False when that is not enough (one left init_net, or the
+        subsystem is not there): the caller re-reads everything."""
+        if self._keeper.netns_mode == NetnsMode.UNAVAILABLE:
+            return False
+        async with self._refresh_lock:
+            for name in names:
+                old = self._inv.devices.get(name)
+                if old is None:
+                    return False
+                fresh = await self._rdma.get_device(old.index)
+                if fresh is None or fresh.name != name:
+                    if name in self._keeper.moved_devices() or self._keeper.busy(name):
+                        continue  # in a claimant's netns, or moving right now
+                    return False
+                if fresh != old:
+                    self._inv.put(fresh)
+                    self._announce_unless_busy(fresh)
+        return True
+
+    async def refresh(self) -> None:
+        """Re-read the whole RDMA inventory (and the mode, while there is no subsystem)."""
+        # One at a time: two overlapping re-reads could apply the older listing last.
+        async with self._refresh_lock:
+            await self._refresh_locked()
+
+    async def _refresh_locked(self) -> None:
+        if self._keeper.netns_mode == NetnsMode.UNAVAILABLE:
+            mode = await self._rdma.netns_mode()
+            if mode == NetnsMode.UNAVAILABLE:
+                return
+            self._keeper.adopt_mode(mode)
+        busy = {name for name in self._inv.devices if self._keeper.busy(name)}
+        listed = await self._rdma.list_devices()
+        for dev in listed:
+            self._wake(self._device_waiters, dev.name)
+        diff = self._inv.replace_devices(listed, keep=self._keeper.moved_devices() | busy)
+        for dev in diff.removed:
+            self._announced.pop(dev.name, None)
+            self._keeper.notify("device_removed", self.view(dev))
+            for claim in [c for c in self._keeper.iter_claims() if c.device == dev.name]:
+                self._spawn(self._keeper.end_claim(claim, ReleaseReason.DEVICE_REMOVED))
+        for dev in diff.added:
+            view = self.view(dev)
+            self._announced[dev.name] = view
+            self._keeper.notify("device_added", view)
+        for dev in diff.changed:
+            self._announce_unless_busy(dev)
