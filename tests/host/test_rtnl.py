@@ -121,36 +121,39 @@ async def test_bring_home_fails_clearly_when_the_netns_is_gone(
         await rtnl.bring_home(Placement(4242, 7, "net1"), configured)
 
 
+@pytest.fixture
+def returned(veth: VethPair, configured: HostConfig) -> str:
+    """The configured host end, renamed devN as the kernel returns a NIC from a dead netns."""
+    name = "dev" + veth.host[-8:]
+    ip("link", "set", veth.host, "name", name)
+    return name
+
+
 async def test_restore_renames_and_reconfigures_a_returned_netdev(
-    rtnl: RtnlBackend, veth: VethPair, configured: HostConfig
+    rtnl: RtnlBackend, returned: str, configured: HostConfig
 ) -> None:
     # what the kernel leaves after netns death: renamed, down, no addresses
-    ip("link", "set", veth.host, "down")
-    ip("addr", "flush", "dev", veth.host)
-    ip("link", "set", veth.host, "name", "dev" + veth.host[-8:], "mtu", "1500")
-    ip("addr", "add", "203.0.113.9/24", "dev", "dev" + veth.host[-8:])
+    ip("link", "set", returned, "down", "mtu", "1500")
+    ip("addr", "flush", "dev", returned)
+    ip("addr", "add", "203.0.113.9/24", "dev", returned)
     await rtnl.restore(configured.ifindex, configured)
     assert await rtnl.host_config(configured.ifindex) == configured
 
 
 async def test_restore_takes_back_a_host_name_that_udev_made_an_altname(
-    rtnl: RtnlBackend, veth: VethPair, configured: HostConfig
+    rtnl: RtnlBackend, veth: VethPair, returned: str, configured: HostConfig
 ) -> None:
     # udev gives a NIC that came back as devN its predictable name as an altname; the
     # kernel then refuses a rename to that name (EEXIST) until the altname is dropped.
-    returned = "dev" + veth.host[-8:]
-    ip("link", "set", veth.host, "name", returned)
     ip("link", "property", "add", "dev", returned, "altname", veth.host)
     await rtnl.restore(configured.ifindex, configured)
     assert await rtnl.host_config(configured.ifindex) == configured
 
 
 async def test_restore_takes_back_a_host_name_that_udev_makes_an_altname_mid_restore(
-    rtnl: RtnlBackend, veth: VethPair, configured: HostConfig
+    rtnl: RtnlBackend, veth: VethPair, returned: str, configured: HostConfig
 ) -> None:
     # udev works asynchronously: the altname can appear after restore has read the link.
-    returned = "dev" + veth.host[-8:]
-    ip("link", "set", veth.host, "name", returned)
     added: list[str] = []
 
     def udev_adds_the_altname(step: str) -> None:
@@ -164,10 +167,8 @@ async def test_restore_takes_back_a_host_name_that_udev_makes_an_altname_mid_res
 
 
 async def test_restore_does_not_steal_another_netdevs_name(
-    rtnl: RtnlBackend, veth: VethPair, configured: HostConfig
+    rtnl: RtnlBackend, veth: VethPair, returned: str, configured: HostConfig
 ) -> None:
-    returned = "dev" + veth.host[-8:]
-    ip("link", "set", veth.host, "name", returned)
     ip("link", "property", "add", "dev", veth.peer, "altname", veth.host)
     with pytest.raises(InvalidArgs, match="already taken"):
         await rtnl.restore(configured.ifindex, configured)
