@@ -27,6 +27,7 @@ import errno
 import ipaddress
 import logging
 import socket
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -215,6 +216,9 @@ class RtnlBackend:
         # The kernel runs one dump at a time per netlink socket and answers a second one
         # with EBUSY; claims of different devices run concurrently on this one socket.
         self._dumping = asyncio.Lock()
+        # A netns's nsid cannot change while a handle of ours holds the netns: ask once per
+        # handle (a claim needs it before and after the move).
+        self._nsids: weakref.WeakKeyDictionary[NetnsTarget, int] = weakref.WeakKeyDictionary()
 
     @classmethod
     async def create(cls, resolver: KernelNetnsResolver) -> RtnlBackend:
@@ -485,6 +489,13 @@ class RtnlBackend:
     # -- nsids -------------------------------------------------------------------------------
 
     async def nsid(self, target: NetnsTarget) -> int:
+        _ = target.fd  # raises once the handle is closed: never answer for a stale one
+        known = self._nsids.get(target)
+        if known is None:
+            known = self._nsids[target] = await self._read_or_assign_nsid(target)
+        return known
+
+    async def _read_or_assign_nsid(self, target: NetnsTarget) -> int:
         where = netns_label(target.inode)
         with _op(f"reading the nsid of {where}"):
             got = await self._get_nsid(target.fd)

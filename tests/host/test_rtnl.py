@@ -222,3 +222,15 @@ async def test_nsid_assigns_one_when_the_netns_has_none(
         assert nsid >= 0
         assert await rtnl.nsid(target) == nsid
         assert nsid in await rtnl.live_nsids()
+
+
+async def test_nsid_is_not_answered_from_memory_for_a_closed_handle(
+    rtnl: RtnlBackend, resolver: KernelNetnsResolver
+) -> None:
+    # nsids are reused once a netns dies; only an open handle keeps its netns (and nsid).
+    with temp_netns() as name:
+        target = resolver.open(name)
+        await rtnl.nsid(target)
+        target.close()
+        with pytest.raises(ValueError, match="closed"):
+            await rtnl.nsid(target)
