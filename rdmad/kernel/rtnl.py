@@ -1,7 +1,7 @@
 """rtnetlink: NetdevBackend over pyroute2's AsyncIPRoute.
 
 One AsyncIPRoute lives in init_net. Work inside a claimant's netns goes through a netlink
-socket created there (by a `run_in_netns` thread) and closed right after the operation, so
+socket created there (by a `submit_in_netns` worker thread) and closed right after the operation, so
 the daemon never keeps a claimed netns alive.
 
 Kernel facts that shape this module (measured on 6.18):
@@ -43,7 +43,6 @@ from rdmad.errors import InvalidArgs, InvalidNetns, RdmadError, from_errno
 from rdmad.kernel.netns import (
     KernelNetnsResolver,
     candidate_paths,
-    run_in_netns,
     submit_in_netns,
 )
 from rdmad.model import HostConfig, Netdev, netns_label
@@ -137,10 +136,6 @@ class _InNetns:
         self._sock = sock
 
     @classmethod
-    async def open(cls, netns_fd: int) -> _InNetns:
-        return cls.wrap(await run_in_netns(netns_fd, _rtnl_socket))
-
-    @classmethod
     def wrap(cls, sock: socket.socket) -> _InNetns:
         try:
             return cls(AsyncIPRoute(use_socket=sock), sock)
@@ -159,15 +154,6 @@ def _rtnl_socket() -> socket.socket:
     return socket.socket(
         socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
     )
-
-
-@contextlib.asynccontextmanager
-async def _in_netns(netns_fd: int) -> AsyncIterator[AsyncIPRoute]:
-    ns = await _InNetns.open(netns_fd)
-    try:
-        yield ns.ipr
-    finally:
-        ns.close()
 
 
 class _Opening:
@@ -202,6 +188,12 @@ async def _opening_in_netns(netns_fd: int) -> AsyncIterator[_Opening]:
         yield opening
     finally:
         await opening.close()
+
+
+@contextlib.asynccontextmanager
+async def _in_netns(netns_fd: int) -> AsyncIterator[AsyncIPRoute]:
+    async with _opening_in_netns(netns_fd) as opening:
+        yield await opening.ipr()
 
 
 class RtnlBackend:
