@@ -34,8 +34,8 @@ from typing import Any
 from pyroute2 import AsyncIPRoute
 from pyroute2.netlink import NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_GETLINK, RTM_GETNSID, RTM_SETLINK
-from pyroute2.netlink.rtnl.ifinfmsg import IFF_UP, ifinfmsg
+from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_GETLINK, RTM_GETNSID
+from pyroute2.netlink.rtnl.ifinfmsg import IFF_UP
 from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
 
 from rdmad.backend import NetnsTarget, Placement
@@ -45,6 +45,18 @@ from rdmad.kernel.netns import (
     candidate_paths,
     submit_in_netns,
 )
+from rdmad.kernel.rtnl_msgs import (
+    Cidr,
+    LinkMsg,
+    add_address,
+    addresses,
+    del_address,
+    dump_links,
+    getlink,
+    lean_links,
+    link_request,
+    setlink,
+)
 from rdmad.model import HostConfig, Netdev, netns_label
 
 log = logging.getLogger(__name__)
@@ -53,22 +65,15 @@ NETNSA_NSID_NOT_ASSIGNED = 0xFFFFFFFF  # -1 as the u32 pyroute2 decodes
 # udev may add the altname again while we drop it; a few tries cover its one uevent.
 _RENAME_ATTEMPTS = 3
 
-Msg = Any  # pyroute2 messages are untyped
-Cidr = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
-
-def netdev_from_msg(msg: Msg) -> Netdev:
+def netdev_from_msg(msg: LinkMsg) -> Netdev:
     """A Netdev from an RTM_NEWLINK message (dump or event)."""
-    kind = ""
-    linkinfo = msg.get_attr("IFLA_LINKINFO")
-    if linkinfo is not None:
-        kind = linkinfo.get_attr("IFLA_INFO_KIND") or ""
     return Netdev(
         ifindex=int(msg["index"]),
-        name=str(msg.get_attr("IFLA_IFNAME") or ""),
-        mtu=int(msg.get_attr("IFLA_MTU") or 0),
+        name=msg.ifname,
+        mtu=msg.mtu,
         up=bool(msg["flags"] & IFF_UP),
-        kind=str(kind),
+        kind=msg.kind,
     )
 
 
@@ -102,27 +107,6 @@ def _op(what: str) -> Iterator[None]:
         raise _kernel_error(e, what) from e
 
 
-def _ifmsg(index: int, *attrs: tuple[str, Any], up: bool | None = None) -> ifinfmsg:
-    msg = ifinfmsg()
-    msg["index"] = index
-    msg["attrs"] = list(attrs)
-    if up is not None:
-        msg["change"] = IFF_UP
-        msg["flags"] = IFF_UP if up else 0
-    return msg
-
-
-async def _setlink(
-    ipr: AsyncIPRoute, index: int, *attrs: tuple[str, Any], up: bool | None = None
-) -> None:
-    """A raw RTM_SETLINK: the high-level API rewrites some attributes (net_ns_fd, ifname).
-    The kernel applies a netns move first, then MTU, then the name, then the admin state."""
-    async for _ in await ipr.nlm_request(
-        _ifmsg(index, *attrs, up=up), RTM_SETLINK, NLM_F_REQUEST | NLM_F_ACK
-    ):
-        pass
-
-
 def _is_link_local(iface: Cidr) -> bool:
     # the kernel generates these itself; never flush or re-add them
     return iface.version == 6 and iface.ip.is_link_local
@@ -138,7 +122,7 @@ class _InNetns:
     @classmethod
     def wrap(cls, sock: socket.socket) -> _InNetns:
         try:
-            return cls(AsyncIPRoute(use_socket=sock), sock)
+            return cls(lean_links(AsyncIPRoute(use_socket=sock)), sock)
         except BaseException:
             sock.close()
             raise
@@ -214,7 +198,7 @@ class RtnlBackend:
 
     @classmethod
     async def create(cls, resolver: KernelNetnsResolver) -> RtnlBackend:
-        ipr = AsyncIPRoute()
+        ipr = lean_links(AsyncIPRoute())
         await ipr.setup_endpoint()
         return cls(ipr, resolver)
 
@@ -226,16 +210,16 @@ class RtnlBackend:
     async def list_netdevs(self) -> list[Netdev]:
         with _op("listing netdevs"):
             async with self._dumping:
-                return [netdev_from_msg(m) async for m in await self._ipr.link("dump")]
+                return [netdev_from_msg(m) for m in await dump_links(self._ipr)]
 
     async def _netdev(self, ifindex: int, what: str) -> Netdev:
         with _op(what + f": reading netdev {ifindex}"):
-            (msg,) = await self._ipr.link("get", index=ifindex)
+            msg = await getlink(self._ipr, ifindex)
         return netdev_from_msg(msg)
 
     async def get_netdev(self, ifindex: int) -> Netdev | None:
         try:
-            (msg,) = await self._ipr.link("get", index=ifindex)
+            msg = await getlink(self._ipr, ifindex)
         except NetlinkError as e:
             if e.code == errno.ENODEV:
                 return None
@@ -244,8 +228,8 @@ class RtnlBackend:
 
     async def host_config(self, ifindex: int) -> HostConfig:
         with _op(f"reading netdev {ifindex}"):
-            (msg,), addrs = await asyncio.gather(
-                self._ipr.link("get", index=ifindex), self._dumped_addresses(ifindex)
+            msg, addrs = await asyncio.gather(
+                getlink(self._ipr, ifindex), self._dumped_addresses(ifindex)
             )
             dev = netdev_from_msg(msg)
         return HostConfig(
@@ -258,7 +242,7 @@ class RtnlBackend:
 
     async def _dumped_addresses(self, ifindex: int) -> list[Cidr]:
         async with self._dumping:
-            return await _addresses(self._ipr, ifindex)
+            return await addresses(self._ipr, ifindex)
 
     # -- claims ----------------------------------------------------------------------------
 
@@ -278,7 +262,7 @@ class RtnlBackend:
         async with _opening_in_netns(target.fd) as opening:
             try:
                 # one message: the kernel applies the new name as part of the move
-                await _setlink(
+                await setlink(
                     self._ipr, ifindex, ("IFLA_NET_NS_FD", target.fd), ("IFLA_IFNAME", ifname)
                 )
             except NetlinkError as e:
@@ -304,7 +288,7 @@ class RtnlBackend:
         try:
             if not ns_index:
                 ns_index = await _ifindex_in(ns, ifname, "its netns")
-            await _setlink(
+            await setlink(
                 ns,
                 ns_index,
                 ("IFLA_NET_NS_FD", self._resolver.init_fd),
@@ -377,7 +361,7 @@ class RtnlBackend:
             async with _in_netns(source.fd) as ns:
                 try:
                     # One message: the netdev arrives home with its name, MTU and admin state.
-                    await _setlink(
+                    await setlink(
                         ns,
                         placement.ifindex,
                         ("IFLA_NET_NS_FD", self._resolver.init_fd),
@@ -392,8 +376,7 @@ class RtnlBackend:
                 opened.close()
         self.step("netdev-moved-home")
         with _op(f"finding {host.name} in init_net"):
-            (msg,) = await self._ipr.link("get", ifname=host.name)
-        cur = netdev_from_msg(msg)
+            cur = netdev_from_msg(await getlink(self._ipr, name=host.name))
         if cur.up != host.up or (host.mtu and cur.mtu != host.mtu):
             await self.restore(cur.ifindex, host)  # something else changed it meanwhile
             return await self._netdev(cur.ifindex, what)
@@ -404,22 +387,19 @@ class RtnlBackend:
     async def restore(self, ifindex: int, host: HostConfig) -> None:
         cidrs = parse_cidrs(host.addresses)
         with _op(f"reading netdev {ifindex}"):
-            (msg,) = await self._ipr.link("get", index=ifindex)
-        cur = netdev_from_msg(msg)
+            cur = netdev_from_msg(await getlink(self._ipr, ifindex))
         what = f"restoring {cur.name} (ifindex {ifindex}) as {host.name}"
         if cur.name != host.name:
             with _op(what + ": setting it down to rename"):
-                await self._ipr.link("set", index=ifindex, state="down")
+                await setlink(self._ipr, ifindex, up=False)
             await self._rename_home(ifindex, host.name, what)
             self.step("host-renamed")
         async with self._dumping:
             await _sync_addresses(self._ipr, ifindex, cidrs, what)
         # MTU and admin state in one message: one round trip less on every release.
-        settings: dict[str, Any] = {"state": "up" if host.up else "down"}
-        if host.mtu and cur.mtu != host.mtu:
-            settings["mtu"] = host.mtu
-        with _op(what + ": setting " + " and ".join(sorted(settings))):
-            await self._ipr.link("set", index=ifindex, **settings)
+        mtu = (("IFLA_MTU", host.mtu),) if host.mtu and cur.mtu != host.mtu else ()
+        with _op(what + ": setting " + ("MTU and " if mtu else "") + "admin state"):
+            await setlink(self._ipr, ifindex, *mtu, up=host.up)
 
     async def _rename_home(self, ifindex: int, name: str, what: str) -> None:
         """Rename a returned netdev to its host name. udev gives a netdev that comes back
@@ -430,15 +410,15 @@ class RtnlBackend:
         for _ in range(_RENAME_ATTEMPTS):
             self.step("host-renaming")
             try:
-                await _setlink(self._ipr, ifindex, ("IFLA_IFNAME", name))
+                await setlink(self._ipr, ifindex, ("IFLA_IFNAME", name))
                 return
             except NetlinkError as e:
                 if e.code != errno.EEXIST:
                     raise self._name_error(e, what, name, "init_net") from e
                 refused = e
             with _op(what + ": reading its altnames"):
-                (msg,) = await self._ipr.link("get", index=ifindex)
-            if name not in _altnames(msg):
+                msg = await getlink(self._ipr, ifindex)
+            if name not in msg.altnames:
                 break  # another netdev holds the name: never take it
             with _op(what + f": dropping its altname {name}"):
                 await self._ipr.link("property_del", index=ifindex, altname=name)
@@ -455,7 +435,7 @@ class RtnlBackend:
                 return
         try:
             async for _ in await self._ipr.nlm_request(
-                _ifmsg(placement.ifindex, ("IFLA_IF_NETNSID", placement.nsid)),
+                link_request(placement.ifindex, ("IFLA_IF_NETNSID", placement.nsid)),
                 RTM_DELLINK,
                 NLM_F_REQUEST | NLM_F_ACK,
             ):
@@ -468,7 +448,9 @@ class RtnlBackend:
             raise _kernel_error(e, what) from e
 
     async def _macvlan_by_name(self, placement: Placement) -> Placement:
-        msg = _ifmsg(0, ("IFLA_IFNAME", placement.ifname), ("IFLA_IF_NETNSID", placement.nsid))
+        msg = link_request(
+            0, ("IFLA_IFNAME", placement.ifname), ("IFLA_IF_NETNSID", placement.nsid)
+        )
         try:
             request = await self._ipr.nlm_request(msg, RTM_GETLINK, NLM_F_REQUEST)
             replies = [m async for m in request]
@@ -544,10 +526,10 @@ class RtnlBackend:
 
     async def _is_home(self, ifindex: int, name: str) -> bool:
         try:
-            (msg,) = await self._ipr.link("get", index=ifindex)
+            msg = await getlink(self._ipr, ifindex)
         except NetlinkError:
             return False
-        return bool(msg.get_attr("IFLA_IFNAME") == name)
+        return msg.ifname == name
 
     async def _ifindex_of(self, name: str) -> int:
         return await _ifindex_in(self._ipr, name, "init_net")
@@ -559,25 +541,9 @@ class RtnlBackend:
         return _kernel_error(e, what)
 
 
-def _altnames(msg: Any) -> set[str]:
-    props = msg.get_attr("IFLA_PROP_LIST")
-    if not props:
-        return set()
-    return {value for key, value in props.get("attrs", []) if key == "IFLA_ALT_IFNAME"}
-
-
-async def _addresses(ipr: AsyncIPRoute, index: int) -> list[Cidr]:
-    out = []
-    async for m in await ipr.addr("dump", index=index):
-        addr = m.get_attr("IFA_LOCAL") or m.get_attr("IFA_ADDRESS")
-        if addr:
-            out.append(ipaddress.ip_interface(f"{addr}/{m['prefixlen']}"))
-    return out
-
-
 async def _ifindex_in(ipr: AsyncIPRoute, ifname: str, where: str) -> int:
     with _op(f"finding {ifname} in {where}"):
-        return int((await ipr.link("get", ifname=ifname))[0]["index"])
+        return int((await getlink(ipr, name=ifname))["index"])
 
 
 async def _configure_placed(
@@ -614,10 +580,10 @@ async def _configure(
     attrs = () if mtu is None else (("IFLA_MTU", mtu),)
     settings = "up" if mtu is None else f"MTU {mtu} and up"
     with _op(f"setting {settings} on {ifname} in {where}"):
-        await _setlink(ns, index, *attrs, up=True)
+        await setlink(ns, index, *attrs, up=True)
     for c in cidrs:
         with _op(f"adding {c} to {ifname} in {where}"):
-            await ns.addr("add", index=index, address=str(c.ip), prefixlen=c.network.prefixlen)
+            await add_address(ns, index, c)
     if step is not None:
         step("addresses-set")
 
@@ -629,11 +595,11 @@ async def _sync_addresses(
     what: str,
 ) -> None:
     with _op(what + ": reading addresses"):
-        current = await _addresses(ipr, index)
+        current = await addresses(ipr, index)
     for c in current:
         if c not in wanted and not _is_link_local(c):
             with _op(what + f": removing {c}"):
-                await ipr.addr("del", index=index, address=str(c.ip), prefixlen=c.network.prefixlen)
+                await del_address(ipr, index, c)
     await _add_addresses(ipr, index, [c for c in wanted if c not in current], what)
 
 
@@ -641,7 +607,7 @@ async def _add_addresses(ipr: AsyncIPRoute, index: int, cidrs: list[Cidr], what:
     for c in cidrs:
         with _op(what + f": adding {c}"):
             try:
-                await ipr.addr("add", index=index, address=str(c.ip), prefixlen=c.network.prefixlen)
+                await add_address(ipr, index, c)
             except NetlinkError as e:
                 if e.code != errno.EEXIST:  # already there: what we want
                     raise

@@ -20,6 +20,7 @@ from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID, RTM_NEWLINK, RTMGRP_
 from rdmad.backend import EventSink
 from rdmad.events import Event, LinkChanged, LinkRemoved, NetnsGone, Resync
 from rdmad.kernel.rtnl import netdev_from_msg
+from rdmad.kernel.rtnl_msgs import lean_links
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ def event_from_msg(msg: Any) -> Event | None:
     if kind == RTM_NEWLINK:
         return LinkChanged(netdev_from_msg(msg))
     if kind == RTM_DELLINK:
-        return LinkRemoved(ifindex=int(msg["index"]), name=str(msg.get_attr("IFLA_IFNAME") or ""))
+        return LinkRemoved(ifindex=int(msg["index"]), name=msg.ifname)
     if kind == RTM_DELNSID:
         nsid = msg.get_attr("NETNSA_NSID")
         return None if nsid is None else NetnsGone(nsid=int(nsid))
@@ -73,7 +74,7 @@ class RtnlEventSource:
             self._ipr = None
 
     async def _subscribe(self) -> AsyncIPRoute:
-        ipr = AsyncIPRoute(rcvbuf=self._rcvbuf)
+        ipr = lean_links(AsyncIPRoute(rcvbuf=self._rcvbuf))
         try:
             await ipr.bind(groups=GROUPS)
         except BaseException:

@@ -1,0 +1,116 @@
+"""The lean link decoder reads what pyroute2's full decoder reads, on real kernel messages."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from pyroute2 import AsyncIPRoute
+
+from rdmad.kernel.rtnl_msgs import (
+    LinkMsg,
+    add_address,
+    addresses,
+    del_address,
+    dump_links,
+    getlink,
+    lean_links,
+)
+from tests.support.net import VethPair, ip
+
+
+@pytest.fixture
+async def lean() -> AsyncIterator[AsyncIPRoute]:
+    ipr = lean_links(AsyncIPRoute())
+    await ipr.setup_endpoint()
+    try:
+        yield ipr
+    finally:
+        ipr.close()
+
+
+@pytest.fixture
+async def full() -> AsyncIterator[AsyncIPRoute]:
+    ipr = AsyncIPRoute()
+    await ipr.setup_endpoint()
+    try:
+        yield ipr
+    finally:
+        ipr.close()
+
+
+@pytest.fixture
+def varied(veth: VethPair) -> VethPair:
+    """Netdevs with every attribute the decoder reads set: a kind, an odd MTU, an altname,
+    and a macvlan child."""
+    ip("link", "set", veth.host, "mtu", "1234")
+    ip("link", "property", "add", "dev", veth.host, "altname", veth.host + "alt")
+    ip("link", "add", veth.peer + "m", "link", veth.peer, "type", "macvlan")
+    return veth
+
+
+def _full_view(m: Any) -> tuple[int, str, int, str, frozenset[str], int]:
+    """The same fields from pyroute2's ifinfmsg, every attribute decoded."""
+    info = m.get_attr("IFLA_LINKINFO")
+    props = m.get_attr("IFLA_PROP_LIST")
+    alts = [v for k, v in props.get("attrs", []) if k == "IFLA_ALT_IFNAME"] if props else []
+    kind = (info.get_attr("IFLA_INFO_KIND") if info is not None else None) or ""
+    return (
+        m["index"],
+        m.get_attr("IFLA_IFNAME"),
+        m.get_attr("IFLA_MTU"),
+        kind,
+        frozenset(alts),
+        m["flags"],
+    )
+
+
+def _lean_view(m: LinkMsg) -> tuple[int, str, int, str, frozenset[str], int]:
+    return (m["index"], m.ifname, m.mtu, m.kind, m.altnames, m["flags"])
+
+
+async def test_a_dump_decodes_as_pyroute2_decodes_it_for_every_netdev(
+    lean: AsyncIPRoute, full: AsyncIPRoute, varied: VethPair
+) -> None:
+    ours = {m["index"]: _lean_view(m) for m in await dump_links(lean)}
+    theirs = {m["index"]: _full_view(m) async for m in await full.link("dump")}
+    assert ours == theirs
+    by_name = {v[1]: v for v in ours.values()}
+    assert by_name[varied.host][2:5] == (1234, "veth", frozenset({varied.host + "alt"}))
+    assert by_name[varied.peer + "m"][3] == "macvlan"
+
+
+async def test_getlink_finds_a_netdev_by_index_and_by_name(
+    lean: AsyncIPRoute, varied: VethPair
+) -> None:
+    by_index = await getlink(lean, varied.host_ifindex())
+    by_name = await getlink(lean, name=varied.host)
+    assert _lean_view(by_index) == _lean_view(by_name)
+    assert by_name.ifname == varied.host
+
+
+async def test_events_decode_lean_on_a_subscribed_socket(veth: VethPair) -> None:
+    ipr = lean_links(AsyncIPRoute())
+    try:
+        await ipr.bind(groups=1)  # RTMGRP_LINK
+        ip("link", "set", veth.host, "mtu", "1300")
+        async for msg in ipr.get():
+            if isinstance(msg, LinkMsg) and msg.ifname == veth.host and msg.mtu == 1300:
+                break
+    finally:
+        ipr.close()
+
+
+async def test_addresses_are_added_listed_and_deleted_by_raw_requests(
+    lean: AsyncIPRoute, veth: VethPair
+) -> None:
+    index = veth.host_ifindex()
+    v4, v6 = ipaddress.ip_interface("192.0.2.7/24"), ipaddress.ip_interface("2001:db8::7/64")
+    await add_address(lean, index, v4)
+    await add_address(lean, index, v6)
+    assert {v4, v6} <= set(await addresses(lean, index))
+    await del_address(lean, index, v4)
+    await del_address(lean, index, v6)
+    assert not {v4, v6} & set(await addresses(lean, index))
