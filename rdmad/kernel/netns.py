@@ -318,7 +318,9 @@ class NetnsRunner:
     the worker's thread is unsafe to reuse, so the whole pool is retired.
     """
 
-    def __init__(self, max_workers: int = 2) -> None:
+    # A claim holds two workers at once (its move and its in-netns socket); four let two
+    # claims overlap. Moves beyond that queue here as they would on the kernel's RTNL lock.
+    def __init__(self, max_workers: int = 4) -> None:
         self._init_fd = os.open(SELF_NETNS, os.O_RDONLY | os.O_CLOEXEC)
         self._libc = _Libc()
         self._max_workers = max_workers

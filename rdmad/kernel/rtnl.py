@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import ipaddress
 import logging
 import socket
@@ -43,6 +44,7 @@ from rdmad.errors import InvalidArgs, InvalidNetns, RdmadError, from_errno
 from rdmad.kernel.netns import (
     KernelNetnsResolver,
     candidate_paths,
+    run_in_netns,
     submit_in_netns,
 )
 from rdmad.kernel.rtnl_msgs import (
@@ -55,6 +57,7 @@ from rdmad.kernel.rtnl_msgs import (
     getlink,
     lean_links,
     link_request,
+    move_link_blocking,
     setlink,
 )
 from rdmad.model import HostConfig, Netdev, netns_label
@@ -141,28 +144,26 @@ def _rtnl_socket() -> socket.socket:
 
 
 class _Opening:
-    """An in-netns socket being opened by a worker thread, for use after a netns move. The
-    move blocks the loop in send() for ~15 ms; the worker opens the socket meanwhile, where
-    opening it afterwards waits on the loop (and the GIL) handling the move's events."""
+    """An in-netns socket being opened (by a worker thread) and wrapped, for use after a
+    netns move: both happen while the move runs on another worker, not after it."""
 
     def __init__(self, netns_fd: int) -> None:
-        self._sock = submit_in_netns(netns_fd, _rtnl_socket)  # submitted now, not on await
-        self._ns: _InNetns | None = None
+        sock = submit_in_netns(netns_fd, _rtnl_socket)  # a worker starts on it now
+        self._ns = asyncio.ensure_future(self._wrap(sock))
+
+    @staticmethod
+    async def _wrap(sock: Awaitable[socket.socket]) -> _InNetns:
+        return _InNetns.wrap(await sock)
 
     async def ipr(self) -> AsyncIPRoute:
-        if self._ns is None:
-            self._ns = _InNetns.wrap(await self._sock)
-        return self._ns.ipr
+        return (await asyncio.shield(self._ns)).ipr
 
     async def close(self) -> None:
-        if self._ns is not None:
-            self._ns.close()
-            return
         try:
-            sock = await self._sock
+            ns = await self._ns
         except Exception:  # the operation's own error is the one to report
             return
-        sock.close()
+        ns.close()
 
 
 @contextlib.asynccontextmanager
@@ -262,8 +263,11 @@ class RtnlBackend:
         async with _opening_in_netns(target.fd) as opening:
             try:
                 # one message: the kernel applies the new name as part of the move
-                await setlink(
-                    self._ipr, ifindex, ("IFLA_NET_NS_FD", target.fd), ("IFLA_IFNAME", ifname)
+                await self._move(
+                    self._resolver.init_fd,
+                    ifindex,
+                    ("IFLA_NET_NS_FD", target.fd),
+                    ("IFLA_IFNAME", ifname),
                 )
             except NetlinkError as e:
                 # Not atomic: unless its current name is taken in the target, the kernel
@@ -358,19 +362,18 @@ class RtnlBackend:
                 )
             source = opened
         try:
-            async with _in_netns(source.fd) as ns:
-                try:
-                    # One message: the netdev arrives home with its name, MTU and admin state.
-                    await setlink(
-                        ns,
-                        placement.ifindex,
-                        ("IFLA_NET_NS_FD", self._resolver.init_fd),
-                        ("IFLA_IFNAME", host.name),
-                        *((("IFLA_MTU", host.mtu),) if host.mtu else ()),
-                        up=host.up,
-                    )
-                except NetlinkError as e:
-                    raise self._name_error(e, what, host.name, "init_net") from e
+            # One message, sent from inside the netns: the netdev arrives home with its
+            # name, MTU and admin state.
+            await self._move(
+                source.fd,
+                placement.ifindex,
+                ("IFLA_NET_NS_FD", self._resolver.init_fd),
+                ("IFLA_IFNAME", host.name),
+                *((("IFLA_MTU", host.mtu),) if host.mtu else ()),
+                up=host.up,
+            )
+        except NetlinkError as e:
+            raise self._name_error(e, what, host.name, "init_net") from e
         finally:
             if opened is not None:
                 opened.close()
@@ -523,6 +526,14 @@ class RtnlBackend:
         return None
 
     # -- helpers -------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _move(
+        from_fd: int, index: int, *attrs: tuple[str, Any], up: bool | None = None
+    ) -> None:
+        """A netns move, sent from the netns open at `from_fd` by a worker thread, so the
+        loop keeps serving (see move_link_blocking)."""
+        await run_in_netns(from_fd, functools.partial(move_link_blocking, index, *attrs, up=up))
 
     async def _is_home(self, ifindex: int, name: str) -> bool:
         try:

@@ -19,6 +19,7 @@ from typing import Any
 
 from pyroute2 import AsyncIPRoute
 from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST
+from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import (
     RTM_DELADDR,
     RTM_DELLINK,
@@ -43,6 +44,10 @@ RTEXT_FILTER_SKIP_STATS = 1 << 3  # no counters in GETLINK replies: nothing here
 _NLA_TYPE_MASK = 0x3FFF
 _NLA = struct.Struct("=HH")
 _U32 = struct.Struct("=I")
+_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
+_NLMSG_ERROR = 2
+# A move waits for RCU in the kernel (tens of ms); this only bounds a wedged kernel.
+MOVE_TIMEOUT_S = 30.0
 
 Cidr = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
@@ -178,3 +183,33 @@ async def add_address(ipr: AsyncIPRoute, index: int, cidr: Cidr) -> None:
 
 async def del_address(ipr: AsyncIPRoute, index: int, cidr: Cidr) -> None:
     await _ack(ipr, addr_request(index, cidr), RTM_DELADDR)
+
+
+def move_link_blocking(index: int, *attrs: tuple[str, Any], up: bool | None = None) -> None:
+    """One RTM_SETLINK that moves a netdev between netns, sent from the calling thread's
+    netns on a socket of its own: run it on a worker thread (rdmad.kernel.netns).
+
+    Why not AsyncIPRoute: a netlink request runs in the sender's send() call, and a move
+    waits there for RCU (15-25 ms here). On the loop thread that stalls every other client,
+    and the move's own events pile up to be parsed after it; off the loop, they are handled
+    while it runs. This is the one request that blocks that long, so it is the one sent
+    this way. NetlinkError as pyroute2 raises it."""
+    msg = link_request(index, *attrs, up=up)
+    msg["header"]["type"] = RTM_SETLINK
+    msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
+    msg["header"]["sequence_number"] = seq = 1
+    msg.encode()
+    with socket.socket(
+        socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
+    ) as sock:
+        sock.settimeout(MOVE_TIMEOUT_S)
+        sock.bind((0, 0))
+        sock.send(msg.data)
+        while True:  # only our ack can arrive: the socket joined no multicast group
+            reply = sock.recv(65536)
+            _len, kind, _flags, got_seq, _pid = _NLMSGHDR.unpack_from(reply, 0)
+            if kind == _NLMSG_ERROR and got_seq == seq:
+                (code,) = struct.unpack_from("=i", reply, _NLMSGHDR.size)
+                if code:
+                    raise NetlinkError(-code)
+                return
