@@ -259,22 +259,24 @@ class RtnlBackend:
         cidrs = parse_cidrs(addresses)
         host = host or await self.host_config(ifindex)
         where = netns_label(target.inode)
-        what = f"moving {host.name} into {where} as {ifname}"
+        what = f"moving {host.name} into {where} as {ifname}" + (f" with MTU {mtu}" if mtu else "")
         async with _opening_in_netns(target.fd) as opening:
             try:
-                # one message: the kernel applies the new name as part of the move
+                # One message: the netdev arrives with its name, MTU and admin state.
                 await self._move(
                     self._resolver.init_fd,
                     ifindex,
                     ("IFLA_NET_NS_FD", target.fd),
                     ("IFLA_IFNAME", ifname),
+                    *((("IFLA_MTU", mtu),) if mtu is not None else ()),
+                    up=True,
                 )
             except NetlinkError as e:
-                # Not atomic: unless its current name is taken in the target, the kernel
-                # moves the netdev under that name and renames it afterwards, so a failed
-                # rename (EEXIST) leaves it in the target as host.name.
+                # Not atomic: the kernel moves first, then sets MTU, name and state (and
+                # renames after the move unless the old name is taken in the target), so
+                # a failed step leaves the netdev in the target as host.name or ifname.
                 if not await self._is_home(ifindex, host.name):
-                    await self._rollback_place(await opening.ipr(), 0, host.name, host)
+                    await self._rollback_place(await opening.ipr(), 0, host.name, host, ifname)
                 raise self._name_error(e, what, ifname, where) from e
             self.step("netdev-moved")
             ns = await opening.ipr()
@@ -282,16 +284,25 @@ class RtnlBackend:
             async def undo(ns_index: int) -> None:
                 await self._rollback_place(ns, ns_index, ifname, host)
 
-            ns_index = await _configure_placed(ns, ifname, mtu, cidrs, where, self.step, undo)
+            ns_index = await _configure_placed(
+                ns, ifname, cidrs, where, self.step, undo, bring_up=False
+            )
         nsid = await self.nsid(target)
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
     async def _rollback_place(
-        self, ns: AsyncIPRoute, ns_index: int, ifname: str, host: HostConfig
+        self, ns: AsyncIPRoute, ns_index: int, ifname: str, host: HostConfig, *or_names: str
     ) -> None:
+        """Move a placed netdev home and restore `host`; found by ns_index, else by the
+        first of its possible names in the netns."""
         try:
+            for name in (ifname, *or_names):
+                if ns_index:
+                    break
+                with contextlib.suppress(RdmadError):
+                    ns_index = await _ifindex_in(ns, name, "its netns")
             if not ns_index:
-                ns_index = await _ifindex_in(ns, ifname, "its netns")
+                raise InvalidArgs(f"none of {(ifname, *or_names)} is in the netns")
             await setlink(
                 ns,
                 ns_index,
@@ -338,7 +349,9 @@ class RtnlBackend:
                     else:
                         await ns.link("del", ifname=ifname)
 
-            ns_index = await _configure_placed(ns, ifname, None, cidrs, where, self.step, undo)
+            ns_index = await _configure_placed(
+                ns, ifname, cidrs, where, self.step, undo, bring_up=True
+            )
         nsid = await self.nsid(target)
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
@@ -560,43 +573,29 @@ async def _ifindex_in(ipr: AsyncIPRoute, ifname: str, where: str) -> int:
 async def _configure_placed(
     ns: AsyncIPRoute,
     ifname: str,
-    mtu: int | None,
     cidrs: list[Cidr],
     where: str,
     step: Callable[[str], None],
     undo: Callable[[int], Awaitable[None]],
+    bring_up: bool,
 ) -> int:
-    """Configure a netdev just placed in the netns `ns` talks to; its ifindex there. On any
-    failure, `undo(ifindex or 0)` takes the placement back before the error propagates."""
+    """Configure a netdev just placed in the netns `ns` talks to (admin up unless the
+    placement did, addresses); its ifindex there. On any failure, `undo(ifindex or 0)`
+    takes the placement back before the error propagates."""
     ns_index = 0
     try:
         ns_index = await _ifindex_in(ns, ifname, where)
-        await _configure(ns, ns_index, ifname, mtu, cidrs, where, step)
+        if bring_up:
+            with _op(f"setting {ifname} up in {where}"):
+                await setlink(ns, ns_index, up=True)
+        for c in cidrs:
+            with _op(f"adding {c} to {ifname} in {where}"):
+                await add_address(ns, ns_index, c)
+        step("addresses-set")
     except BaseException:
         await undo(ns_index)
         raise
     return ns_index
-
-
-async def _configure(
-    ns: AsyncIPRoute,
-    index: int,
-    ifname: str,
-    mtu: int | None,
-    cidrs: list[Cidr],
-    where: str,
-    step: Callable[[str], None] | None = None,
-) -> None:
-    """MTU, admin up, addresses: for a netdev already inside the netns `ns` talks to."""
-    attrs = () if mtu is None else (("IFLA_MTU", mtu),)
-    settings = "up" if mtu is None else f"MTU {mtu} and up"
-    with _op(f"setting {settings} on {ifname} in {where}"):
-        await setlink(ns, index, *attrs, up=True)
-    for c in cidrs:
-        with _op(f"adding {c} to {ifname} in {where}"):
-            await add_address(ns, index, c)
-    if step is not None:
-        step("addresses-set")
 
 
 async def _sync_addresses(
