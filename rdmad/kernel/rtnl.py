@@ -199,7 +199,9 @@ class RtnlBackend:
 
     @classmethod
     async def create(cls, resolver: KernelNetnsResolver) -> RtnlBackend:
-        ipr = lean_links(AsyncIPRoute())
+        # Strict checking makes the kernel filter an address dump by ifindex: without it,
+        # reading one netdev's addresses parses every address on the host.
+        ipr = lean_links(AsyncIPRoute(strict_check=True))
         await ipr.setup_endpoint()
         return cls(ipr, resolver)
 

@@ -165,8 +165,9 @@ async def dump_links(ipr: AsyncIPRoute) -> list[LinkMsg]:
 
 
 async def addresses(ipr: AsyncIPRoute, index: int) -> list[Cidr]:
-    """The addresses of netdev `index`, all families. The kernel dumps every netdev's (it
-    filters by index only on strict-checking sockets), so filter here."""
+    """The addresses of netdev `index`, all families. The kernel filters the dump by index
+    on a strict-checking socket (NETLINK_GET_STRICT_CHK); on others it dumps every
+    netdev's, so filter here as well."""
     request = await ipr.nlm_request(addr_request(), RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP)
     out = []
     async for m in request:

@@ -8,11 +8,15 @@ from typing import Any
 
 import pytest
 from pyroute2 import AsyncIPRoute
+from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
+from pyroute2.netlink.rtnl import RTM_GETADDR
 
 from rdmad.kernel.rtnl_msgs import (
     LinkMsg,
     add_address,
+    addr_request,
     addresses,
+    cidr_from_addr_msg,
     del_address,
     dump_links,
     getlink,
@@ -114,3 +118,23 @@ async def test_addresses_are_added_listed_and_deleted_by_raw_requests(
     await del_address(lean, index, v4)
     await del_address(lean, index, v6)
     assert not {v4, v6} & set(await addresses(lean, index))
+
+
+async def test_a_strict_socket_has_the_kernel_filter_an_address_dump_by_index(
+    veth: VethPair,
+) -> None:
+    # What keeps a claim's host-config read independent of how many netdevs the host has.
+    ip("addr", "add", "192.0.2.8/24", "dev", veth.host)
+    ip("addr", "add", "198.51.100.8/24", "dev", veth.peer)
+    ipr = AsyncIPRoute(strict_check=True)
+    try:
+        await ipr.setup_endpoint()
+        index = veth.host_ifindex()
+        request = await ipr.nlm_request(
+            addr_request(index), RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP
+        )
+        dumped = [m async for m in request]
+    finally:
+        ipr.close()
+    assert {m["index"] for m in dumped} == {index}
+    assert ipaddress.ip_interface("192.0.2.8/24") in {cidr_from_addr_msg(m) for m in dumped}
