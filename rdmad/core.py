@@ -345,7 +345,6 @@ class Core:
         except BaseException as exc:
             await self._undo_failed_claim(claim, target, exc)
             raise
-        log.info("claimed %s into %s as claim %s", dev.name, claim.netns, claim.id)
         self.notify("claimed", claim)
         await self._tracker.reread_device(dev.name)  # its port's netdev left init_net
         self._tracker.announce(self._tracker.view(self._inv.devices.get(dev.name, dev)))
@@ -403,7 +402,6 @@ class Core:
         self._finish_release(claim, reason)
 
     def _finish_release(self, claim: Claim, reason: ReleaseReason) -> None:
-        log.info("released claim %s (%s): %s", claim.id, claim.device, reason.value)
         self.notify("released", claim, reason)
         dev = self._inv.devices.get(claim.device)
         if dev is not None:
@@ -522,7 +520,6 @@ class Core:
     def adopt_mode(self, mode: NetnsMode) -> None:
         if mode != self.netns_mode:
             self.netns_mode = mode
-            log.info("RDMA netns mode is %s", mode.value)
             self.notify("mode_changed", mode)
             for view in self.devices():
                 self._tracker.announce(view)
