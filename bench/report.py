@@ -52,7 +52,8 @@ def write_report(
         "bound to real veths; every netdev operation is real. State dir on tmpfs (as /run "
         "is in production); "
         "daemon at --log-level info. Latencies are p50 / p99 over "
-        f"{p.reps} repetitions after {p.warmup} warm-up ones.",
+        f"{p.reps} repetitions after {p.warmup} warm-up ones ({p.latency_reps} for claim and "
+        "release against raw and the CLI).",
         "",
         "| scenario | rdmad p50 / p99 | raw (pyroute2) or floor p50 / p99 | CLI p50 / p99 "
         "| ratio | target | met? |",
