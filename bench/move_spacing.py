@@ -1,14 +1,15 @@
-"""How long the kernel takes to move a netdev between netns, back to back or spaced out.
+"""How long the kernel takes to move a netdev between netns, back to back or spaced out,
+and how those times fall into whole scheduler ticks.
 
     python -m bench.move_spacing [--reps 40]
 
-A finding behind the claim/release comparison in results.md: a netns move that follows
-another within about a millisecond costs the kernel ~2 ms more than one that follows it
-after a pause. The iproute2 CLI sequence spaces its moves out with process start-ups
-(~1.3 ms each), raw pyroute2 does not, and rdmad sits in between. This script measures only
-the kernel step (one RTM_SETLINK with IFLA_NET_NS_FD, there and back, on a fresh veth), so
-the effect can be checked on any host. Not part of `bench.run`: it is an explanation, not
-a target.
+Behind the claim/release comparison in results.md (see findings.md): a move waits for RCU
+grace periods inside send(), and their end is found on scheduler ticks (FQS scans every
+jiffy), so move times cluster 4 ms apart at HZ=250. The p50 of a few hundred such samples
+jumps by a tick when a few percent of them change cluster. This script measures only the
+kernel step (one RTM_SETLINK with IFLA_NET_NS_FD, there and back, on a fresh veth) and
+prints the clusters, so the effect can be checked on any host. Not part of `bench.run`: it
+is an explanation, not a target.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import socket
 import statistics
 import time
+from collections import Counter
 
 from pyroute2 import AsyncIPRoute
 
@@ -30,8 +32,9 @@ from tests.support.net import temp_netns
 PAUSES_MS = (0.0, 1.0, 2.0, 5.0, 10.0, 0.0)  # the repeat of 0 shows the drift between blocks
 
 
-async def measure(reps: int) -> list[tuple[float, float, float]]:
-    """(pause ms, p50 ms, mean ms) of single moves, one row per pause."""
+async def measure(reps: int, every: list[float]) -> list[tuple[float, float, float]]:
+    """(pause ms, p50 ms, mean ms) of single moves, one row per pause; every move's time
+    is appended to `every`."""
     rows = []
     with many_veths(1, "m") as nics, temp_netns("rbm") as netns:
         init = AsyncIPRoute()
@@ -54,6 +57,7 @@ async def measure(reps: int) -> list[tuple[float, float, float]]:
                         if pause_ms:
                             await asyncio.sleep(pause_ms / 1e3)
                 rows.append((pause_ms, statistics.median(took), statistics.mean(took)))
+                every.extend(took)
         finally:
             inside.close()
             sock.close()
@@ -69,8 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     print("| pause before each move | move p50 | move mean |")
     print("|---|---|---|")
-    for pause, p50, mean in asyncio.run(measure(args.reps)):
+    every: list[float] = []
+    for pause, p50, mean in asyncio.run(measure(args.reps, every)):
         print(f"| {pause:.0f} ms | {p50:.2f} ms | {mean:.2f} ms |")
+    print("\n| move time (1 ms bins) | moves |\n|---|---|")
+    bins = Counter(int(t) for t in every)
+    for ms in sorted(bins):
+        print(f"| {ms}-{ms + 1} ms | {bins[ms]} {'#' * (60 * bins[ms] // len(every))} |")
     return 0
 
 

@@ -1,8 +1,10 @@
 """rtnetlink: NetdevBackend over pyroute2's AsyncIPRoute.
 
-One AsyncIPRoute lives in init_net. Work inside a claimant's netns goes through a netlink
-socket created there (by a `submit_in_netns` worker thread) and closed right after the operation, so
-the daemon never keeps a claimed netns alive.
+One AsyncIPRoute lives in init_net (lean link decoding and raw requests: rtnl_msgs). Work
+inside a claimant's netns goes through a netlink socket created there by a netns worker
+thread and closed right after the operation, so the daemon never keeps a claimed netns
+alive. Netns moves are sent by a worker thread too (rtnl_msgs.move_link_blocking): the
+kernel holds the sender in send() for 15-25 ms, which must not stall the event loop.
 
 Kernel facts that shape this module (measured on 6.18):
 - A move with IFLA_NET_NS_FD + IFLA_IFNAME only renames *during* the move when the current
@@ -13,7 +15,8 @@ Kernel facts that shape this module (measured on 6.18):
 - IFLA_TARGET_NETNSID together with IFLA_NET_NS_FD is EINVAL ("multiple netns identifying
   attributes"), so a netdev cannot be moved home by nsid from init_net.
 - Addresses can only be added from a socket in the netdev's netns.
-Hence place(), add_macvlan() and bring_home() use an in-netns socket; delete() uses the nsid.
+Hence place() and add_macvlan() configure through an in-netns socket, bring_home() sends
+its move from a thread inside the netns, and delete() uses the nsid.
 
 Errors: a name already taken (EEXIST on a move/rename/create) is reported as InvalidArgs
 naming the netns and the name, since the caller fixes it by choosing another `ifname`.
