@@ -7,10 +7,12 @@ causes) while the caller waits, so rdmad's sockets decode links as `LinkMsg`: th
 fields through pyroute2's own decode, the four attributes read straight from the buffer,
 the rest skipped. Requests are built here as raw messages too, since pyroute2's high-level
 API spends more building a request (filters, defaults) than the kernel spends answering it.
+A netns move is sent from a worker thread instead (move_link_blocking).
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import socket
 import struct
@@ -200,17 +202,24 @@ def move_link_blocking(index: int, *attrs: tuple[str, Any], up: bool | None = No
     msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
     msg["header"]["sequence_number"] = seq = 1
     msg.encode()
-    with socket.socket(
-        socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
-    ) as sock:
-        sock.settimeout(MOVE_TIMEOUT_S)
-        sock.bind((0, 0))
-        sock.send(msg.data)
-        while True:  # only our ack can arrive: the socket joined no multicast group
-            reply = sock.recv(65536)
-            _len, kind, _flags, got_seq, _pid = _NLMSGHDR.unpack_from(reply, 0)
-            if kind == _NLMSG_ERROR and got_seq == seq:
-                (code,) = struct.unpack_from("=i", reply, _NLMSGHDR.size)
-                if code:
-                    raise NetlinkError(-code)
-                return
+    try:
+        with socket.socket(
+            socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
+        ) as sock:
+            sock.settimeout(MOVE_TIMEOUT_S)
+            sock.bind((0, 0))
+            sock.send(msg.data)
+            code = _ack_code(sock, seq)
+    except OSError as e:  # the socket itself failed, or the kernel never answered
+        raise NetlinkError(e.errno or errno.ETIMEDOUT, str(e)) from e
+    if code:
+        raise NetlinkError(-code)
+
+
+def _ack_code(sock: socket.socket, seq: int) -> int:
+    """The error code of the NLMSG_ERROR answering `seq` (0: done)."""
+    while True:  # only our ack can arrive: the socket joined no multicast group
+        reply = sock.recv(65536)
+        _len, kind, _flags, got_seq, _pid = _NLMSGHDR.unpack_from(reply, 0)
+        if kind == _NLMSG_ERROR and got_seq == seq:
+            return int(struct.unpack_from("=i", reply, _NLMSGHDR.size)[0])

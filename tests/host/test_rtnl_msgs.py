@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from pyroute2 import AsyncIPRoute
 from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
+from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_GETADDR
 
 from rdmad.kernel.rtnl_msgs import (
@@ -21,8 +24,9 @@ from rdmad.kernel.rtnl_msgs import (
     dump_links,
     getlink,
     lean_links,
+    move_link_blocking,
 )
-from tests.support.net import VethPair, ip
+from tests.support.net import VethPair, ip, is_up, link
 
 
 @pytest.fixture
@@ -138,3 +142,32 @@ async def test_a_strict_socket_has_the_kernel_filter_an_address_dump_by_index(
         ipr.close()
     assert {m["index"] for m in dumped} == {index}
     assert ipaddress.ip_interface("192.0.2.8/24") in {cidr_from_addr_msg(m) for m in dumped}
+
+
+def test_a_refused_move_raises_the_kernels_errno(netns: str) -> None:
+    # An ifindex nothing has: the kernel answers ENODEV, as pyroute2 would report it.
+    target = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        with pytest.raises(NetlinkError) as refused:
+            move_link_blocking(0x7FFFFFF0, ("IFLA_NET_NS_FD", target))
+    finally:
+        os.close(target)
+    assert refused.value.code == errno.ENODEV
+
+
+def test_a_move_lands_the_netdev_in_the_target_with_its_settings(
+    veth: VethPair, netns: str
+) -> None:
+    target = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        move_link_blocking(
+            veth.host_ifindex(),
+            ("IFLA_NET_NS_FD", target),
+            ("IFLA_IFNAME", "moved0"),
+            ("IFLA_MTU", 1380),
+            up=True,
+        )
+    finally:
+        os.close(target)
+    inside = link("moved0", netns)
+    assert inside is not None and (inside["mtu"], is_up(inside)) == (1380, True)
