@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rdmad.model import (
@@ -87,8 +88,12 @@ class Inventory:
         self._on_ifindex.get(dev.netdev_ifindex, set()).discard(dev.name)
         self._on_name.get(dev.netdev, set()).discard(dev.name)
 
-    def view(self, dev: RdmaDevice, mine: list[Claim], mode: NetnsMode) -> DeviceView:
+    def view(self, dev: RdmaDevice, mine: Sequence[Claim], mode: NetnsMode) -> DeviceView:
         """`mine`: the device's claims."""
+        if not mine:  # most devices, on every ListDevices: keep it short
+            usable = mode == NetnsMode.EXCLUSIVE or self.has_netdev(dev)
+            state = DeviceState.AVAILABLE if usable else DeviceState.UNAVAILABLE
+            return DeviceView(dev, state, INIT_NETNS, ())
         whole = [c for c in mine if not c.shared]
         if whole:
             state = DeviceState.CLAIMED

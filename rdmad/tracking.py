@@ -107,8 +107,9 @@ class InventoryTracker:
         for claim in self._keeper.iter_claims():
             by_device.setdefault(claim.device, []).append(claim)
         mode = self._keeper.netns_mode
+        view, none = self._inv.view, ()
         return [
-            self._inv.view(d, by_device.get(d.name, []), mode)
+            view(d, by_device.get(d.name, none), mode)
             for d in sorted(self._inv.devices.values(), key=lambda d: d.index)
         ]
 
