@@ -393,6 +393,6 @@ async def run_in_netns(target_fd: int, fn: Callable[[], T]) -> T:
 
 def submit_in_netns(target_fd: int, fn: Callable[[], T]) -> asyncio.Future[T]:
     """`run_in_netns`, started before this returns: the worker runs while the caller goes on
-    with blocking work on the loop thread (a netns move blocks in send()). Keep the fd open
-    until the future is done."""
+    (a claim opens its in-netns socket while its move runs on another worker). Keep the fd
+    open until the future is done."""
     return _runner().submit(target_fd, fn)
