@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
 import ipaddress
 import os
@@ -29,24 +31,26 @@ from rdmad.kernel.rtnl_msgs import (
 from tests.support.net import VethPair, ip, is_up, link
 
 
-@pytest.fixture
-async def lean() -> AsyncIterator[AsyncIPRoute]:
-    ipr = lean_links(AsyncIPRoute())
-    await ipr.setup_endpoint()
+@contextlib.asynccontextmanager
+async def _opened(ipr: AsyncIPRoute) -> AsyncIterator[AsyncIPRoute]:
     try:
+        await ipr.setup_endpoint()
         yield ipr
     finally:
         ipr.close()
+
+
+@pytest.fixture
+async def lean() -> AsyncIterator[AsyncIPRoute]:
+    async with _opened(lean_links(AsyncIPRoute())) as ipr:
+        yield ipr
 
 
 @pytest.fixture
 async def full() -> AsyncIterator[AsyncIPRoute]:
-    ipr = AsyncIPRoute()
-    await ipr.setup_endpoint()
-    try:
+    """pyroute2 as it comes: every attribute decoded."""
+    async with _opened(AsyncIPRoute()) as ipr:
         yield ipr
-    finally:
-        ipr.close()
 
 
 @pytest.fixture
@@ -104,9 +108,10 @@ async def test_events_decode_lean_on_a_subscribed_socket(veth: VethPair) -> None
     try:
         await ipr.bind(groups=1)  # RTMGRP_LINK
         ip("link", "set", veth.host, "mtu", "1300")
-        async for msg in ipr.get():
-            if isinstance(msg, LinkMsg) and msg.ifname == veth.host and msg.mtu == 1300:
-                break
+        async with asyncio.timeout(5):
+            async for msg in ipr.get():
+                if isinstance(msg, LinkMsg) and msg.ifname == veth.host and msg.mtu == 1300:
+                    break
     finally:
         ipr.close()
 
@@ -130,16 +135,12 @@ async def test_a_strict_socket_has_the_kernel_filter_an_address_dump_by_index(
     # What keeps a claim's host-config read independent of how many netdevs the host has.
     ip("addr", "add", "192.0.2.8/24", "dev", veth.host)
     ip("addr", "add", "198.51.100.8/24", "dev", veth.peer)
-    ipr = AsyncIPRoute(strict_check=True)
-    try:
-        await ipr.setup_endpoint()
-        index = veth.host_ifindex()
+    index = veth.host_ifindex()
+    async with _opened(AsyncIPRoute(strict_check=True)) as ipr:
         request = await ipr.nlm_request(
             addr_request(index), RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP
         )
         dumped = [m async for m in request]
-    finally:
-        ipr.close()
     assert {m["index"] for m in dumped} == {index}
     assert ipaddress.ip_interface("192.0.2.8/24") in {cidr_from_addr_msg(m) for m in dumped}
 
