@@ -27,6 +27,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=./pins.sh source-path=SCRIPTDIR
 . "$HERE/pins.sh"
 CACHE=$RDMAD_GUEST_CACHE
+# shellcheck source=./vm.sh source-path=SCRIPTDIR
+. "$HERE/vm.sh"
 
 die() { echo "[guest] ERROR: $*" >&2; exit 125; }
 
@@ -62,11 +64,7 @@ command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 missing: run
 [ -d /lib/modules ] || mkdir -p /lib/modules   # vng wants it on the host root
 
 # ------------------------------------------------------------------ accelerator
-accel=${RDMAD_GUEST_ACCEL:-auto}
-if [ "$accel" = auto ]; then
-    accel=tcg
-    if [ -r /dev/kvm ] && [ -w /dev/kvm ] && [ ! -d /sys/module/kvm_pvm ]; then accel=kvm; fi
-fi
+accel=$(guest_accel)
 
 # ------------------------------------------------------------------ per-run dir
 # Writable in the guest (--rwdir): the guest leaves "setup-ok" and "rc" there. A missing rc
@@ -135,30 +133,16 @@ for d in "${rwdirs[@]}"; do vng_args+=(--rwdir "$d"); done
 # Physical netdevs return to init_net when their netns dies; veth/macvlan are destroyed.
 vng_args+=(--qemu-opts='-netdev hubport,id=rdmadnic,hubid=0 -device virtio-net-pci,netdev=rdmadnic,mac=52:54:00:7d:00:01')
 
-export PATH="$CACHE/vng-venv/bin:$PATH"
-# qemu re-opens /proc/self/fd/1 and 2 itself: if those are regular files it writes from
-# offset 0 and clobbers them. Hand it FIFOs, keeping stdout/stderr apart.
+# qemu writes to FIFOs (see run_vm), keeping stdout/stderr apart.
 mkfifo "$RUN_DIR/out" "$RUN_DIR/err"
 cat "$RUN_DIR/out" &
 cat_out=$!
 sed -u "/warning: hub 0 is not connected to host network/d" "$RUN_DIR/err" >&2 &
 cat_err=$!
 t0=$(date +%s)
-# timeout(1) puts vng+qemu in a process group of their own (pgid = its pid): killing our
-# caller's group would orphan a running qemu, so forward INT/TERM (and any exit) to it.
-timeout --kill-after=10 "$timeout_s" vng "${vng_args[@]}" --exec "bash $RUN_DIR/entry.sh" \
-    </dev/null >"$RUN_DIR/out" 2>"$RUN_DIR/err" &
-vm=$!
-# shellcheck disable=SC2317  # called from the traps
-stop_vm() { kill -TERM -- "-$vm" 2>/dev/null || true; }
-trap 'stop_vm; wait; rm -rf "$RUN_DIR"' EXIT
-trap 'stop_vm; exit 130' INT
-trap 'stop_vm; exit 143' TERM
-set +e
-wait "$vm"
-vng_rc=$?
-wait "$cat_out" "$cat_err"
-set -e
+run_vm "$timeout_s" "$RUN_DIR" "$RUN_DIR/out" "$RUN_DIR/err" \
+    "${vng_args[@]}" --exec "bash $RUN_DIR/entry.sh"
+wait "$cat_out" "$cat_err" || true
 dt=$(( $(date +%s) - t0 ))
 
 if [ "$vng_rc" = 124 ] || [ "$vng_rc" = 137 ]; then

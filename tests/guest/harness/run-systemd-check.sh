@@ -15,6 +15,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=./pins.sh source-path=SCRIPTDIR
 . "$HERE/pins.sh"
 CACHE=$RDMAD_GUEST_CACHE
+# shellcheck source=./vm.sh source-path=SCRIPTDIR
+. "$HERE/vm.sh"
 
 die() { echo "[sdcheck] ERROR: $*" >&2; exit 125; }
 timeout_s=600
@@ -38,34 +40,19 @@ CONSOLE=$(dirname "$ROOT")/console.log
 rm -f "$OUT" "$OUT.tmp"
 echo "[sdcheck] image ready in $(( $(date +%s) - t0 ))s; booting (console: $CONSOLE)" >&2
 
-accel=${RDMAD_GUEST_ACCEL:-auto}
-if [ "$accel" = auto ]; then
-    accel=tcg   # stock kernels hang under the PVM flavour of KVM
-    if [ -r /dev/kvm ] && [ -w /dev/kvm ] && [ ! -d /sys/module/kvm_pvm ]; then accel=kvm; fi
-fi
+accel=$(guest_accel)
 vng_args=(--systemd --rw --root "$ROOT" --force-9p --cpus 2 --memory 1G --run "$kernel")
 [ "$accel" = tcg ] && vng_args+=(--disable-kvm)
 [ -d /lib/modules ] || mkdir -p /lib/modules   # vng wants it on the host
 
-# qemu re-opens /proc/self/fd/1 and 2: give it a FIFO, never a regular file.
+# the guest console goes through a FIFO (see run_vm) to $CONSOLE
 FIFO=$(mktemp -u "$CACHE/sdcheck.XXXXXX")
 mkfifo "$FIFO"
 cat "$FIFO" > "$CONSOLE" &
 cat_pid=$!
 t1=$(date +%s)
-# timeout(1) puts vng+qemu in their own process group: the traps kill that group.
-PATH="$CACHE/vng-venv/bin:$PATH" timeout --kill-after=10 "$timeout_s" vng "${vng_args[@]}" \
-    </dev/null >"$FIFO" 2>&1 &
-vm=$!
-# shellcheck disable=SC2317  # called from the traps
-stop_vm() { kill -TERM -- "-$vm" 2>/dev/null || true; }
-trap 'stop_vm; wait; rm -f "$FIFO"' EXIT
-trap 'stop_vm; exit 130' INT
-trap 'stop_vm; exit 143' TERM
-set +e
-wait "$vm"; vng_rc=$?
-wait "$cat_pid"
-set -e
+run_vm "$timeout_s" "$FIFO" "$FIFO" "&1" "${vng_args[@]}"
+wait "$cat_pid" || true
 boot_s=$(( $(date +%s) - t1 ))
 if [ "$vng_rc" = 124 ] || [ "$vng_rc" = 137 ]; then
     tail -n 30 "$CONSOLE" >&2
