@@ -22,12 +22,8 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from pyroute2 import AsyncIPRoute
-from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
-from pyroute2.netlink.rtnl import RTM_SETLINK
-from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from bench.common import (
     Params,
@@ -45,20 +41,12 @@ from bench.common import (
 )
 from bench.ktrace import MoveTrace
 from rdmad.kernel.netns import run_in_netns
+from rdmad.kernel.rtnl_msgs import setlink  # one RTM_SETLINK: move + rename together
 from tests.support.net import addresses, ip, link, temp_netns
 
 HOST_MTU, NS_MTU = 1500, 1400
 HOST_ADDR, NS_ADDR = "192.0.2.1/24", "198.51.100.2/24"
 NS_IFNAME = "bench0"
-
-
-async def _setlink(ipr: AsyncIPRoute, index: int, *attrs: tuple[str, Any]) -> None:
-    # Move + rename in one RTM_SETLINK, as rdmad does (the high-level API splits them).
-    msg = ifinfmsg()
-    msg["index"] = index
-    msg["attrs"] = list(attrs)
-    async for _ in await ipr.nlm_request(msg, RTM_SETLINK, NLM_F_REQUEST | NLM_F_ACK):
-        pass
 
 
 class Raw:
@@ -96,9 +84,7 @@ class Raw:
         assert self.ns is not None
         fd = os.open(f"/run/netns/{self.netns}", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            await _setlink(
-                self.init, self.index, ("IFLA_NET_NS_FD", fd), ("IFLA_IFNAME", NS_IFNAME)
-            )
+            await setlink(self.init, self.index, ("IFLA_NET_NS_FD", fd), ("IFLA_IFNAME", NS_IFNAME))
         finally:
             os.close(fd)
         addr, plen = NS_ADDR.split("/")
@@ -108,7 +94,7 @@ class Raw:
 
     async def release(self) -> None:
         assert self.ns is not None
-        await _setlink(
+        await setlink(
             self.ns, self.index, ("IFLA_NET_NS_FD", self._init_fd), ("IFLA_IFNAME", self.host)
         )
         addr, plen = HOST_ADDR.split("/")

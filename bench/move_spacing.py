@@ -24,9 +24,9 @@ from collections import Counter
 
 from pyroute2 import AsyncIPRoute
 
-from bench.claim import _setlink
 from bench.common import many_veths
 from rdmad.kernel.netns import run_in_netns
+from rdmad.kernel.rtnl_msgs import setlink
 from tests.support.net import temp_netns
 
 PAUSES_MS = (0.0, 1.0, 2.0, 5.0, 10.0, 0.0)  # the repeat of 0 shows the drift between blocks
@@ -52,7 +52,7 @@ async def measure(reps: int, every: list[float]) -> list[tuple[float, float, flo
                 for _ in range(reps):
                     for via, where in ((init, target), (inside, home)):
                         t0 = time.perf_counter()
-                        await _setlink(via, index, ("IFLA_NET_NS_FD", where))
+                        await setlink(via, index, ("IFLA_NET_NS_FD", where))
                         took.append((time.perf_counter() - t0) * 1e3)
                         if pause_ms:
                             await asyncio.sleep(pause_ms / 1e3)
