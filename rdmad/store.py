@@ -6,7 +6,6 @@ restarted daemon finds out what it owes each device.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -16,6 +15,7 @@ from typing import Any
 
 from rdmad.errors import KernelError
 from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, HostConfig
+from rdmad.swapfile import write_swapped
 
 SCHEMA_VERSION = 1
 STATE_FILE = "state.json"
@@ -59,33 +59,19 @@ class Store:
             raise CorruptState(f"{self.path}: {exc}") from exc
 
     def save(self, state: State) -> None:
-        """Write, fsync, rename, fsync the directory: a crash leaves the old or the new file."""
+        """Atomic and durable: a crash leaves the old or the new file (rdmad.swapfile)."""
         doc: dict[str, Any] = {
             "version": SCHEMA_VERSION,
             "claims": [asdict(c) for c in state.claims],
             "pending_restores": [asdict(h) for h in state.pending_restores],
         }
         data = json.dumps(doc, indent=1, sort_keys=True).encode()
-        tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, self.path)
-            dfd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            # Swapped in, not renamed over: replacing the file would free an inode through
+            # RCU just before the netns move that follows, and the move would wait for it.
+            write_swapped(self.path, data)
         except OSError as exc:
-            with contextlib.suppress(OSError):  # cleanup must not hide the real error
-                tmp.unlink(missing_ok=True)
             raise KernelError(exc.errno or 0, f"cannot write state file {self.path}") from exc
 
     def move_aside(self) -> Path:

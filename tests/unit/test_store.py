@@ -66,7 +66,7 @@ def test_move_aside_keeps_the_evidence(tmp_path: Path) -> None:
 def test_failed_write_is_a_kernel_error_and_keeps_the_old_file(tmp_path: Path) -> None:
     store = Store(tmp_path)
     store.save(State([a_claim()]))
-    (tmp_path / "state.json.tmp").mkdir()  # the temp file cannot be created: EISDIR
+    (tmp_path / "state.json.next").mkdir()  # the spare file cannot be written: EISDIR
     with pytest.raises(KernelError, match="cannot write state file"):
         store.save(State())
     assert store.load().claims == [a_claim()]
