@@ -16,9 +16,11 @@ Every netdev stays real: the sim only reads init_net netdevs, and never touches 
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import itertools
 import socket
+import struct
 from dataclasses import dataclass
 
 from rdmad.backend import NetnsResolver, NetnsTarget
@@ -66,9 +68,10 @@ class SimRdma:
         self._resolver = resolver
         self._mode = mode
         self._minors = itertools.count()
+        self._names = _IfNames()
         self._devs: dict[str, _SimDevice] = {}
         for index, (name, netdev) in enumerate(devices, start=1):
-            dev = _SimDevice(index, name, netdev, _ifindex(netdev))
+            dev = _SimDevice(index, name, netdev, self._names.index_of(netdev))
             self._recreate_chardevs(dev)
             self._devs[name] = dev
 
@@ -120,8 +123,8 @@ class SimRdma:
 
     def _describe(self, dev: _SimDevice) -> RdmaDevice:
         if not dev.ifindex:  # its netdev did not exist at start: bind when it shows up
-            dev.ifindex = _ifindex(dev.netdev)
-        name = _ifname(dev.ifindex) if dev.netns_inode == 0 else None
+            dev.ifindex = self._names.index_of(dev.netdev)
+        name = self._names.name_of(dev.ifindex) if dev.netns_inode == 0 else None
         netdev = name or ""
         guid = hashlib.sha256(dev.name.encode()).hexdigest()[:16]
         return RdmaDevice(
@@ -180,14 +183,14 @@ class SimRdma:
         return tuple(out)
 
     async def close(self) -> None:
-        return None
+        self._names.close()
 
     # Test/bench helpers: hotplug of simulated devices.
     def add_device(self, name: str, netdev: str) -> None:
         if name in self._devs:
             raise DeviceBusy(f"sim device {name} exists")
         index = max((d.index for d in self._devs.values()), default=0) + 1
-        dev = _SimDevice(index, name, netdev, _ifindex(netdev))
+        dev = _SimDevice(index, name, netdev, self._names.index_of(netdev))
         self._recreate_chardevs(dev)
         self._devs[name] = dev
 
@@ -195,17 +198,41 @@ class SimRdma:
         self._devs.pop(name, None)
 
 
-def _ifindex(name: str) -> int:
-    try:
-        return socket.if_nametoindex(name)
-    except OSError:
-        return 0
+SIOCGIFNAME, SIOCGIFINDEX = 0x8910, 0x8933
+IFNAMSIZ = 16
+_IFREQ = struct.Struct("16si20x")  # struct ifreq: the name, then ifr_ifindex in the union
 
 
-def _ifname(ifindex: int) -> str | None:
-    if not ifindex:
-        return None
-    try:
-        return socket.if_indextoname(ifindex)
-    except OSError:
-        return None
+class _IfNames:
+    """Netdev name <-> ifindex in init_net, by ioctl on one long-lived socket.
+
+    socket.if_indextoname() opens and closes a socket per call, and each close frees an
+    inode through RCU: on a link event during a netns move, that made the move wait a tick
+    longer (docs/kernel-notes.md). The real backend reads the name from its nldev dump on
+    a long-lived socket and has no such cost; neither should its stand-in.
+    """
+
+    def __init__(self) -> None:
+        # created by the daemon's thread in init_net, so it looks names up there
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+
+    def index_of(self, name: str) -> int:
+        if not name or len(name.encode()) >= IFNAMSIZ:  # as if_nametoindex(): no such netdev
+            return 0
+        try:
+            req = _IFREQ.pack(name.encode(), 0)
+            return int(_IFREQ.unpack(fcntl.ioctl(self._sock, SIOCGIFINDEX, req))[1])
+        except OSError:
+            return 0
+
+    def name_of(self, ifindex: int) -> str | None:
+        if not ifindex:
+            return None
+        try:
+            out = fcntl.ioctl(self._sock, SIOCGIFNAME, _IFREQ.pack(b"", ifindex))
+        except OSError:
+            return None
+        return bytes(_IFREQ.unpack(out)[0]).split(b"\0", 1)[0].decode()
+
+    def close(self) -> None:
+        self._sock.close()
