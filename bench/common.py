@@ -35,9 +35,11 @@ class Params:
     # of scheduler ticks and a p50 of multimodal samples needs them (bench.ktrace).
     latency_reps: int
     # The claim/release comparison's main pass idles this long before each operation, so
-    # the RCU grace periods left by the previous one have ended (findings.md, fourth round);
-    # its second pass runs back to back.
+    # the RCU grace periods left by the previous one have ended, plus up to jitter_ms at
+    # random, so that it starts at a random phase of the scheduler tick, as a claim on a
+    # node does (findings.md, fourth round). Its second pass runs back to back.
     settle_ms: float
+    jitter_ms: float
     back_to_back_reps: int
     warmup: int
     scale_ns: tuple[int, ...]
@@ -50,11 +52,11 @@ class Params:
 
     @classmethod
     def full(cls) -> Params:
-        return cls(False, 200, 400, 50.0, 200, 10, (16, 128, 1024), 3, 64, 4, 5.0, 60.0, 200)
+        return cls(False, 200, 400, 50.0, 10.0, 200, 10, (16, 128, 1024), 3, 64, 4, 5.0, 60.0, 200)
 
     @classmethod
     def quick(cls) -> Params:
-        return cls(True, 8, 8, 50.0, 8, 1, (4, 16), 1, 8, 1, 0.5, 2.0, 10)
+        return cls(True, 8, 8, 50.0, 10.0, 8, 1, (4, 16), 1, 8, 1, 0.5, 2.0, 10)
 
 
 @dataclass

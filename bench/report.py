@@ -54,9 +54,10 @@ def write_report(
         "daemon at --log-level info. Latencies are p50 / p99 over "
         f"{p.reps} repetitions after {p.warmup} warm-up ones. Claim and release against raw "
         f"and the CLI: {p.latency_reps} repetitions settled (each operation starts "
-        f"{p.settle_ms:.0f} ms after the previous one ended, once the kernel's RCU grace "
-        f"periods from it are over, as a claim on a node does) and {p.back_to_back_reps} back "
-        "to back (findings.md, fourth round).",
+        f"{p.settle_ms:.0f}-{p.settle_ms + p.jitter_ms:.0f} ms after the previous one ended, "
+        "at random: the kernel's RCU grace periods from it are over, and the operation "
+        "starts at a random phase of the scheduler tick, as a claim on a node does) and "
+        f"{p.back_to_back_reps} back to back (findings.md, fourth round).",
         "",
         "| scenario | rdmad p50 / p99 | raw (pyroute2) or floor p50 / p99 | CLI p50 / p99 "
         "| ratio | target | met? |",
