@@ -17,9 +17,7 @@ outside it is the fair view of what each tool adds.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import random
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -32,6 +30,7 @@ from bench.common import (
     Params,
     Results,
     Row,
+    Settler,
     claim,
     claim_options,
     client,
@@ -144,16 +143,15 @@ class Pass:
 
     name: str  # "settled" or "back to back"
     reps: int
-    settle_s: float  # idle time before each operation...
-    jitter_s: float  # ...plus a random part up to this, so it starts at a random tick phase
+    settle: Settler | None  # None: back to back
     t: dict[str, list[float]] = field(default_factory=dict)  # column+op -> ms
     labels: dict[str, list[str]] = field(default_factory=dict)  # column+op -> trace labels
 
 
 async def run(bus: str, p: Params, res: Results, out: Path) -> None:
     passes = [
-        Pass("settled", p.latency_reps, p.settle_ms / 1e3, p.jitter_ms / 1e3),
-        Pass("back to back", p.back_to_back_reps, 0.0, 0.0),
+        Pass("settled", p.latency_reps, Settler(p)),
+        Pass("back to back", p.back_to_back_reps, None),
     ]
     with many_veths(1, "c") as nics, temp_netns("rbc") as netns:
         host = nics.hosts[0]
@@ -207,12 +205,11 @@ async def _measure(
     for key in COLUMNS:
         for op in "cr":
             ps.t[key + op], ps.labels[key + op] = [], []
-    rng = random.Random(1)  # the same pauses in every run
     for i in range(warmup + ps.reps):
         for key in ORDERS[i % 2]:
             for op, fn in zip("cr", ways[key], strict=True):
-                if ps.settle_s:
-                    await asyncio.sleep(ps.settle_s + rng.uniform(0, ps.jitter_s))
+                if ps.settle is not None:
+                    await ps.settle()
                 label = f"{ps.name[0]}{key}{op}{i}"
                 if trace is not None:
                     trace.begin(label)

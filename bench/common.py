@@ -7,8 +7,10 @@ netdevs at once, timestamps, and per-process counters from /proc.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import random
 import secrets
 import subprocess
 import time
@@ -34,10 +36,8 @@ class Params:
     # Claim/release against raw and the CLI: more, since each move lands on a whole number
     # of scheduler ticks and a p50 of multimodal samples needs them (bench.ktrace).
     latency_reps: int
-    # The claim/release comparison's main pass idles this long before each operation, so
-    # the RCU grace periods left by the previous one have ended, plus up to jitter_ms at
-    # random, so that it starts at a random phase of the scheduler tick, as a claim on a
-    # node does (findings.md, fourth round). Its second pass runs back to back.
+    # Claims and releases are measured settled (Settler): this long before each, plus up to
+    # jitter_ms at random. The claim/release comparison also has a back-to-back pass.
     settle_ms: float
     jitter_ms: float
     back_to_back_reps: int
@@ -57,6 +57,23 @@ class Params:
     @classmethod
     def quick(cls) -> Params:
         return cls(True, 8, 8, 50.0, 10.0, 8, 1, (4, 16), 1, 8, 1, 0.5, 2.0, 10)
+
+
+class Settler:
+    """Idles before a netns-moving operation: p.settle_ms, plus up to p.jitter_ms at random.
+
+    A move waits for the RCU callbacks that earlier operations left on other CPUs and ends
+    on a scheduler tick, so back to back its cost is set by what ran before it and by the
+    tick phase that left it at. Settled, earlier callbacks are gone and the phase is random,
+    as for a claim on a node (findings.md, fourth round). Seeded: the same pauses every run.
+    """
+
+    def __init__(self, p: Params) -> None:
+        self._base, self._jitter = p.settle_ms / 1e3, p.jitter_ms / 1e3
+        self._rng = random.Random(1)
+
+    async def __call__(self) -> None:
+        await asyncio.sleep(self._base + self._rng.uniform(0, self._jitter))
 
 
 @dataclass

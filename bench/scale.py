@@ -13,6 +13,7 @@ from bench.common import (
     Params,
     Results,
     Row,
+    Settler,
     claim,
     claim_options,
     client,
@@ -79,11 +80,14 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                 releases: list[float] = []
                 dev = f"sim{n // 2}"
                 opts = claim_options("bench0", 1400, ["198.51.100.2/24"])
+                settle = Settler(p)  # as in claim.py's settled pass
                 with temp_netns("rbs") as netns:
                     for i in range(p.warmup + p.reps):
+                        await settle()
                         t0 = time.perf_counter()
                         cid = await claim(c, dev, netns, opts)
                         a = ms_since(t0)
+                        await settle()
                         t0 = time.perf_counter()
                         await release(c, cid)
                         if i >= p.warmup:
