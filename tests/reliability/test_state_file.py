@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 from dbus_fast import Variant
 
+from rdmad.store import State as StoreState
+from rdmad.store import Store
+from rdmad.swapfile import spare_of
 from tests.reliability.conftest import is_stopped, reliability_rig, settings_of, wait_until
 from tests.support.daemon import DBusCallError
 from tests.support.invariants import assert_invariants
@@ -87,7 +90,11 @@ async def test_disk_full_fails_the_claim_cleanly_and_rolls_the_kernel_back(
                 assert rig.daemon.proc is not None
                 pid = rig.daemon.proc.pid
                 await wait_until(lambda: is_stopped(pid), 10, "the pause")
-                filler = fill(state)  # the kernel has moved the netdev: the ACTIVE write fails
+                # A save rewrites the spare file in place (rdmad.swapfile), reusing its space:
+                # a full disk fails it only when there is no spare. The kernel has moved the
+                # netdev; with the spare gone and the disk full, the ACTIVE write fails.
+                spare_of(state / "state.json").unlink(missing_ok=True)
+                filler = fill(state)
                 os.kill(pid, signal.SIGCONT)
             else:
                 filler = fill(state)
@@ -106,3 +113,16 @@ async def test_disk_full_fails_the_claim_cleanly_and_rolls_the_kernel_back(
             await rig.daemon.start()
             report = await assert_invariants(rig.client, rig.nics, settings, [netns])
             print(f"disk full {when}: claim -> KernelError ENOSPC, {report.summary()}")
+
+
+def test_a_full_disk_does_not_fail_a_save_that_fits_in_the_spare(tmp_path: Path) -> None:
+    with tiny_tmpfs(tmp_path / "state") as state:
+        store = Store(state)
+        store.save(StoreState())
+        store.save(StoreState())  # from here on, each save rewrites the spare in place
+        filler = fill(state)
+        try:
+            store.save(StoreState())
+            assert store.load() == StoreState()
+        finally:
+            filler.unlink()
