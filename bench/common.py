@@ -12,17 +12,21 @@ import contextlib
 import os
 import random
 import secrets
+import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dbus_fast import Variant
+from pyroute2 import AsyncIPRoute
 
+from rdmad.kernel.netns import run_in_netns
+from rdmad.kernel.rtnl_msgs import setlink
 from tests.support.daemon import Client, RdmadProcess
-from tests.support.net import ip
+from tests.support.net import ip, temp_netns
 
 BENCH_DIR = Path(__file__).resolve().parent
 # tmpfs, as /run (rdmad's default state dir) is on real hosts; / is ext4 on this machine.
@@ -181,6 +185,40 @@ def many_veths(n: int, tag: str = "") -> Iterator[Nics]:
         left = [h for h in hosts if os.path.exists(f"/sys/class/net/{h}")]
         if left:
             ip_batch([f"link del {h}" for h in left], force=True)
+
+
+Move = Callable[[], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def netns_round_trip(tag: str) -> AsyncIterator[tuple[Move, Move]]:
+    """A veth and a netns, and its two moves, there and back: one RTM_SETLINK each, the
+    kernel's own cost with nothing else (bench.move_spacing, bench.rcu_callbacks)."""
+    with many_veths(1, tag) as nics, temp_netns("rb" + tag) as netns:
+        init = AsyncIPRoute()
+        await init.setup_endpoint()
+        target = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+        home = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        sock = await run_in_netns(
+            target, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 0)
+        )
+        inside = AsyncIPRoute(use_socket=sock)  # a netlink socket keeps its netns
+        index = socket.if_nametoindex(nics.hosts[0])
+
+        async def there() -> None:
+            await setlink(init, index, ("IFLA_NET_NS_FD", target))
+
+        async def back() -> None:
+            await setlink(inside, index, ("IFLA_NET_NS_FD", home))
+
+        try:
+            yield there, back
+        finally:
+            inside.close()
+            sock.close()
+            init.close()
+            os.close(target)
+            os.close(home)
 
 
 # ------------------------------------------------------------------ the daemon

@@ -16,18 +16,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import socket
 import statistics
 import time
 from collections import Counter
 
-from pyroute2 import AsyncIPRoute
-
-from bench.common import many_veths
-from rdmad.kernel.netns import run_in_netns
-from rdmad.kernel.rtnl_msgs import setlink
-from tests.support.net import temp_netns
+from bench.common import netns_round_trip
 
 PAUSES_MS = (0.0, 1.0, 2.0, 5.0, 10.0, 0.0)  # the repeat of 0 shows the drift between blocks
 
@@ -36,34 +29,18 @@ async def measure(reps: int, every: list[float]) -> list[tuple[float, float, flo
     """(pause ms, p50 ms, mean ms) of single moves, one row per pause; every move's time
     is appended to `every`."""
     rows = []
-    with many_veths(1, "m") as nics, temp_netns("rbm") as netns:
-        init = AsyncIPRoute()
-        await init.setup_endpoint()
-        target = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
-        home = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        sock = await run_in_netns(
-            target, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 0)
-        )
-        inside = AsyncIPRoute(use_socket=sock)
-        try:
-            index = (await init.link("get", ifname=nics.hosts[0]))[0]["index"]
-            for pause_ms in PAUSES_MS:
-                took = []
-                for _ in range(reps):
-                    for via, where in ((init, target), (inside, home)):
-                        t0 = time.perf_counter()
-                        await setlink(via, index, ("IFLA_NET_NS_FD", where))
-                        took.append((time.perf_counter() - t0) * 1e3)
-                        if pause_ms:
-                            await asyncio.sleep(pause_ms / 1e3)
-                rows.append((pause_ms, statistics.median(took), statistics.mean(took)))
-                every.extend(took)
-        finally:
-            inside.close()
-            sock.close()
-            init.close()
-            os.close(target)
-            os.close(home)
+    async with netns_round_trip("m") as moves:
+        for pause_ms in PAUSES_MS:
+            took = []
+            for _ in range(reps):
+                for move in moves:
+                    t0 = time.perf_counter()
+                    await move()
+                    took.append((time.perf_counter() - t0) * 1e3)
+                    if pause_ms:
+                        await asyncio.sleep(pause_ms / 1e3)
+            rows.append((pause_ms, statistics.median(took), statistics.mean(took)))
+            every.extend(took)
     return rows
 
 

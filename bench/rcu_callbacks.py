@@ -33,14 +33,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pyroute2 import AsyncIPRoute
-
-from bench.common import many_veths
+from bench.common import netns_round_trip
 from bench.ktrace import TRACEFS
-from rdmad.kernel.netns import run_in_netns
-from rdmad.kernel.rtnl_msgs import setlink
 from rdmad.swapfile import write_swapped
-from tests.support.net import temp_netns
 
 _TICK = re.compile(r"\[(\d+)\].* ([\d.]+): hrtimer_expire_entry: .*tick_")
 _MARK = re.compile(r" ([\d.]+): tracing_mark_write: (\S+)")
@@ -157,35 +152,21 @@ async def moves_after(
     out: dict[tuple[str, int], list[float]] = {(name, cpu): [] for name in ops for cpu in (0, 1)}
     os.sched_setaffinity(0, {0})
     workers = {cpu: Pinned(cpu) for cpu in (0, 1)}
-    with many_veths(1, "u") as nics, temp_netns("rbu") as netns:
-        init = AsyncIPRoute()
-        await init.setup_endpoint()
-        target = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
-        home = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        sock = await run_in_netns(
-            target, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 0)
-        )
-        inside = AsyncIPRoute(use_socket=sock)
-        try:
-            index = socket.if_nametoindex(nics.hosts[0])
+    try:
+        async with netns_round_trip("u") as moves:
             for _ in range(reps):
                 for name, op in ops.items():
                     for cpu, worker in workers.items():
-                        for via, where in ((init, target), (inside, home)):
+                        for move in moves:
                             await asyncio.sleep(0.050)
                             worker.run(op)
                             t0 = time.perf_counter()
-                            await setlink(via, index, ("IFLA_NET_NS_FD", where))
+                            await move()
                             out[name, cpu].append((time.perf_counter() - t0) * 1e3)
-        finally:
-            for worker in workers.values():
-                worker.stop()
-            os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
-            inside.close()
-            sock.close()
-            init.close()
-            os.close(target)
-            os.close(home)
+    finally:
+        for worker in workers.values():
+            worker.stop()
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
     return out
 
 
