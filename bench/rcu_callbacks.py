@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import os
 import queue
 import re
@@ -177,7 +176,6 @@ def main(argv: list[str] | None = None) -> int:
     if os.cpu_count() in (None, 1) or not os.access(TRACEFS / "trace_marker", os.W_OK):
         print("needs root, tracefs at /sys/kernel/tracing and at least two CPUs")
         return 1
-    ctypes.CDLL(None)  # fail early where there is no libc to swap files with
     with tempfile.TemporaryDirectory(prefix="rdmad-rcu-", dir="/dev/shm") as d:
         ops = Operations(Path(d)).table()
         ticks = ticks_after(ops, max(4, args.reps // 4))
