@@ -1,10 +1,11 @@
-"""rtnetlink: NetdevBackend over pyroute2's AsyncIPRoute.
+"""rtnetlink: NetdevBackend over rtnl_msgs requests on NlSocket channels.
 
-One AsyncIPRoute lives in init_net (lean link decoding and raw requests: rtnl_msgs). Work
-inside a claimant's netns goes through a netlink socket created there by a netns worker
-thread and closed right after the operation, so the daemon never keeps a claimed netns
-alive. Netns moves are sent by a worker thread too (rtnl_msgs.move_link_blocking): the
-kernel holds the sender in send() for 15-25 ms, which must not stall the event loop.
+One channel lives in init_net, with an AsyncIPRoute beside it for what pyroute2's
+high-level API builds (macvlan links, altname removal, nsid assignment). Work inside a
+claimant's netns goes through a netlink socket created there by a netns worker thread and
+closed right after the operation, so the daemon never keeps a claimed netns alive. Netns
+moves are sent by a worker thread too (rtnl_msgs.move_link_blocking): the kernel holds the
+sender in send() for 15-25 ms, which must not stall the event loop.
 
 Kernel facts that shape this module (measured on 6.18):
 - A move with IFLA_NET_NS_FD + IFLA_IFNAME only renames *during* the move when the current
@@ -50,24 +51,27 @@ from rdmad.kernel.netns import (
     run_in_netns,
     submit_in_netns,
 )
+from rdmad.kernel.nlsock import NlSocket, rtnl_socket
 from rdmad.kernel.rtnl_msgs import (
     Cidr,
     LinkMsg,
     add_address,
     addresses,
     del_address,
+    dellink,
     dump_links,
     getlink,
     lean_links,
     link_request,
     move_link_blocking,
+    netns_nsid,
+    rtnl_channel,
     setlink,
 )
 from rdmad.model import HostConfig, Netdev, netns_label
 
 log = logging.getLogger(__name__)
 
-NETNSA_NSID_NOT_ASSIGNED = 0xFFFFFFFF  # -1 as the u32 pyroute2 decodes
 # udev may add the altname again while we drop it; a few tries cover its one uevent.
 _RENAME_ATTEMPTS = 3
 
@@ -118,32 +122,12 @@ def _is_link_local(iface: Cidr) -> bool:
     return iface.version == 6 and iface.ip.is_link_local
 
 
-class _InNetns:
-    """A netlink socket created inside a netns, wrapped in an AsyncIPRoute; close it soon."""
-
-    def __init__(self, ipr: AsyncIPRoute, sock: socket.socket) -> None:
-        self.ipr = ipr
-        self._sock = sock
-
-    @classmethod
-    def wrap(cls, sock: socket.socket) -> _InNetns:
-        try:
-            return cls(lean_links(AsyncIPRoute(use_socket=sock)), sock)
-        except BaseException:
-            sock.close()
-            raise
-
-    def close(self) -> None:
-        try:
-            self.ipr.close()
-        finally:
-            self._sock.close()  # AsyncIPRoute leaves a use_socket open
-
-
-def _rtnl_socket() -> socket.socket:
-    return socket.socket(
-        socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
-    )
+def _channel(sock: socket.socket) -> NlSocket:
+    try:
+        return rtnl_channel(sock)
+    except BaseException:
+        sock.close()
+        raise
 
 
 class _Opening:
@@ -151,15 +135,15 @@ class _Opening:
     netns move: both happen while the move runs on another worker, not after it."""
 
     def __init__(self, netns_fd: int) -> None:
-        sock = submit_in_netns(netns_fd, _rtnl_socket)  # a worker starts on it now
+        sock = submit_in_netns(netns_fd, rtnl_socket)  # a worker starts on it now
         self._ns = asyncio.ensure_future(self._wrap(sock))
 
     @staticmethod
-    async def _wrap(sock: Awaitable[socket.socket]) -> _InNetns:
-        return _InNetns.wrap(await sock)
+    async def _wrap(sock: Awaitable[socket.socket]) -> NlSocket:
+        return _channel(await sock)
 
-    async def ipr(self) -> AsyncIPRoute:
-        return (await asyncio.shield(self._ns)).ipr
+    async def channel(self) -> NlSocket:
+        return await asyncio.shield(self._ns)
 
     async def close(self) -> None:
         try:
@@ -179,53 +163,55 @@ async def _opening_in_netns(netns_fd: int) -> AsyncIterator[_Opening]:
 
 
 @contextlib.asynccontextmanager
-async def _in_netns(netns_fd: int) -> AsyncIterator[AsyncIPRoute]:
+async def _in_netns(netns_fd: int) -> AsyncIterator[NlSocket]:
     async with _opening_in_netns(netns_fd) as opening:
-        yield await opening.ipr()
+        yield await opening.channel()
 
 
 class RtnlBackend:
     """Implements rdmad.backend.NetdevBackend. Build with `await RtnlBackend.create(resolver)`."""
 
-    def __init__(self, ipr: AsyncIPRoute, resolver: KernelNetnsResolver) -> None:
-        self._ipr = ipr
+    def __init__(self, nl: NlSocket, ipr: AsyncIPRoute, resolver: KernelNetnsResolver) -> None:
+        self._nl = nl  # every request but the three below
+        self._ipr = ipr  # macvlan creation, altname removal, nsid assignment
         self._resolver = resolver
         # Crash-point seam (rdmad.daemon RDMAD_TEST_*): told the name of each finished step
         # inside a place/bring_home/restore, where the core's own steps cannot reach.
         self.step: Callable[[str], None] = _no_step
-        # The kernel runs one dump at a time per netlink socket and answers a second one
-        # with EBUSY; claims of different devices run concurrently on this one socket.
-        self._dumping = asyncio.Lock()
         # A netns's nsid cannot change while a handle of ours holds the netns: ask once per
         # handle (a claim needs it before and after the move).
         self._nsids: weakref.WeakKeyDictionary[NetnsTarget, int] = weakref.WeakKeyDictionary()
 
     @classmethod
     async def create(cls, resolver: KernelNetnsResolver) -> RtnlBackend:
-        # Strict checking makes the kernel filter an address dump by ifindex: without it,
-        # reading one netdev's addresses parses every address on the host.
+        # NlSocket checks strictly: the kernel filters an address dump by ifindex, where
+        # otherwise reading one netdev's addresses would parse every address on the host.
         ipr = lean_links(AsyncIPRoute(strict_check=True))
         await ipr.setup_endpoint()
-        return cls(ipr, resolver)
+        try:
+            return cls(_channel(rtnl_socket()), ipr, resolver)
+        except BaseException:
+            ipr.close()
+            raise
 
     async def close(self) -> None:
+        self._nl.close()
         self._ipr.close()
 
     # -- reading init_net -----------------------------------------------------------------
 
     async def list_netdevs(self) -> list[Netdev]:
         with _op("listing netdevs"):
-            async with self._dumping:
-                return [netdev_from_msg(m) for m in await dump_links(self._ipr)]
+            return [netdev_from_msg(m) for m in await dump_links(self._nl)]
 
     async def _netdev(self, ifindex: int, what: str) -> Netdev:
         with _op(what + f": reading netdev {ifindex}"):
-            msg = await getlink(self._ipr, ifindex)
+            msg = await getlink(self._nl, ifindex)
         return netdev_from_msg(msg)
 
     async def get_netdev(self, ifindex: int) -> Netdev | None:
         try:
-            msg = await getlink(self._ipr, ifindex)
+            msg = await getlink(self._nl, ifindex)
         except NetlinkError as e:
             if e.code == errno.ENODEV:
                 return None
@@ -234,9 +220,8 @@ class RtnlBackend:
 
     async def host_config(self, ifindex: int) -> HostConfig:
         with _op(f"reading netdev {ifindex}"):
-            msg, addrs = await asyncio.gather(
-                getlink(self._ipr, ifindex), self._dumped_addresses(ifindex)
-            )
+            msg = await getlink(self._nl, ifindex)
+            addrs = await addresses(self._nl, ifindex)
             dev = netdev_from_msg(msg)
         return HostConfig(
             ifindex=ifindex,
@@ -245,10 +230,6 @@ class RtnlBackend:
             up=dev.up,
             addresses=tuple(str(a) for a in addrs if not _is_link_local(a)),
         )
-
-    async def _dumped_addresses(self, ifindex: int) -> list[Cidr]:
-        async with self._dumping:
-            return await addresses(self._ipr, ifindex)
 
     # -- claims ----------------------------------------------------------------------------
 
@@ -281,10 +262,11 @@ class RtnlBackend:
                 # renames after the move unless the old name is taken in the target), so
                 # a failed step leaves the netdev in the target as host.name or ifname.
                 if not await self._is_home(ifindex, host.name):
-                    await self._rollback_place(await opening.ipr(), 0, host.name, host, ifname)
+                    ns = await opening.channel()
+                    await self._rollback_place(ns, 0, host.name, host, ifname)
                 raise self._name_error(e, what, ifname, where) from e
             self.step("netdev-moved")
-            ns = await opening.ipr()
+            ns = await opening.channel()
 
             async def undo(ns_index: int) -> None:
                 await self._rollback_place(ns, ns_index, ifname, host)
@@ -296,7 +278,7 @@ class RtnlBackend:
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
     async def _rollback_place(
-        self, ns: AsyncIPRoute, ns_index: int, ifname: str, host: HostConfig, *or_names: str
+        self, ns: NlSocket, ns_index: int, ifname: str, host: HostConfig, *or_names: str
     ) -> None:
         """Move a placed netdev home and restore `host`; found by ns_index, else by the
         first of its possible names in the netns."""
@@ -349,10 +331,7 @@ class RtnlBackend:
 
             async def undo(ns_index: int) -> None:
                 with contextlib.suppress(NetlinkError):
-                    if ns_index:
-                        await ns.link("del", index=ns_index)
-                    else:
-                        await ns.link("del", ifname=ifname)
+                    await dellink(ns, ns_index, ifname)
 
             ns_index = await _configure_placed(
                 ns, ifname, cidrs, where, self.step, undo, bring_up=True
@@ -397,30 +376,29 @@ class RtnlBackend:
                 opened.close()
         self.step("netdev-moved-home")
         with _op(f"finding {host.name} in init_net"):
-            cur = netdev_from_msg(await getlink(self._ipr, name=host.name))
+            cur = netdev_from_msg(await getlink(self._nl, name=host.name))
         if cur.up != host.up or (host.mtu and cur.mtu != host.mtu):
             await self.restore(cur.ifindex, host)  # something else changed it meanwhile
             return await self._netdev(cur.ifindex, what)
         # A netdev loses all its addresses when it changes netns: add the host's back.
-        await _add_addresses(self._ipr, cur.ifindex, parse_cidrs(host.addresses), what)
+        await _add_addresses(self._nl, cur.ifindex, parse_cidrs(host.addresses), what)
         return cur
 
     async def restore(self, ifindex: int, host: HostConfig) -> None:
         cidrs = parse_cidrs(host.addresses)
         with _op(f"reading netdev {ifindex}"):
-            cur = netdev_from_msg(await getlink(self._ipr, ifindex))
+            cur = netdev_from_msg(await getlink(self._nl, ifindex))
         what = f"restoring {cur.name} (ifindex {ifindex}) as {host.name}"
         if cur.name != host.name:
             with _op(what + ": setting it down to rename"):
-                await setlink(self._ipr, ifindex, up=False)
+                await setlink(self._nl, ifindex, up=False)
             await self._rename_home(ifindex, host.name, what)
             self.step("host-renamed")
-        async with self._dumping:
-            await _sync_addresses(self._ipr, ifindex, cidrs, what)
+        await _sync_addresses(self._nl, ifindex, cidrs, what)
         # MTU and admin state in one message: one round trip less on every release.
         mtu = (("IFLA_MTU", host.mtu),) if host.mtu and cur.mtu != host.mtu else ()
         with _op(what + ": setting " + ("MTU and " if mtu else "") + "admin state"):
-            await setlink(self._ipr, ifindex, *mtu, up=host.up)
+            await setlink(self._nl, ifindex, *mtu, up=host.up)
 
     async def _rename_home(self, ifindex: int, name: str, what: str) -> None:
         """Rename a returned netdev to its host name. udev gives a netdev that comes back
@@ -431,14 +409,14 @@ class RtnlBackend:
         for _ in range(_RENAME_ATTEMPTS):
             self.step("host-renaming")
             try:
-                await setlink(self._ipr, ifindex, ("IFLA_IFNAME", name))
+                await setlink(self._nl, ifindex, ("IFLA_IFNAME", name))
                 return
             except NetlinkError as e:
                 if e.code != errno.EEXIST:
                     raise self._name_error(e, what, name, "init_net") from e
                 refused = e
             with _op(what + ": reading its altnames"):
-                msg = await getlink(self._ipr, ifindex)
+                msg = await getlink(self._nl, ifindex)
             if name not in msg.altnames:
                 break  # another netdev holds the name: never take it
             with _op(what + f": dropping its altname {name}"):
@@ -455,7 +433,7 @@ class RtnlBackend:
             if not placement.ifindex:
                 return
         try:
-            async for _ in await self._ipr.nlm_request(
+            async for _ in await self._nl.nlm_request(
                 link_request(placement.ifindex, ("IFLA_IF_NETNSID", placement.nsid)),
                 RTM_DELLINK,
                 NLM_F_REQUEST | NLM_F_ACK,
@@ -473,7 +451,7 @@ class RtnlBackend:
             0, ("IFLA_IFNAME", placement.ifname), ("IFLA_IF_NETNSID", placement.nsid)
         )
         try:
-            request = await self._ipr.nlm_request(msg, RTM_GETLINK, NLM_F_REQUEST)
+            request = await self._nl.nlm_request(msg, RTM_GETLINK, NLM_F_REQUEST)
             replies = [m async for m in request]
         except NetlinkError:
             return placement  # no such name there (or no such netns): nothing to delete
@@ -505,22 +483,18 @@ class RtnlBackend:
             return await self._get_nsid(target.fd)
 
     async def _get_nsid(self, fd: int) -> int:
-        res = await self._ipr.get_netnsid(fd=fd)
-        nsid = None if res is None else res.get("nsid")
-        if nsid is None or nsid == NETNSA_NSID_NOT_ASSIGNED:
-            return -1
-        return int(nsid)
+        nsid = await netns_nsid(self._nl, fd)
+        return -1 if nsid is None else nsid
 
     async def live_nsids(self) -> set[int]:
         with _op("listing nsids"):
-            async with self._dumping:
-                return {
-                    int(m.get_attr("NETNSA_NSID"))
-                    async for m in await self._ipr.nlm_request(
-                        nsidmsg(), RTM_GETNSID, NLM_F_REQUEST | NLM_F_DUMP
-                    )
-                    if m.get_attr("NETNSA_NSID") is not None
-                }
+            return {
+                int(m.get_attr("NETNSA_NSID"))
+                async for m in await self._nl.nlm_request(
+                    nsidmsg(), RTM_GETNSID, NLM_F_REQUEST | NLM_F_DUMP
+                )
+                if m.get_attr("NETNSA_NSID") is not None
+            }
 
     async def open_by_nsid(self, nsid: int) -> NetnsTarget | None:
         """Find and open the live netns init_net calls `nsid`, or None. The caller closes it."""
@@ -555,13 +529,13 @@ class RtnlBackend:
 
     async def _is_home(self, ifindex: int, name: str) -> bool:
         try:
-            msg = await getlink(self._ipr, ifindex)
+            msg = await getlink(self._nl, ifindex)
         except NetlinkError:
             return False
         return msg.ifname == name
 
     async def _ifindex_of(self, name: str) -> int:
-        return await _ifindex_in(self._ipr, name, "init_net")
+        return await _ifindex_in(self._nl, name, "init_net")
 
     @staticmethod
     def _name_error(e: NetlinkError, what: str, name: str, where: str) -> RdmadError:
@@ -570,13 +544,13 @@ class RtnlBackend:
         return _kernel_error(e, what)
 
 
-async def _ifindex_in(ipr: AsyncIPRoute, ifname: str, where: str) -> int:
+async def _ifindex_in(ipr: NlSocket, ifname: str, where: str) -> int:
     with _op(f"finding {ifname} in {where}"):
         return int((await getlink(ipr, name=ifname))["index"])
 
 
 async def _configure_placed(
-    ns: AsyncIPRoute,
+    ns: NlSocket,
     ifname: str,
     cidrs: list[Cidr],
     where: str,
@@ -604,7 +578,7 @@ async def _configure_placed(
 
 
 async def _sync_addresses(
-    ipr: AsyncIPRoute,
+    ipr: NlSocket,
     index: int,
     wanted: list[Cidr],
     what: str,
@@ -618,7 +592,7 @@ async def _sync_addresses(
     await _add_addresses(ipr, index, [c for c in wanted if c not in current], what)
 
 
-async def _add_addresses(ipr: AsyncIPRoute, index: int, cidrs: list[Cidr], what: str) -> None:
+async def _add_addresses(ipr: NlSocket, index: int, cidrs: list[Cidr], what: str) -> None:
     for c in cidrs:
         with _op(what + f": adding {c}"):
             try:
