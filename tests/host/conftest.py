@@ -7,13 +7,25 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from rdmad.kernel.netns import KernelNetnsResolver
+from rdmad.kernel.nlsock import NlSocket, rtnl_socket
 from rdmad.kernel.rtnl import RtnlBackend
+from rdmad.kernel.rtnl_msgs import rtnl_channel
 from tests.support.net import VethPair, require_root, temp_netns, temp_veth
 
 
 @pytest.fixture(autouse=True)
 def _root() -> None:
     require_root()
+
+
+@pytest.fixture
+def channel() -> Iterator[NlSocket]:
+    """The daemon's rtnetlink channel in init_net: lean decoders, strict checking."""
+    c = rtnl_channel(rtnl_socket())
+    try:
+        yield c
+    finally:
+        c.close()
 
 
 @pytest.fixture

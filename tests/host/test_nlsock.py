@@ -6,21 +6,19 @@ import asyncio
 import errno
 import ipaddress
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_GETADDR, RTM_GETLINK
 
-from rdmad.kernel.nlsock import NlSocket, rtnl_socket
+from rdmad.kernel.nlsock import NlSocket
 from rdmad.kernel.rtnl_msgs import (
     addr_request,
     addresses,
     dump_links,
     getlink,
     link_request,
-    rtnl_channel,
     setlink,
 )
 from tests.support.net import VethPair
@@ -33,15 +31,6 @@ def _add_many_addresses(dev: str, prefix: str) -> None:
         f"addr add {prefix}.{i // 250}.{i % 250 + 1}/32 dev {dev}\n" for i in range(MANY)
     )
     subprocess.run(["ip", "-batch", "-"], input=batch, text=True, check=True)
-
-
-@pytest.fixture
-def channel() -> Iterator[NlSocket]:
-    c = rtnl_channel(rtnl_socket())
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 async def test_a_get_returns_its_one_reply(channel: NlSocket, veth: VethPair) -> None:

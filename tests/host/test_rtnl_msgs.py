@@ -1,4 +1,4 @@
-"""The lean decoders read what pyroute2's full decoder reads, on real kernel messages, and
+"""The channel decoders read what pyroute2's full decoder reads, on real kernel messages, and
 the raw requests do what they say through the NlSocket channel the daemon sends them on."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import contextlib
 import errno
 import ipaddress
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_GETADDR
 
-from rdmad.kernel.nlsock import NlSocket, rtnl_socket
+from rdmad.kernel.nlsock import NlSocket
 from rdmad.kernel.rtnl_msgs import (
     AddrMsg,
     LinkMsg,
@@ -32,7 +32,6 @@ from rdmad.kernel.rtnl_msgs import (
     lean_links,
     move_link_blocking,
     netns_nsid,
-    rtnl_channel,
 )
 from tests.support.net import VethPair, ip, is_up, link
 
@@ -44,16 +43,6 @@ async def _opened(ipr: AsyncIPRoute) -> AsyncIterator[AsyncIPRoute]:
         yield ipr
     finally:
         ipr.close()
-
-
-@pytest.fixture
-def lean() -> Iterator[NlSocket]:
-    """The daemon's channel: lean decoders, strict checking."""
-    channel = rtnl_channel(rtnl_socket())
-    try:
-        yield channel
-    finally:
-        channel.close()
 
 
 @pytest.fixture
@@ -94,9 +83,9 @@ def _lean_view(m: LinkMsg) -> tuple[int, str, int, str, frozenset[str], int]:
 
 
 async def test_a_dump_decodes_as_pyroute2_decodes_it_for_every_netdev(
-    lean: NlSocket, full: AsyncIPRoute, varied: VethPair
+    channel: NlSocket, full: AsyncIPRoute, varied: VethPair
 ) -> None:
-    ours = {m["index"]: _lean_view(m) for m in await dump_links(lean)}
+    ours = {m["index"]: _lean_view(m) for m in await dump_links(channel)}
     theirs = {m["index"]: _full_view(m) async for m in await full.link("dump")}
     assert ours == theirs
     by_name = {v[1]: v for v in ours.values()}
@@ -105,10 +94,10 @@ async def test_a_dump_decodes_as_pyroute2_decodes_it_for_every_netdev(
 
 
 async def test_getlink_finds_a_netdev_by_index_and_by_name(
-    lean: NlSocket, varied: VethPair
+    channel: NlSocket, varied: VethPair
 ) -> None:
-    by_index = await getlink(lean, varied.host_ifindex())
-    by_name = await getlink(lean, name=varied.host)
+    by_index = await getlink(channel, varied.host_ifindex())
+    by_name = await getlink(channel, name=varied.host)
     assert _lean_view(by_index) == _lean_view(by_name)
     assert by_name.ifname == varied.host
 
@@ -127,12 +116,12 @@ async def test_events_decode_lean_on_a_subscribed_socket(veth: VethPair) -> None
 
 
 async def test_an_address_dump_decodes_as_pyroute2_decodes_it(
-    lean: NlSocket, full: AsyncIPRoute, veth: VethPair
+    channel: NlSocket, full: AsyncIPRoute, veth: VethPair
 ) -> None:
     ip("addr", "add", "192.0.2.9/24", "dev", veth.host)
     ip("addr", "add", "2001:db8::9/64", "dev", veth.host)
     ip("addr", "add", "10.9.9.1", "peer", "10.9.9.2/32", "dev", veth.host)  # IFA_ADDRESS differs
-    request = await lean.nlm_request(addr_request(), RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP)
+    request = await channel.nlm_request(addr_request(), RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP)
     ours = [m async for m in request]
     assert ours and all(isinstance(m, AddrMsg) for m in ours)
     theirs = [m async for m in await full.addr("dump")]
@@ -145,33 +134,29 @@ async def test_an_address_dump_decodes_as_pyroute2_decodes_it(
 
 
 async def test_addresses_are_added_listed_and_deleted_by_raw_requests(
-    lean: NlSocket, veth: VethPair
+    channel: NlSocket, veth: VethPair
 ) -> None:
     index = veth.host_ifindex()
     v4, v6 = ipaddress.ip_interface("192.0.2.7/24"), ipaddress.ip_interface("2001:db8::7/64")
-    await add_address(lean, index, v4)
-    await add_address(lean, index, v6)
-    assert {v4, v6} <= set(await addresses(lean, index))
-    await del_address(lean, index, v4)
-    await del_address(lean, index, v6)
-    assert not {v4, v6} & set(await addresses(lean, index))
+    await add_address(channel, index, v4)
+    await add_address(channel, index, v6)
+    assert {v4, v6} <= set(await addresses(channel, index))
+    await del_address(channel, index, v4)
+    await del_address(channel, index, v6)
+    assert not {v4, v6} & set(await addresses(channel, index))
 
 
 async def test_a_strict_socket_has_the_kernel_filter_an_address_dump_by_index(
-    veth: VethPair,
+    channel: NlSocket, veth: VethPair
 ) -> None:
     # What keeps a claim's host-config read independent of how many netdevs the host has.
     ip("addr", "add", "192.0.2.8/24", "dev", veth.host)
     ip("addr", "add", "198.51.100.8/24", "dev", veth.peer)
     index = veth.host_ifindex()
-    channel = rtnl_channel(rtnl_socket())
-    try:
-        request = await channel.nlm_request(
-            addr_request(index), RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP
-        )
-        dumped = [m async for m in request]
-    finally:
-        channel.close()
+    request = await channel.nlm_request(
+        addr_request(index), RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP
+    )
+    dumped = [m async for m in request]
     assert {m["index"] for m in dumped} == {index}
     assert ipaddress.ip_interface("192.0.2.8/24") in {cidr_from_addr_msg(m) for m in dumped}
 
@@ -205,21 +190,23 @@ def test_a_move_lands_the_netdev_in_the_target_with_its_settings(
     assert inside is not None and (inside["mtu"], is_up(inside)) == (1380, True)
 
 
-async def test_dellink_deletes_a_netdev_by_index_or_by_name(lean: NlSocket, veth: VethPair) -> None:
+async def test_dellink_deletes_a_netdev_by_index_or_by_name(
+    channel: NlSocket, veth: VethPair
+) -> None:
     ip("link", "add", veth.peer + "a", "link", veth.peer, "type", "macvlan")
     ip("link", "add", veth.peer + "b", "link", veth.peer, "type", "macvlan")
-    await dellink(lean, int((await getlink(lean, name=veth.peer + "a"))["index"]))
-    await dellink(lean, 0, veth.peer + "b")
+    await dellink(channel, int((await getlink(channel, name=veth.peer + "a"))["index"]))
+    await dellink(channel, 0, veth.peer + "b")
     assert link(veth.peer + "a") is None and link(veth.peer + "b") is None
 
 
 async def test_netns_nsid_reads_an_assigned_nsid_and_none_where_there_is_none(
-    lean: NlSocket, netns: str
+    channel: NlSocket, netns: str
 ) -> None:
     fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        assert await netns_nsid(lean, fd) is None
+        assert await netns_nsid(channel, fd) is None
         ip("netns", "set", netns, "77")
-        assert await netns_nsid(lean, fd) == 77
+        assert await netns_nsid(channel, fd) == 77
     finally:
         os.close(fd)
