@@ -37,9 +37,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from pyroute2 import AsyncIPRoute
-from pyroute2.netlink import NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST
+from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_GETLINK, RTM_GETNSID
+from pyroute2.netlink.rtnl import RTM_GETLINK, RTM_GETNSID
 from pyroute2.netlink.rtnl.ifinfmsg import IFF_UP
 from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
 
@@ -122,14 +122,6 @@ def _is_link_local(iface: Cidr) -> bool:
     return iface.version == 6 and iface.ip.is_link_local
 
 
-def _channel(sock: socket.socket) -> NlSocket:
-    try:
-        return rtnl_channel(sock)
-    except BaseException:
-        sock.close()
-        raise
-
-
 class _Opening:
     """An in-netns socket being opened (by a worker thread) and wrapped, for use after a
     netns move: both happen while the move runs on another worker, not after it."""
@@ -140,7 +132,7 @@ class _Opening:
 
     @staticmethod
     async def _wrap(sock: Awaitable[socket.socket]) -> NlSocket:
-        return _channel(await sock)
+        return rtnl_channel(await sock)
 
     async def channel(self) -> NlSocket:
         return await asyncio.shield(self._ns)
@@ -189,7 +181,7 @@ class RtnlBackend:
         ipr = lean_links(AsyncIPRoute(strict_check=True))
         await ipr.setup_endpoint()
         try:
-            return cls(_channel(rtnl_socket()), ipr, resolver)
+            return cls(rtnl_channel(rtnl_socket()), ipr, resolver)
         except BaseException:
             ipr.close()
             raise
@@ -331,7 +323,7 @@ class RtnlBackend:
 
             async def undo(ns_index: int) -> None:
                 with contextlib.suppress(NetlinkError):
-                    await dellink(ns, ns_index, ifname)
+                    await dellink(ns, ns_index, name=ifname)
 
             ns_index = await _configure_placed(
                 ns, ifname, cidrs, where, self.step, undo, bring_up=True
@@ -433,12 +425,7 @@ class RtnlBackend:
             if not placement.ifindex:
                 return
         try:
-            async for _ in await self._nl.nlm_request(
-                link_request(placement.ifindex, ("IFLA_IF_NETNSID", placement.nsid)),
-                RTM_DELLINK,
-                NLM_F_REQUEST | NLM_F_ACK,
-            ):
-                pass
+            await dellink(self._nl, placement.ifindex, ("IFLA_IF_NETNSID", placement.nsid))
         except NetlinkError as e:
             if e.code == errno.ENODEV:
                 return

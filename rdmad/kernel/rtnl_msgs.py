@@ -141,8 +141,13 @@ RTNL_DECODERS: dict[int, type[Any]] = {
 
 
 def rtnl_channel(sock: socket.socket) -> NlSocket:
-    """Requests on `sock` (a NETLINK_ROUTE socket, in whatever netns it was made in)."""
-    return NlSocket(sock, RTNL_DECODERS)
+    """Requests on `sock` (a NETLINK_ROUTE socket, in whatever netns it was made in);
+    `sock` is closed if the channel cannot be set up on it."""
+    try:
+        return NlSocket(sock, RTNL_DECODERS)
+    except BaseException:
+        sock.close()
+        raise
 
 
 def link_request(index: int = 0, *attrs: tuple[str, Any], up: bool | None = None) -> ifinfmsg:
@@ -235,10 +240,10 @@ async def del_address(ipr: Requester, index: int, cidr: Cidr) -> None:
     await _ack(ipr, addr_request(index, cidr), RTM_DELADDR)
 
 
-async def dellink(ipr: Requester, index: int, name: str = "") -> None:
-    """Delete a netdev, by index or else by name."""
-    attrs = () if index else (("IFLA_IFNAME", name),)
-    await _ack(ipr, link_request(index, *attrs), RTM_DELLINK)
+async def dellink(ipr: Requester, index: int, *attrs: tuple[str, Any], name: str = "") -> None:
+    """Delete a netdev, by index or else by name; `attrs` as IFLA_IF_NETNSID select it."""
+    by_name = () if index else (("IFLA_IFNAME", name),)
+    await _ack(ipr, link_request(index, *by_name, *attrs), RTM_DELLINK)
 
 
 async def netns_nsid(ipr: Requester, fd: int) -> int | None:

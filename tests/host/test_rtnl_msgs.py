@@ -196,7 +196,7 @@ async def test_dellink_deletes_a_netdev_by_index_or_by_name(
     ip("link", "add", veth.peer + "a", "link", veth.peer, "type", "macvlan")
     ip("link", "add", veth.peer + "b", "link", veth.peer, "type", "macvlan")
     await dellink(channel, int((await getlink(channel, name=veth.peer + "a"))["index"]))
-    await dellink(channel, 0, veth.peer + "b")
+    await dellink(channel, 0, name=veth.peer + "b")
     assert link(veth.peer + "a") is None and link(veth.peer + "b") is None
 
 
