@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from rdmad.errors import KernelError
 from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, HostConfig
-from rdmad.store import CorruptState, State, Store
+from rdmad.store import CorruptState, State, Store, plain
 
 
 def a_claim() -> Claim:
@@ -34,6 +36,18 @@ def test_saved_state_loads_back_equal(tmp_path: Path) -> None:
     state = State([a_claim()], [HostConfig(9, "eth2", 1500, False, (), "")])
     store.save(state)
     assert store.load() == state
+
+
+def test_plain_gives_the_json_asdict_gives() -> None:
+    claim = a_claim()
+    assert json.dumps(plain(claim), sort_keys=True) == json.dumps(asdict(claim), sort_keys=True)
+
+
+def test_a_file_from_the_indented_format_still_loads(tmp_path: Path) -> None:
+    # Written by rdmad before the compact format: an upgrade must find its claims.
+    doc = {"version": 1, "claims": [asdict(a_claim())], "pending_restores": []}
+    (tmp_path / "state.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
+    assert Store(tmp_path).load() == State([a_claim()], [])
 
 
 def test_missing_file_is_empty_state(tmp_path: Path) -> None:
