@@ -88,14 +88,12 @@ class RdmadMessageBus(MessageBus):
         self._paths[interface] = path
 
     def unexport(self, path: str, interface: ServiceInterface | str | None = None) -> None:
-        gone = [
-            i
-            for i in self._path_exports.get(path, {}).values()
-            if interface is None or i is interface or i.name == interface
-        ]
-        super().unexport(path, interface)
-        for i in gone:
-            self._paths.pop(i, None)
+        before = list(self._path_exports.get(path, {}).values())
+        super().unexport(path, interface)  # dbus-fast decides which of them go
+        after = self._path_exports.get(path, {}).values()
+        for i in before:
+            if i not in after:
+                self._paths.pop(i, None)
 
     def _interface_signal_notify(
         self,
