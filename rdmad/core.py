@@ -155,7 +155,7 @@ class Core:
             async with self._lock(device):
                 yield
         finally:
-            self._tracker.schedule_view_sync()
+            self._tracker.schedule_view_sync({device})
 
     # ------------------------------------------------------------------ start
     async def start(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Collection, Iterable
 from typing import Protocol, TypeVar
 
 from rdmad.backend import NetdevBackend, RdmaBackend
@@ -84,6 +84,9 @@ class InventoryTracker:
         self._touched_links: set[int] | None = None  # set while a netdev dump runs
         self._reload_lock = asyncio.Lock()
         self._announced: dict[str, DeviceView] = {}  # what observers were last told
+        # The devices whose view may differ from the announced one (None: any of them).
+        # Naming them keeps a burst's cost to what it touched, not to every device.
+        self._stale: set[str] | None = set()
         self._sync_task: asyncio.Task[None] | None = None
         self._pump: asyncio.Task[None] | None = None
 
@@ -102,7 +105,10 @@ class InventoryTracker:
                 await task
 
     # ------------------------------------------------------------------ views
-    def views(self) -> list[DeviceView]:
+    def views(self, names: Collection[str] | None = None) -> list[DeviceView]:
+        """The views of every device, or of those in `names` still known, by index."""
+        devices = self._inv.devices
+        chosen = devices.values() if names is None else [devices[n] for n in names if n in devices]
         by_device: dict[str, list[Claim]] = {}
         for claim in self._keeper.iter_claims():
             by_device.setdefault(claim.device, []).append(claim)
@@ -110,7 +116,7 @@ class InventoryTracker:
         view, none = self._inv.view, ()
         return [
             view(d, by_device.get(d.name, none), mode)
-            for d in sorted(self._inv.devices.values(), key=lambda d: d.index)
+            for d in sorted(chosen, key=lambda d: d.index)
         ]
 
     def view(self, dev: RdmaDevice) -> DeviceView:
@@ -126,19 +132,27 @@ class InventoryTracker:
         if not self._keeper.busy(dev.name):
             self.announce(self.view(dev))
 
-    def schedule_view_sync(self) -> None:
+    def schedule_view_sync(self, devices: Iterable[str] | None = None) -> None:
         """A device's state follows from its record, its netdev's presence and the claims,
-        which change through different paths: after each burst, announce every view that
-        differs from what was last announced, so observers never keep a stale state."""
+        which change through different paths: after each burst, announce each view that may
+        have changed (those of `devices`; every one when None) and differs from what was last
+        announced, so observers never keep a stale state."""
+        if devices is None:
+            self._stale = None
+        elif self._stale is not None:
+            self._stale.update(devices)
+            if not self._stale:
+                return
         if self._sync_task is None or self._sync_task.done():
             self._sync_task = asyncio.ensure_future(self._sync_views())
 
     async def _sync_views(self) -> None:
         await asyncio.sleep(0)  # after the rest of the burst
-        for view in self.views():
+        stale, self._stale = self._stale, set()
+        for view in self.views(stale):
             # A device mid-claim or mid-release would show its own netdev's trip between
             # netns as a passing state ("unavailable"): its operation announces the outcome,
-            # and Core._operating_on syncs again when it ends.
+            # and Core._operating_on names it again when it ends.
             if self._keeper.busy(view.device.name):
                 continue
             if self._announced.get(view.device.name) != view:
@@ -178,16 +192,19 @@ class InventoryTracker:
     async def _consume_events(self) -> None:
         while True:
             event = await self._events.get()
+            touched: set[str] | None = None
             try:
-                await self._apply(event)
+                touched = await self._apply(event)
             except Exception:
                 log.exception("handling %r failed", event)
-            self.schedule_view_sync()
+            self.schedule_view_sync(touched)
 
-    async def _apply(self, event: Event) -> None:
+    async def _apply(self, event: Event) -> set[str] | None:
+        """Apply one event; return the devices whose view it may have changed (None: any).
+        What it leaves to a re-read or a claim's end is named again by those."""
         if isinstance(event, LinkChanged | LinkRemoved):
-            await self._apply_link(event)
-        elif isinstance(event, NetnsGone):
+            return await self._apply_link(event)
+        if isinstance(event, NetnsGone):
             for claim in [c for c in self._keeper.iter_claims() if c.nsid == event.nsid]:
                 self._spawn(self._keeper.end_claim(claim, ReleaseReason.NETNS_GONE))
         elif isinstance(event, RdmaChanged):
@@ -195,6 +212,7 @@ class InventoryTracker:
         elif isinstance(event, Resync):
             log.warning("%s events were lost (socket overrun): resynchronising", event.source)
             self._spawn(self._resync())
+        return set()
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -211,22 +229,27 @@ class InventoryTracker:
         await self.refresh()
 
     # ------------------------------------------------------------------ netdevs
-    async def _apply_link(self, event: LinkChanged | LinkRemoved) -> None:
+    async def _apply_link(self, event: LinkChanged | LinkRemoved) -> set[str] | None:
         if isinstance(event, LinkChanged):
             ifindex, name = event.netdev.ifindex, event.netdev.name
         else:
             ifindex, name = event.ifindex, event.name
         if self._touched_links is not None:
             self._touched_links.add(ifindex)
+        concerned = self._devices_on(ifindex, name)
+        before = self._inv.netdevs.get(ifindex)
+        if concerned is not None and before is not None and before.name != name:
+            # renamed: a device may know its netdev by the old name only
+            also = self._devices_on(ifindex, before.name)
+            concerned = None if also is None else concerned | also
         if isinstance(event, LinkChanged):
             nd = event.netdev
             self._inv.netdevs[nd.ifindex] = nd
             self._wake(self._link_waiters, nd.ifindex)
             if self._keeper.restore_waits_for(nd.ifindex):
                 self._spawn(self._keeper.retry_restores())
-            self.schedule_refresh(self._devices_on(ifindex, name))
+            self.schedule_refresh(concerned)
         else:
-            concerned = self._devices_on(ifindex, name)
             # The event can be older than what we know: a claim re-read the kernel since, or
             # a release brought the netdev home before this RTM_DELLINK was read. Forgetting
             # an RDMA device's netdev on a stale event would leave it "unavailable" until its
@@ -234,6 +257,7 @@ class InventoryTracker:
             if concerned == set() or not await self._netdev_home(ifindex):
                 self._inv.netdevs.pop(ifindex, None)
             self.schedule_refresh(concerned)
+        return concerned
 
     async def _netdev_home(self, ifindex: int) -> bool:
         try:
@@ -286,6 +310,7 @@ class InventoryTracker:
                 self._inv.netdevs = table
             finally:
                 self._touched_links = None
+        self.schedule_view_sync()  # any device's netdev may have come or gone
 
     # ------------------------------------------------------------------ RDMA devices
     async def reread_device(self, name: str) -> None:
@@ -314,12 +339,15 @@ class InventoryTracker:
             await asyncio.sleep(0)  # let the rest of a burst queue up first
             whole, some = self._refresh_all, self._refresh_some
             self._refresh_all, self._refresh_some = False, set()
+            reread: set[str] | None = some
             try:
                 if whole or not await self._refresh_devices(some):
+                    reread = None
                     await self.refresh()
             except Exception:
+                reread = None
                 log.exception("re-reading the RDMA inventory failed")
-            self.schedule_view_sync()
+            self.schedule_view_sync(reread)
 
     async def _refresh_devices(self, names: set[str]) -> bool:
         """Re-read a few devices. False when that is not enough (one left init_net, or the
