@@ -43,6 +43,7 @@ from bench.common import (
     ms_since,
     p50_99,
     pct,
+    ratio_interval,
     rdmad,
     release,
 )
@@ -242,6 +243,13 @@ def _report(ps: Pass, res: Results, moves: dict[str, float] | None, main: bool) 
             res.dists[f"{label}: iproute2 CLI"] = cl
         q50, q99 = pct(r, 50) / pct(w, 50), pct(r, 99) / pct(w, 99)
         met = q50 <= 1.3 and q99 <= 1.3 and pct(r, 50) < pct(cl, 50) and pct(r, 99) < pct(cl, 99)
+        spread = ""
+        if main:  # how far another run on this machine could move the p99 ratios
+            (rw_lo, rw_hi), (rc_lo, rc_hi) = ratio_interval(r, w, 99), ratio_interval(r, cl, 99)
+            spread = (
+                f" (p99, 95% bootstrap interval: rdmad/raw {rw_lo:.2f}-{rw_hi:.2f},"
+                f" rdmad/CLI {rc_lo:.2f}-{rc_hi:.2f})"
+            )
         res.rows.append(
             Row(
                 f"1. {label} latency (whole device, veth), {ps.name}",
@@ -249,7 +257,7 @@ def _report(ps: Pass, res: Results, moves: dict[str, float] | None, main: bool) 
                 p50_99(w),
                 p50_99(cl),
                 f"rdmad/raw {q50:.2f} / {q99:.2f}; rdmad/CLI {pct(r, 50) / pct(cl, 50):.2f}"
-                f" / {pct(r, 99) / pct(cl, 99):.2f}",
+                f" / {pct(r, 99) / pct(cl, 99):.2f}{spread}",
                 "rdmad/raw <= 1.3; rdmad < CLI" if main else "",
                 met if main else None,
             )

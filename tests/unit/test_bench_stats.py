@@ -1,0 +1,45 @@
+"""The benchmark's statistics: percentiles, and how sure a ratio of two percentiles is."""
+
+from __future__ import annotations
+
+import random
+
+from bench.common import pct, ratio_interval
+
+
+def test_pct_interpolates_between_samples_like_numpy() -> None:
+    assert pct([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert pct([5.0], 99) == 5.0
+
+
+def test_ratio_interval_contains_the_measured_ratio() -> None:
+    rng = random.Random(1)
+    a = [rng.lognormvariate(3.0, 0.3) for _ in range(400)]
+    b = [rng.lognormvariate(2.9, 0.3) for _ in range(400)]
+    lo, hi = ratio_interval(a, b, 99)
+    assert lo <= pct(a, 99) / pct(b, 99) <= hi
+
+
+def test_ratio_interval_of_one_distribution_against_itself_contains_one() -> None:
+    rng = random.Random(2)
+    a = [rng.expovariate(1.0) for _ in range(400)]
+    b = [rng.expovariate(1.0) for _ in range(400)]
+    lo, hi = ratio_interval(a, b, 99)
+    assert lo < 1.0 < hi
+
+
+def test_ratio_interval_narrows_with_more_samples() -> None:
+    rng = random.Random(3)
+
+    def width(n: int) -> float:
+        a = [rng.expovariate(1.0) for _ in range(n)]
+        b = [rng.expovariate(1.0) for _ in range(n)]
+        lo, hi = ratio_interval(a, b, 50)
+        return hi - lo
+
+    assert width(4000) < width(100)
+
+
+def test_ratio_interval_is_the_same_on_every_call() -> None:
+    a, b = [float(i) for i in range(1, 201)], [float(i) * 1.1 for i in range(1, 201)]
+    assert ratio_interval(a, b, 99) == ratio_interval(a, b, 99)
