@@ -43,6 +43,7 @@ from bench.common import (
     ms_since,
     p50_99,
     pct,
+    ratio,
     ratio_interval,
     rdmad,
     release,
@@ -241,7 +242,7 @@ def _report(ps: Pass, res: Results, moves: dict[str, float] | None, main: bool) 
             res.dists[f"{label}: rdmad"] = r
             res.dists[f"{label}: raw pyroute2"] = w
             res.dists[f"{label}: iproute2 CLI"] = cl
-        q50, q99 = pct(r, 50) / pct(w, 50), pct(r, 99) / pct(w, 99)
+        q50, q99 = ratio(r, w)
         met = q50 <= 1.3 and q99 <= 1.3 and pct(r, 50) < pct(cl, 50) and pct(r, 99) < pct(cl, 99)
         spread = ""
         if main:  # how far another run on this machine could move the p99 ratios
