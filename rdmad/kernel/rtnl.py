@@ -176,8 +176,6 @@ class RtnlBackend:
 
     @classmethod
     async def create(cls, resolver: KernelNetnsResolver) -> RtnlBackend:
-        # NlSocket checks strictly: the kernel filters an address dump by ifindex, where
-        # otherwise reading one netdev's addresses would parse every address on the host.
         ipr = lean_links(AsyncIPRoute(strict_check=True))
         await ipr.setup_endpoint()
         try:

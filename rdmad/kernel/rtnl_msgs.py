@@ -174,12 +174,8 @@ def addr_request(index: int = 0, cidr: Cidr | None = None) -> ifaddrmsg:
     return msg
 
 
-def cidr_from_addr_msg(msg: Any) -> Cidr | None:
-    """The address of an AddrMsg, or of pyroute2's fully decoded ifaddrmsg."""
-    if isinstance(msg, AddrMsg):
-        addr = msg.local or msg.address
-    else:
-        addr = msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")
+def cidr_from_addr_msg(msg: AddrMsg) -> Cidr | None:
+    addr = msg.local or msg.address
     if not addr:
         return None
     return ipaddress.ip_interface(f"{addr}/{msg['prefixlen']}")
