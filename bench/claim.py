@@ -1,8 +1,8 @@
 """1. Claim and release latency: rdmad over D-Bus vs raw pyroute2 vs the iproute2 CLI.
 
-All three do the same kernel work on the same veth, interleaved rep by rep (in orders that
-alternate, so each follows each of the others equally often: see ORDERS) so that drift on
-the host hits all of them alike:
+All three do the same kernel work on the same veth, interleaved rep by rep (in a cycle of
+orders where each column's claim follows each column's release equally often: see ORDERS)
+so that drift on the host, and what one operation leaves the next, hit all of them alike:
   claim:   move into the netns + rename, MTU 1400, add an address, set up;
   release: move back + rename to the host name, MTU 1500, host address back, set up.
 rdmad's time is D-Bus call to reply (the reply comes once the netdev is configured in the
@@ -213,7 +213,7 @@ async def _measure(
         for op in "cr":
             ps.t[key + op], ps.labels[key + op] = [], []
     for i in range(warmup + ps.reps):
-        for key in ORDERS[i % 2]:
+        for key in ORDERS[(i - warmup) % len(ORDERS)]:  # measured reps: whole cycles
             for op, fn in zip("cr", ways[key], strict=True):
                 if ps.settle is not None:
                     await ps.settle()
@@ -268,11 +268,14 @@ def _report(ps: Pass, res: Results, moves: dict[str, float] | None, main: bool) 
 
 
 COLUMNS = "rwc"  # rdmad, raw pyroute2, iproute2 CLI
-# Reps alternate these two orders, so that back to back (r w c r c w r w c ...) each column
-# follows each other one exactly equally often: what the kernel still has pending from the
-# previous operation (see findings.md) is shared out evenly. A plain rotation (rwc, wcr, crw)
-# would not do that: it keeps the cycle r -> w -> c -> r, so rdmad would mostly follow the CLI.
-ORDERS = ("rwc", "rcw")
+# An operation pays for what the one before it left the kernel to do (findings.md, fourth
+# and eighth rounds): a claim 50-60 ms after the CLI's release, whose `ip` processes have
+# just exited, still moves slower. So each column's claim must follow each column's release,
+# its own included, equally often. In this cycle every rep starts with the column that ended
+# the one before, and the six reps hold each of the six other pairs twice. (It replaces
+# rwc/rcw, which shared the others out evenly but never let a column follow itself: the CLI's
+# claims never paid for its own releases, and rdmad's and raw's paid for half of them.)
+ORDERS = ("rwc", "crw", "wcr", "rcw", "wrc", "cwr")
 
 
 def _own_time_row(
