@@ -11,9 +11,10 @@ is the floor a hand-written tool could reach; rdmad may not keep such a socket (
 never pin a netns) and has to look things up and persist its state file.
 
 Two passes. Settled (the targets): each operation starts 50-60 ms after the previous one
-ended (bench.common.Settler), so it pays for nothing another tool left behind and starts at
-a random phase of the tick, as a claim on a node does. Back to back: shown beside it; there
-a move's cost depends on the operation before it (findings.md, fourth round).
+ended (bench.common.Settler), so it pays for little of what the operation before left behind
+(not nothing: see ORDERS) and starts at a random phase of the tick, as a claim on a node
+does. Back to back: shown beside it; there a move's cost depends on the operation before it
+(findings.md, fourth round).
 
 Where tracefs is available, each operation's own kernel move is subtracted too (bench.ktrace):
 the move's cost comes in whole scheduler ticks and dominates all three columns, so the time

@@ -39,7 +39,7 @@ class Params:
     reps: int  # repetitions per latency measurement (the issue asks >= 200)
     # Claim/release against raw and the CLI: more, since each move lands on a whole number
     # of scheduler ticks and a p50 of multimodal samples needs them (bench.ktrace). Whole
-    # cycles of bench.claim.ORDERS (a multiple of 6), so each column meets each other alike.
+    # cycles of bench.claim.ORDERS (a multiple of 6), so each column follows each alike.
     latency_reps: int
     # Claims and releases are measured settled (Settler): this long before each, plus up to
     # jitter_ms at random. The claim/release comparison also has a back-to-back pass.
@@ -69,8 +69,9 @@ class Settler:
 
     A move waits for the RCU callbacks that earlier operations left on other CPUs and ends
     on a scheduler tick, so back to back its cost is set by what ran before it and by the
-    tick phase that left it at. Settled, earlier callbacks are gone and the phase is random,
-    as for a claim on a node (findings.md, fourth round). Seeded: the same pauses every run.
+    tick phase that left it at. Settled, most earlier callbacks are gone (an exited process's
+    are not always: bench.claim.ORDERS shares those out) and the phase is random, as for a
+    claim on a node (findings.md, fourth and eighth rounds). Seeded: the same pauses every run.
     """
 
     def __init__(self, p: Params) -> None:
@@ -136,7 +137,7 @@ def ratio_interval(
 ) -> tuple[float, float]:
     """A 95% bootstrap interval for pct(a, q) / pct(b, q): each column resampled with
     replacement. It says how far the same machine could move the ratio between runs; at
-    q=99 over a few hundred samples it is wide (the p99 of 400 is the fourth slowest)."""
+    q=99 over a few hundred samples it is wide (the p99 of 504 is about the fifth slowest)."""
     rng = random.Random(seed)
     ratios = [
         pct(rng.choices(a, k=len(a)), q) / pct(rng.choices(b, k=len(b)), q)

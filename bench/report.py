@@ -55,9 +55,11 @@ def write_report(
         f"{p.reps} repetitions after {p.warmup} warm-up ones. Claim and release against raw "
         f"and the CLI: {p.latency_reps} repetitions settled (each operation starts "
         f"{p.settle_ms:.0f}-{p.settle_ms + p.jitter_ms:.0f} ms after the previous one ended, "
-        "at random: the kernel's RCU grace periods from it are over, and the operation "
+        "at random: most of the kernel's RCU work from it is over, and the operation "
         "starts at a random phase of the scheduler tick, as a claim on a node does) and "
-        f"{p.back_to_back_reps} back to back (findings.md, fourth round).",
+        f"{p.back_to_back_reps} back to back (findings.md, fourth round). Orders cycle so "
+        "that each column's claim follows each column's release, its own included, equally "
+        "often (findings.md, eighth round).",
         "",
         "| scenario | rdmad p50 / p99 | raw (pyroute2) or floor p50 / p99 | CLI p50 / p99 "
         "| ratio | target | met? |",
