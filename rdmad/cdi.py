@@ -8,7 +8,8 @@ import logging
 import os
 from pathlib import Path
 
-from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
+from rdmad.model import Claim, ReleaseReason
+from rdmad.observer import CoreObserver
 
 CDI_KIND = "rdmad.io/rdma"
 CDI_VERSION = "0.6.0"
@@ -35,7 +36,7 @@ def spec_for(claim: Claim) -> dict[str, object]:
     }
 
 
-class CdiWriter:
+class CdiWriter(CoreObserver):
     """Observer: writes a spec when a claim is made, removes it when the claim ends."""
 
     def __init__(self, directory: Path) -> None:
@@ -70,11 +71,3 @@ class CdiWriter:
                     stale.unlink(missing_ok=True)
         for claim in live:
             self.claimed(claim)
-
-    def device_added(self, view: DeviceView) -> None: ...
-
-    def device_removed(self, view: DeviceView) -> None: ...
-
-    def device_changed(self, view: DeviceView) -> None: ...
-
-    def mode_changed(self, mode: NetnsMode) -> None: ...

@@ -2,7 +2,7 @@
 
 Imports no D-Bus, pyroute2 or pyudev. It drives the protocols in rdmad.backend, leaves
 applying the events in rdmad.events to an InventoryTracker (rdmad.tracking), persists
-through a Store, and tells observers what changed.
+through a Store, and tells observers (rdmad.observer) what changed.
 
 Crash safety: a claim is written as PENDING before the kernel is touched and as RELEASING
 before it is given back, so a daemon killed at any step finds out at start what to undo or
@@ -16,11 +16,11 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
-from typing import Protocol
 
 from rdmad.backend import NetdevBackend, NetnsResolver, NetnsTarget, Placement, RdmaBackend
+from rdmad.claims import ClaimBook
 from rdmad.errors import (
     DeviceBusy,
     InvalidArgs,
@@ -43,6 +43,7 @@ from rdmad.model import (
     RdmaDevice,
     ReleaseReason,
 )
+from rdmad.observer import CoreObserver, Observers
 from rdmad.options import check_device_name
 from rdmad.store import CorruptState, State, Store
 from rdmad.tracking import InventoryTracker
@@ -52,22 +53,6 @@ log = logging.getLogger("rdmad.core")
 DEFAULT_SHARED_IFNAME = "net1"
 # How long a physical netdev may take to come home after its netns died (measured: tens of ms).
 RETURN_TIMEOUT_S = 5.0
-
-
-class CoreObserver(Protocol):
-    """Told after each change has been applied and persisted. Must not raise or block."""
-
-    def device_added(self, view: DeviceView) -> None: ...
-
-    def device_removed(self, view: DeviceView) -> None: ...
-
-    def device_changed(self, view: DeviceView) -> None: ...
-
-    def claimed(self, claim: Claim) -> None: ...
-
-    def released(self, claim: Claim, reason: ReleaseReason) -> None: ...
-
-    def mode_changed(self, mode: NetnsMode) -> None: ...
 
 
 # Test seam for crash-point injection: called with a step name after each kernel step.
@@ -91,33 +76,30 @@ class Core:
         self._store = store
         self._shared_limit = shared_limit
         self._step = step_hook or (lambda _step: None)
-        self.netns_mode = NetnsMode.UNAVAILABLE
         self._inv = Inventory()
-        self._claims: dict[str, Claim] = {}
-        self._pending_restores: list[HostConfig] = []
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._observers: list[CoreObserver] = []
-        self._tracker = InventoryTracker(self._inv, net, rdma, self)
+        self._book = ClaimBook()
+        self._observers = Observers()
+        self._tracker = InventoryTracker(self._inv, net, rdma, self._book, self._observers, self)
         # Released(reconciled) found at start, announced once observers are attached.
         self._startup_releases: list[Claim] = []
         self.startup_notes: list[str] = []
 
     # ------------------------------------------------------------------ observers
-    def add_observer(self, observer: CoreObserver) -> None:
-        self._observers.append(observer)
+    @property
+    def netns_mode(self) -> NetnsMode:
+        return self._book.netns_mode
 
-    def notify(self, event: str, *args: object) -> None:
-        """Call observer method `event` on each observer."""
-        for obs in self._observers:
-            try:
-                getattr(obs, event)(*args)
-            except Exception:  # an observer bug must not break the state machine
-                log.exception("observer %r failed", obs)
+    @netns_mode.setter
+    def netns_mode(self, mode: NetnsMode) -> None:
+        self._book.netns_mode = mode
+
+    def add_observer(self, observer: CoreObserver) -> None:
+        self._observers.add(observer)
 
     def announce_startup(self) -> None:
         """Emit the Released(reconciled) of claims ended during start."""
         for claim in self._startup_releases:
-            self.notify("released", claim, ReleaseReason.RECONCILED)
+            self._observers.released(claim, ReleaseReason.RECONCILED)
         self._startup_releases.clear()
 
     # ------------------------------------------------------------------ queries
@@ -131,10 +113,10 @@ class Core:
         return self._tracker.view(dev)
 
     def claims(self) -> list[Claim]:
-        return sorted(self._claims.values(), key=lambda c: c.created_at_us)
+        return sorted(self._book.claims.values(), key=lambda c: c.created_at_us)
 
     def get_claim(self, claim_id: str) -> Claim:
-        claim = self._claims.get(claim_id)
+        claim = self._book.claims.get(claim_id)
         if claim is None:
             raise NoSuchClaim(f"no claim {claim_id!r}")
         return claim
@@ -145,14 +127,11 @@ class Core:
             raise NotSupported(f"{dev.name} has no netdev in init_net")
         return nd
 
-    def _lock(self, device: str) -> asyncio.Lock:
-        return self._locks.setdefault(device, asyncio.Lock())
-
     @contextlib.asynccontextmanager
     async def _operating_on(self, device: str) -> AsyncIterator[None]:
         """Hold `device` for one claim or release; then announce whatever its view became."""
         try:
-            async with self._lock(device):
+            async with self._book.lock(device):
                 yield
         finally:
             self._tracker.schedule_view_sync({device})
@@ -175,15 +154,15 @@ class Core:
             log.error(note)
             self.startup_notes.append(note)
             state = State()
-        self._claims = {c.id: c for c in state.claims}
-        self._pending_restores = list(state.pending_restores)
+        self._book.claims.update((c.id, c) for c in state.claims)
+        self._book.pending_restores.extend(state.pending_restores)
         visible: set[str] | None = None
         if self.netns_mode != NetnsMode.UNAVAILABLE:  # else picked up when ib_core appears
             listed = await self._rdma.list_devices()
             visible = {d.name for d in listed}
         self._assume_pending_moved(visible)
         if visible is not None:
-            self._inv.replace_devices(listed, keep=self.moved_devices())
+            self._inv.replace_devices(listed, keep=self._book.moved_devices())
         await self._reconcile()
         self._tracker.start()
 
@@ -195,7 +174,7 @@ class Core:
         say nothing about how far it got: a crash may have come after any step. Assume the
         netdev moved (the undo finds it home if it never left) and that the RDMA device moved
         if init_net no longer sees it (exclusive mode hides moved devices)."""
-        for claim in self._claims.values():
+        for claim in self._book.claims.values():
             if claim.phase != ClaimPhase.PENDING:
                 continue
             if claim.shared or claim.host is not None:
@@ -206,7 +185,7 @@ class Core:
 
     async def _reconcile(self) -> None:
         live = await self._net.live_nsids()
-        for claim in list(self._claims.values()):
+        for claim in list(self._book.claims.values()):
             # The nsid says dead for sure; a live nsid may have been reused by another netns.
             alive = (claim.nsid < 0 or claim.nsid in live) and self._netns_reachable(claim)
             if claim.phase == ClaimPhase.PENDING:
@@ -246,7 +225,7 @@ class Core:
             target.close()
 
     def _check_claim(self, dev: RdmaDevice, target: NetnsTarget, opts: ClaimOptions) -> None:
-        mine = [c for c in self._claims.values() if c.device == dev.name]
+        mine = self._book.of(dev.name)
         exclusive = self.netns_mode == NetnsMode.EXCLUSIVE
         if opts.shared:
             if exclusive:
@@ -310,7 +289,7 @@ class Core:
             chardev_kinds=opts.chardevs,
             phase=ClaimPhase.PENDING,
         )
-        self._claims[claim_id] = claim
+        self._book.claims[claim_id] = claim
         try:
             self._save()
             self._step("pending-written")
@@ -345,7 +324,7 @@ class Core:
         except BaseException as exc:
             await self._undo_failed_claim(claim, target, exc)
             raise
-        self.notify("claimed", claim)
+        self._observers.claimed(claim)
         await self._tracker.reread_device(dev.name)  # its port's netdev left init_net
         self._tracker.announce(self._tracker.view(self._inv.devices.get(dev.name, dev)))
         return claim
@@ -381,7 +360,7 @@ class Core:
             # Leave it PENDING on disk: the next start (or an operator) finishes the undo.
             log.error("could not undo claim %s: %s", claim.id, undo_exc)
             return
-        self._claims.pop(claim.id, None)
+        self._book.claims.pop(claim.id, None)
         with contextlib.suppress(RdmadError):
             self._save()
 
@@ -389,7 +368,7 @@ class Core:
     async def release(self, claim_id: str, reason: ReleaseReason = ReleaseReason.REQUESTED) -> None:
         claim = self.get_claim(claim_id)
         async with self._operating_on(claim.device):
-            if self._claims.get(claim_id) is not claim:
+            if self._book.claims.get(claim_id) is not claim:
                 raise NoSuchClaim(f"claim {claim_id!r} ended while waiting")
             claim.phase = ClaimPhase.RELEASING
             self._save()
@@ -402,13 +381,13 @@ class Core:
         self._finish_release(claim, reason)
 
     def _finish_release(self, claim: Claim, reason: ReleaseReason) -> None:
-        self.notify("released", claim, reason)
+        self._observers.released(claim, reason)
         dev = self._inv.devices.get(claim.device)
         if dev is not None:
             self._tracker.announce(self._tracker.view(dev))
 
     def _drop(self, claim: Claim) -> None:
-        self._claims.pop(claim.id, None)
+        self._book.claims.pop(claim.id, None)
 
     async def _give_back(self, claim: Claim, *, netns_alive: bool) -> None:
         """Return what a claim took, wherever it is now. Idempotent: parts already home are
@@ -488,19 +467,19 @@ class Core:
                 host.ifindex,
                 claim.netns,
             )
-            self._pending_restores.append(host)
+            self._book.pending_restores.append(host)
             return
         await self._net.restore(host.ifindex, host)
         await self._tracker.reread_netdev(host.ifindex)
 
     async def _restore_pending(self) -> None:
-        for host in list(self._pending_restores):
+        for host in list(self._book.pending_restores):
             if host.ifindex in self._inv.netdevs:
                 try:
                     await self._net.restore(host.ifindex, host)
                 except RdmadError as exc:
                     log.error("could not restore %s: %s", host.name, exc)
-                self._pending_restores.remove(host)
+                self._book.pending_restores.remove(host)
 
     # ------------------------------------------------------------------ mode
     async def set_netns_mode(self, mode: NetnsMode) -> None:
@@ -510,39 +489,19 @@ class Core:
             raise Unavailable("no RDMA subsystem is present (is ib_core loaded?)")
         if mode == self.netns_mode:
             return
-        if self._claims:
+        if self._book.claims:
             raise DeviceBusy(
-                f"{len(self._claims)} claims are live; release them before changing the mode"
+                f"{len(self._book.claims)} claims are live; release them before changing the mode"
             )
         await self._rdma.set_netns_mode(mode)
-        self.adopt_mode(mode)
-
-    def adopt_mode(self, mode: NetnsMode) -> None:
-        if mode != self.netns_mode:
-            self.netns_mode = mode
-            self.notify("mode_changed", mode)
-            for view in self.devices():
-                self._tracker.announce(view)
+        self._tracker.adopt_mode(mode)
 
     # ------------------------------------------------------------------ events
     def handle(self, event: Event) -> None:
         """Queue a kernel event; the tracker applies them in order."""
         self._tracker.handle(event)
 
-    # What the tracker needs of the claims: see rdmad.tracking.ClaimKeeper.
-    def iter_claims(self) -> Iterable[Claim]:
-        return self._claims.values()
-
-    def busy(self, device: str) -> bool:
-        lock = self._locks.get(device)
-        return lock is not None and lock.locked()
-
-    def moved_devices(self) -> set[str]:
-        return {c.device for c in self._claims.values() if c.rdma_moved}
-
-    def restore_waits_for(self, ifindex: int) -> bool:
-        return any(h.ifindex == ifindex for h in self._pending_restores)
-
+    # What the tracker asks of the claims: see rdmad.tracking.ClaimKeeper.
     async def retry_restores(self) -> None:
         await self._restore_pending()
         self._save()
@@ -550,7 +509,7 @@ class Core:
     async def end_claim(self, claim: Claim, reason: ReleaseReason) -> None:
         """End a claim the kernel ended for us (netns death, device removal)."""
         async with self._operating_on(claim.device):
-            if self._claims.get(claim.id) is not claim:
+            if self._book.claims.get(claim.id) is not claim:
                 return  # released meanwhile
             if reason == ReleaseReason.NETNS_GONE and self._netns_reachable(claim):
                 # A stale RTM_DELNSID: nsids are reused as soon as a netns dies, so an event
@@ -576,4 +535,4 @@ class Core:
 
     # ------------------------------------------------------------------ persistence
     def _save(self) -> None:
-        self._store.save(State(list(self._claims.values()), list(self._pending_restores)))
+        self._store.save(State(list(self._book.claims.values()), list(self._book.pending_restores)))

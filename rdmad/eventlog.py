@@ -6,6 +6,7 @@ import logging
 
 from rdmad import journal
 from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
+from rdmad.observer import CoreObserver
 
 log = logging.getLogger("rdmad.events")
 
@@ -17,7 +18,7 @@ _RELEASE_IDS = {
 }
 
 
-class EventLog:
+class EventLog(CoreObserver):
     def device_added(self, view: DeviceView) -> None:
         dev = view.device
         journal.log_event(

@@ -2,8 +2,9 @@
 
 Imports no D-Bus, pyroute2 or pyudev. The InventoryTracker applies the events in
 rdmad.events to the Inventory, in order, re-reading the kernel where an event is not enough,
-and announces each device's view when it changes. It knows the claims only through
-ClaimKeeper (rdmad.core.Core), which also ends the claims the kernel ended.
+and announces each device's view when it changes. It reads the claims in the ClaimBook
+(rdmad.claims) and leaves ending the claims the kernel ended to its ClaimKeeper
+(rdmad.core.Core).
 """
 
 from __future__ import annotations
@@ -15,46 +16,20 @@ from collections.abc import Awaitable, Collection, Iterable
 from typing import Protocol, TypeVar
 
 from rdmad.backend import NetdevBackend, RdmaBackend
+from rdmad.claims import ClaimBook
 from rdmad.errors import RdmadError
 from rdmad.events import Event, LinkChanged, LinkRemoved, NetnsGone, RdmaChanged, Resync
 from rdmad.inventory import Inventory
 from rdmad.model import Claim, ClaimPhase, DeviceView, Netdev, NetnsMode, RdmaDevice, ReleaseReason
+from rdmad.observer import CoreObserver
 
-# Part of the core: its messages keep the core's logger name.
-log = logging.getLogger("rdmad.core")
+log = logging.getLogger("rdmad.tracking")
 
 _Key = TypeVar("_Key", int, str)
 
 
 class ClaimKeeper(Protocol):
-    """What the tracker needs from the claim state machine (rdmad.core.Core)."""
-
-    @property
-    def netns_mode(self) -> NetnsMode: ...
-
-    def iter_claims(self) -> Iterable[Claim]:
-        """Every claim on record, in no particular order."""
-        ...
-
-    def busy(self, device: str) -> bool:
-        """Whether a claim or release is operating on `device` right now."""
-        ...
-
-    def moved_devices(self) -> set[str]:
-        """The RDMA devices a claim moved into its netns."""
-        ...
-
-    def notify(self, event: str, *args: object) -> None:
-        """Call CoreObserver method `event` on each observer."""
-        ...
-
-    def adopt_mode(self, mode: NetnsMode) -> None:
-        """The RDMA subsystem turned up (or its mode changed) in this mode."""
-        ...
-
-    def restore_waits_for(self, ifindex: int) -> bool:
-        """Whether a netdev that did not come home in time is still to be restored."""
-        ...
+    """What the tracker asks of the claim state machine (rdmad.core.Core)."""
 
     async def retry_restores(self) -> None:
         """Restore the netdevs that have come home since, and save."""
@@ -67,11 +42,19 @@ class ClaimKeeper(Protocol):
 
 class InventoryTracker:
     def __init__(
-        self, inventory: Inventory, net: NetdevBackend, rdma: RdmaBackend, keeper: ClaimKeeper
+        self,
+        inventory: Inventory,
+        net: NetdevBackend,
+        rdma: RdmaBackend,
+        book: ClaimBook,
+        observers: CoreObserver,
+        keeper: ClaimKeeper,
     ) -> None:
         self._inv = inventory
         self._net = net
         self._rdma = rdma
+        self._book = book
+        self._observers = observers
         self._keeper = keeper
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -110,9 +93,9 @@ class InventoryTracker:
         devices = self._inv.devices
         chosen = devices.values() if names is None else [devices[n] for n in names if n in devices]
         by_device: dict[str, list[Claim]] = {}
-        for claim in self._keeper.iter_claims():
+        for claim in self._book.claims.values():
             by_device.setdefault(claim.device, []).append(claim)
-        mode = self._keeper.netns_mode
+        mode = self._book.netns_mode
         view, none = self._inv.view, ()
         return [
             view(d, by_device.get(d.name, none), mode)
@@ -120,16 +103,23 @@ class InventoryTracker:
         ]
 
     def view(self, dev: RdmaDevice) -> DeviceView:
-        mine = [c for c in self._keeper.iter_claims() if c.device == dev.name]
-        return self._inv.view(dev, mine, self._keeper.netns_mode)
+        return self._inv.view(dev, self._book.of(dev.name), self._book.netns_mode)
+
+    def adopt_mode(self, mode: NetnsMode) -> None:
+        """The RDMA subsystem turned up, or its mode changed: every device may look different."""
+        if mode != self._book.netns_mode:
+            self._book.netns_mode = mode
+            self._observers.mode_changed(mode)
+            for view in self.views():
+                self.announce(view)
 
     def announce(self, view: DeviceView) -> None:
         self._announced[view.device.name] = view
-        self._keeper.notify("device_changed", view)
+        self._observers.device_changed(view)
 
     def _announce_unless_busy(self, dev: RdmaDevice) -> None:
         # A claim or release in flight announces the device when it is done.
-        if not self._keeper.busy(dev.name):
+        if not self._book.busy(dev.name):
             self.announce(self.view(dev))
 
     def schedule_view_sync(self, devices: Iterable[str] | None = None) -> None:
@@ -153,7 +143,7 @@ class InventoryTracker:
             # A device mid-claim or mid-release would show its own netdev's trip between
             # netns as a passing state ("unavailable"): its operation announces the outcome,
             # and Core._operating_on names it again when it ends.
-            if self._keeper.busy(view.device.name):
+            if self._book.busy(view.device.name):
                 continue
             if self._announced.get(view.device.name) != view:
                 self.announce(view)
@@ -205,7 +195,7 @@ class InventoryTracker:
         if isinstance(event, LinkChanged | LinkRemoved):
             return await self._apply_link(event)
         if isinstance(event, NetnsGone):
-            for claim in [c for c in self._keeper.iter_claims() if c.nsid == event.nsid]:
+            for claim in [c for c in self._book.claims.values() if c.nsid == event.nsid]:
                 self._spawn(self._keeper.end_claim(claim, ReleaseReason.NETNS_GONE))
         elif isinstance(event, RdmaChanged):
             self.schedule_refresh()
@@ -222,7 +212,7 @@ class InventoryTracker:
     async def _resync(self) -> None:
         await self.reload_netdevs()
         live = await self._net.live_nsids()
-        for claim in list(self._keeper.iter_claims()):
+        for claim in list(self._book.claims.values()):
             if claim.phase == ClaimPhase.ACTIVE and claim.nsid >= 0 and claim.nsid not in live:
                 self._spawn(self._keeper.end_claim(claim, ReleaseReason.NETNS_GONE))
         await self._keeper.retry_restores()
@@ -246,7 +236,7 @@ class InventoryTracker:
             nd = event.netdev
             self._inv.netdevs[nd.ifindex] = nd
             self._wake(self._link_waiters, nd.ifindex)
-            if self._keeper.restore_waits_for(nd.ifindex):
+            if self._book.restore_waits_for(nd.ifindex):
                 self._spawn(self._keeper.retry_restores())
             self.schedule_refresh(concerned)
         else:
@@ -270,7 +260,7 @@ class InventoryTracker:
         (a device without a netdev may be about to get this one)."""
         hit = self._inv.devices_on(ifindex, name)
         held = set()
-        for claim in self._keeper.iter_claims():
+        for claim in self._book.claims.values():
             if claim.host is not None:
                 held.add(claim.device)  # its netdev is away on purpose
                 if claim.host.ifindex == ifindex or claim.host.name == name:
@@ -352,7 +342,7 @@ class InventoryTracker:
     async def _refresh_devices(self, names: set[str]) -> bool:
         """Re-read a few devices. False when that is not enough (one left init_net, or the
         subsystem is not there): the caller re-reads everything."""
-        if self._keeper.netns_mode == NetnsMode.UNAVAILABLE:
+        if self._book.netns_mode == NetnsMode.UNAVAILABLE:
             return False
         async with self._refresh_lock:
             for name in names:
@@ -361,7 +351,7 @@ class InventoryTracker:
                     return False
                 fresh = await self._rdma.get_device(old.index)
                 if fresh is None or fresh.name != name:
-                    if name in self._keeper.moved_devices() or self._keeper.busy(name):
+                    if name in self._book.moved_devices() or self._book.busy(name):
                         continue  # in a claimant's netns, or moving right now
                     return False
                 if fresh != old:
@@ -376,24 +366,24 @@ class InventoryTracker:
             await self._refresh_locked()
 
     async def _refresh_locked(self) -> None:
-        if self._keeper.netns_mode == NetnsMode.UNAVAILABLE:
+        if self._book.netns_mode == NetnsMode.UNAVAILABLE:
             mode = await self._rdma.netns_mode()
             if mode == NetnsMode.UNAVAILABLE:
                 return
-            self._keeper.adopt_mode(mode)
-        busy = {name for name in self._inv.devices if self._keeper.busy(name)}
+            self.adopt_mode(mode)
+        busy = {name for name in self._inv.devices if self._book.busy(name)}
         listed = await self._rdma.list_devices()
         for dev in listed:
             self._wake(self._device_waiters, dev.name)
-        diff = self._inv.replace_devices(listed, keep=self._keeper.moved_devices() | busy)
+        diff = self._inv.replace_devices(listed, keep=self._book.moved_devices() | busy)
         for dev in diff.removed:
             self._announced.pop(dev.name, None)
-            self._keeper.notify("device_removed", self.view(dev))
-            for claim in [c for c in self._keeper.iter_claims() if c.device == dev.name]:
+            self._observers.device_removed(self.view(dev))
+            for claim in [c for c in self._book.claims.values() if c.device == dev.name]:
                 self._spawn(self._keeper.end_claim(claim, ReleaseReason.DEVICE_REMOVED))
         for dev in diff.added:
             view = self.view(dev)
             self._announced[dev.name] = view
-            self._keeper.notify("device_added", view)
+            self._observers.device_added(view)
         for dev in diff.changed:
             self._announce_unless_busy(dev)

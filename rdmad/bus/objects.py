@@ -29,9 +29,9 @@ from rdmad.backend import NetnsResolver, NetnsTarget
 from rdmad.bus.credentials import Credentials
 from rdmad.bus.mapping import bus_errors
 from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE, MANAGER_IFACE, claim_path, device_path
-from rdmad.core import CoreObserver
 from rdmad.errors import InvalidArgs
 from rdmad.model import Claim, ClaimOptions, DeviceView, NetnsMode, ReleaseReason
+from rdmad.observer import CoreObserver
 from rdmad.options import parse_claim_options
 
 READ = PropertyAccess.READ

@@ -33,6 +33,7 @@ from rdmad.bus.names import (
 )
 from rdmad.bus.objects import ClaimInterface, CoreAPI, DeviceInterface, ManagerInterface
 from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
+from rdmad.observer import CoreObserver
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +146,8 @@ async def connect_bus(address: str | None = None) -> MessageBus:
     return bus
 
 
-class Service:
-    """Owns the exported objects; implements rdmad.core.CoreObserver."""
+class Service(CoreObserver):
+    """Owns the exported objects; a CoreObserver."""
 
     def __init__(
         self, bus: MessageBus, core: CoreAPI, resolver: NetnsResolver, allowed_gid: int | None

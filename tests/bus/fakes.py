@@ -7,7 +7,6 @@ import os
 from dataclasses import dataclass, field, replace
 
 from rdmad.backend import NetnsTarget
-from rdmad.core import CoreObserver
 from rdmad.errors import InvalidNetns, NoSuchClaim, NoSuchDevice
 from rdmad.model import (
     CharDev,
@@ -21,6 +20,7 @@ from rdmad.model import (
     RdmaDevice,
     ReleaseReason,
 )
+from rdmad.observer import CoreObserver
 
 MLX = RdmaDevice(
     index=1,

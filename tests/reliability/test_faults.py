@@ -20,7 +20,8 @@ from rdmad.events import RdmaChanged
 from rdmad.kernel.netns import KernelNetnsResolver
 from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_events import RtnlEventSource
-from rdmad.model import Claim, ClaimOptions, DeviceView, NetnsMode, ReleaseReason
+from rdmad.model import Claim, ClaimOptions, ReleaseReason
+from rdmad.observer import CoreObserver
 from rdmad.sim import SimRdma
 from rdmad.store import Store
 from tests.e2e.conftest import Rig
@@ -129,15 +130,9 @@ async def test_netdev_renamed_inside_the_netns_still_comes_home_under_its_host_n
         await assert_invariants(rig.client, rig.nics, settings, [netns])
 
 
-class ReleasedObserver:
+class ReleasedObserver(CoreObserver):
     def __init__(self) -> None:
         self.queue: asyncio.Queue[tuple[str, ReleaseReason]] = asyncio.Queue()
-
-    def device_added(self, view: DeviceView) -> None: ...
-    def device_removed(self, view: DeviceView) -> None: ...
-    def device_changed(self, view: DeviceView) -> None: ...
-    def claimed(self, claim: Claim) -> None: ...
-    def mode_changed(self, mode: NetnsMode) -> None: ...
 
     def released(self, claim: Claim, reason: ReleaseReason) -> None:
         self.queue.put_nowait((claim.id, reason))
