@@ -1,0 +1,196 @@
+"""The real Core over the in-memory kernel (tests/support/fake_kernel.py), started the way
+rdmad.daemon starts it, with an observer that records what callers would be told."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from rdmad.core import Core
+from rdmad.errors import KernelError
+from rdmad.model import Claim, DeviceState, DeviceView, NetnsMode, ReleaseReason
+from rdmad.observer import CoreObserver
+from rdmad.store import State, Store
+from tests.support.fake_kernel import INIT, FakeKernel, Process
+
+WAIT = 5.0
+# Every fake answers without real I/O: once this many loop turns pass with nothing to wait
+# for, whatever the last step set going (event bursts, view syncs, re-reads) has run.
+IDLE_TURNS = 200
+
+
+async def idle() -> None:
+    """Let everything already set going run to its end (no timers involved)."""
+    for _ in range(IDLE_TURNS):
+        await asyncio.sleep(0)
+
+
+@dataclass
+class Recorder(CoreObserver):
+    """Everything the core told its observers, in order."""
+
+    views: list[DeviceView] = field(default_factory=list)  # added or changed
+    removed: list[str] = field(default_factory=list)
+    made: list[str] = field(default_factory=list)  # claim ids
+    ended: list[tuple[str, ReleaseReason]] = field(default_factory=list)
+    modes: list[NetnsMode] = field(default_factory=list)
+    _told: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def _note(self) -> None:
+        self._told.set()
+
+    def device_added(self, view: DeviceView) -> None:
+        self.views.append(view)
+        self._note()
+
+    def device_changed(self, view: DeviceView) -> None:
+        self.views.append(view)
+        self._note()
+
+    def device_removed(self, view: DeviceView) -> None:
+        self.removed.append(view.device.name)
+        self._note()
+
+    def claimed(self, claim: Claim) -> None:
+        self.made.append(claim.id)
+        self._note()
+
+    def released(self, claim: Claim, reason: ReleaseReason) -> None:
+        self.ended.append((claim.id, reason))
+        self._note()
+
+    def mode_changed(self, mode: NetnsMode) -> None:
+        self.modes.append(mode)
+        self._note()
+
+    async def wait_for(self, what: Callable[[], bool], timeout: float = WAIT) -> None:
+        async with asyncio.timeout(timeout):
+            while not what():
+                self._told.clear()
+                await self._told.wait()
+
+    async def wait_released(self, claim_id: str, timeout: float = WAIT) -> ReleaseReason:
+        await self.wait_for(lambda: any(c == claim_id for c, _ in self.ended), timeout)
+        return next(r for c, r in self.ended if c == claim_id)
+
+    def mark(self) -> int:
+        return len(self.views)
+
+    def state_changes(self, device: str, since: int, was: DeviceState) -> list[str]:
+        """The device's State as a bus client sees it change after `since` (a PropertiesChanged
+        is sent only when the value differs from the last one)."""
+        out, last = [], was
+        for view in self.views[since:]:
+            if view.device.name == device and view.state != last:
+                last = view.state
+                out.append(str(last))
+        return out
+
+
+class FlakyStore(Store):
+    """The real state file, on a disk the test can fill: saves fail with ENOSPC while full."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.full = False
+        self.fail_after = -1  # saves that succeed before the disk fills (-1: never fills)
+
+    def save(self, state: State) -> None:
+        if self.fail_after == 0:
+            self.full = True
+        self.fail_after -= 1
+        if self.full:
+            raise KernelError(errno.ENOSPC, f"cannot write state file {self.path}")
+        super().save(state)
+
+
+@dataclass
+class Rig:
+    """One daemon's Core on the fake kernel, and what it told its observers."""
+
+    kernel: FakeKernel
+    store: Store
+    process: Process
+    core: Core
+    seen: Recorder
+    rigs: Rigs
+
+    async def crash(self) -> None:
+        """As SIGKILL: no more events reach it, its fds close, its state file stays."""
+        await self.stop()
+        self.process.crash()
+
+    async def restart(self) -> Rig:
+        """Crash it, then start a fresh daemon on the same kernel and state file."""
+        await self.crash()
+        return await self.rigs.start(self.kernel, self.store)
+
+    async def stop(self) -> None:
+        if self.kernel.sink == self.core.handle:
+            self.kernel.attach(None)
+        await self.core.close()
+
+    def state(self, device: str) -> DeviceState:
+        return self.core.device(device).state
+
+
+class Rigs:
+    """Starts daemons (each a Core on its own fake process) and stops them all at the end."""
+
+    def __init__(self) -> None:
+        self._started: list[Rig] = []
+
+    async def start(self, kernel: FakeKernel, store: Store, *, shared_limit: int = 16) -> Rig:
+        """As rdmad.daemon: events subscribed first, then start, observers, and the
+        Released(reconciled) of what start ended."""
+        process = kernel.process()
+        core = Core(process.net, process.rdma, process.resolver, store, shared_limit=shared_limit)
+        kernel.attach(core.handle)
+        await core.start()
+        seen = Recorder()
+        core.add_observer(seen)
+        core.announce_startup()
+        rig = Rig(kernel, store, process, core, seen, self)
+        self._started.append(rig)
+        return rig
+
+    async def close(self) -> None:
+        for rig in self._started:
+            await rig.stop()
+
+
+@pytest.fixture
+async def rigs() -> AsyncIterator[Rigs]:
+    started = Rigs()
+    try:
+        yield started
+    finally:
+        await started.close()
+
+
+def two_nics(mode: NetnsMode = NetnsMode.SHARED) -> FakeKernel:
+    """A host with mlx5_0 on eth0 and mlx5_1 on eth1 (hardware: their netdevs may move),
+    each NIC configured (MTU 1500, up, one address), and a netns `pod` to claim into."""
+    kernel = FakeKernel(mode)
+    for n in (0, 1):
+        kernel.add_nic(f"eth{n}", mtu=1500, addresses=(f"192.0.2.{n + 1}/24",))
+        kernel.add_rdma(f"mlx5_{n}", f"eth{n}")
+    kernel.add_netns("pod")
+    return kernel
+
+
+HostSide = dict[str, tuple[int, int, bool, tuple[str, ...]]]
+
+
+def host_side(kernel: FakeKernel) -> HostSide:
+    """init_net's netdevs: name -> (ifindex, MTU, admin state, addresses)."""
+    return {
+        x.name: (x.ifindex, x.mtu, x.up, x.addresses)
+        for x in kernel.links.values()
+        if x.netns == INIT
+    }
