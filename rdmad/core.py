@@ -363,6 +363,9 @@ class Core:
         self._book.claims.pop(claim.id, None)
         with contextlib.suppress(RdmadError):
             self._save()
+        # Events applied meanwhile re-read the device without its netdev: read it again
+        # before the lock goes, or the failed claim would show as a passing "unavailable".
+        await self._tracker.reread_device(claim.device)
 
     # ------------------------------------------------------------------ release
     async def release(self, claim_id: str, reason: ReleaseReason = ReleaseReason.REQUESTED) -> None:

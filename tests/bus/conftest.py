@@ -14,7 +14,7 @@ from dbus_fast.errors import DBusError
 
 from rdmad.bus.names import BUS_NAME, MANAGER_IFACE, MANAGER_PATH, PROPERTIES_IFACE
 from rdmad.bus.service import Service, connect_bus, start_service
-from tests.bus.fakes import FakeCore, FakeResolver
+from tests.bus.fakes import FakeCore, fake_resolver
 from tests.support.bus import PrivateBus, policy_bus, private_bus  # noqa: F401
 
 WAIT = 5.0
@@ -76,7 +76,7 @@ class Live:
 async def _start(address: str, allowed_gid: int | None) -> AsyncIterator[Live]:
     core = FakeCore()
     server = await connect_bus(address)
-    service = await start_service(server, core, FakeResolver(), allowed_gid)
+    service = await start_service(server, core, fake_resolver(), allowed_gid)
     client = await MessageBus(bus_address=address, negotiate_unix_fd=True).connect()
     signals: list[Message] = []
     arrived = asyncio.Event()

@@ -1,13 +1,13 @@
-"""Test doubles for the bus edge only: a core that satisfies rdmad.bus.objects.CoreAPI
-and a netns resolver that opens nothing. End-to-end tests use the real Core."""
+"""Test doubles for the bus edge only: a core that satisfies rdmad.bus.objects.CoreAPI, and
+the in-memory kernel's netns resolver. End-to-end tests use the real Core."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from rdmad.backend import NetnsTarget
-from rdmad.errors import InvalidNetns, NoSuchClaim, NoSuchDevice
+from rdmad.backend import NetnsResolver, NetnsTarget
+from rdmad.errors import NoSuchClaim, NoSuchDevice
 from rdmad.model import (
     CharDev,
     ChardevKind,
@@ -21,6 +21,7 @@ from rdmad.model import (
     ReleaseReason,
 )
 from rdmad.observer import CoreObserver
+from tests.support.fake_kernel import FakeKernel
 
 MLX = RdmaDevice(
     index=1,
@@ -37,35 +38,12 @@ MLX = RdmaDevice(
 )
 
 
-@dataclass
-class FakeTarget:
-    fd: int
-    inode: int
-    path: str
-    closed: bool = False
-
-    def close(self) -> None:
-        self.closed = True
-
-
-@dataclass
-class FakeResolver:
-    opened: list[str] = field(default_factory=list)
-
-    def open(self, spec: str) -> NetnsTarget:
-        if spec == "not-a-netns":
-            raise InvalidNetns(f"{spec!r} is not a network namespace")
-        self.opened.append(spec)
-        return FakeTarget(-1, 4026532000 + len(self.opened), spec)
-
-    def adopt_fd(self, fd: int) -> NetnsTarget:
-        return FakeTarget(-1, os.fstat(fd).st_ino, "")
-
-    def reopen(self, inode: int, path_hint: str) -> NetnsTarget | None:
-        return None
-
-    def other_netns_exist(self) -> bool:
-        return False
+def fake_resolver() -> NetnsResolver:
+    """Resolves `ns1`, and an fd on the test's own netns (as a caller passes to ClaimFd)."""
+    kernel = FakeKernel()
+    kernel.add_netns("ns1")
+    kernel.add_netns("callers-own", inode=os.stat("/proc/self/ns/net").st_ino)
+    return kernel.process().resolver
 
 
 class FakeCore:

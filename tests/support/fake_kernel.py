@@ -58,6 +58,7 @@ from rdmad.model import (
 INIT = 0  # where init_net's netdevs and RDMA devices live (a netns is named by its inode)
 UVERBS_MAJOR, UVERBS_BASE_MINOR = 231, 192
 RDMA_CM_MAJOR, RDMA_CM_MINOR = 10, 58
+IN_FLIGHT_TURNS = 3
 
 
 class ProcessGone(RuntimeError):
@@ -247,8 +248,13 @@ class FakeKernel:
         return gate
 
     async def enter(self, op: str, process: Process) -> None:
+        """Every call starts here. A real one waits for the kernel's reply over a socket,
+        and the daemon goes on meanwhile (applying the events of its own last step, among
+        others): so does this one, for a few turns of the loop."""
         if process.dead:
             raise ProcessGone(op)
+        for _ in range(IN_FLIGHT_TURNS):
+            await asyncio.sleep(0)
         gate = self._gates.pop(op, None)
         if gate is not None:
             gate.reached.set()

@@ -28,6 +28,7 @@ async def assert_nothing_stranded(rig: Rig, before: HostSide, on_disk: bool = Tr
     assert all(d.netns == INIT for d in kernel.rdma.values())
     assert kernel.links_in("pod") == []
     assert rig.core.claims() == []
+    assert rig.seen.state_changes("mlx5_0", 0, DeviceState.AVAILABLE) == [], "no passing state"
     if on_disk:
         assert Store(rig.store.path.parent).load().claims == []
     assert {v.device.name: v.state for v in rig.core.devices()} == {
