@@ -84,7 +84,7 @@ class Core:
         self._startup_releases: list[Claim] = []
         self.startup_notes: list[str] = []
 
-    # ------------------------------------------------------------------ observers
+    # ------------------------------------------------------------------ mode, observers
     @property
     def netns_mode(self) -> NetnsMode:
         return self._book.netns_mode
