@@ -141,8 +141,8 @@ class FakeKernel:
         addresses: tuple[str, ...] = (),
         kind: str = "",
     ) -> FakeLink:
-        link = FakeLink(next(self._ifindexes), name, mtu, up, kind, addresses)
-        self._check_free(name, INIT)
+        link = FakeLink(self.new_ifindex(), name, mtu, up, kind, addresses)
+        self.check_free(name, INIT)
         self.links[link.ifindex] = link
         self.emit(LinkChanged(link.as_netdev()))
         return link
@@ -151,7 +151,7 @@ class FakeKernel:
         link = self.link(netdev)
         assert link is not None, f"no netdev {netdev} in init_net"
         index = max((d.index for d in self.rdma.values()), default=0) + 1
-        self.rdma[name] = FakeRdmaDevice(index, name, link.ifindex, virtual, minor=self._minor())
+        self.rdma[name] = FakeRdmaDevice(index, name, link.ifindex, virtual, minor=self.new_minor())
         self.emit(RdmaChanged(f"add infiniband/{name}"))
 
     def remove_rdma(self, name: str) -> None:
@@ -180,12 +180,12 @@ class FakeKernel:
         """Someone else's `ip link set NAME netns NETNS` (None: init_net)."""
         link = self.link(name, from_netns)
         assert link is not None, f"no netdev {name}"
-        self._move(link, self.netns(netns).inode if netns else INIT)
+        self.change_netns(link, self.netns(netns).inode if netns else INIT)
 
     def rename_link(self, name: str, new: str) -> None:
         link = self.link(name)
         assert link is not None
-        self._check_free(new, INIT)
+        self.check_free(new, INIT)
         link.name = new
         self.emit(LinkChanged(link.as_netdev()))
 
@@ -267,10 +267,13 @@ class FakeKernel:
 
     # -- kernel rules ------------------------------------------------------------------------
 
-    def _minor(self) -> int:
+    def new_minor(self) -> int:
         return next(self._minors)
 
-    def _check_free(self, name: str, where: int) -> None:
+    def new_ifindex(self) -> int:
+        return next(self._ifindexes)
+
+    def check_free(self, name: str, where: int) -> None:
         if any(x.name == name and x.netns == where for x in self.links.values()):
             raise InvalidArgs(f"the name {name} is already taken")
 
@@ -280,7 +283,7 @@ class FakeKernel:
             ns.nsid = next(i for i in itertools.count() if i not in taken)
         return ns.nsid
 
-    def _move(self, link: FakeLink, to: int) -> None:
+    def change_netns(self, link: FakeLink, to: int) -> None:
         if link.netns == INIT:
             self.emit(LinkRemoved(link.ifindex, link.name))
         link.netns = to
@@ -316,7 +319,7 @@ class FakeKernel:
                 self._return_home(link)
         for dev in self.rdma.values():
             if dev.netns == ns.inode:  # rdma_dev_exit_net
-                dev.netns, dev.minor = INIT, self._minor()
+                dev.netns, dev.minor = INIT, self.new_minor()
                 self.emit(RdmaChanged(f"move infiniband/{dev.name}"))
 
     def _return_home(self, link: FakeLink) -> None:
@@ -485,8 +488,8 @@ class FakeNetdevs:
         await self._k.enter("place", self._p)
         ns = _ns_of(target)
         link = self._home(ifindex, f"moving into {ns.name}")
-        self._k._check_free(ifname, ns.inode)
-        self._k._move(link, ns.inode)
+        self._k.check_free(ifname, ns.inode)
+        self._k.change_netns(link, ns.inode)
         link.name, link.up, link.addresses = ifname, True, addresses
         if mtu is not None:
             link.mtu = mtu
@@ -503,9 +506,9 @@ class FakeNetdevs:
         await self._k.enter("add_macvlan", self._p)
         ns = _ns_of(target)
         parent = self._home(parent_ifindex, "creating a macvlan")
-        self._k._check_free(ifname, ns.inode)
+        self._k.check_free(ifname, ns.inode)
         child = FakeLink(
-            next(self._k._ifindexes),
+            self._k.new_ifindex(),
             ifname,
             mtu or parent.mtu,
             True,
@@ -531,9 +534,9 @@ class FakeNetdevs:
         link = self._k.links.get(placement.ifindex)
         if link is None or link.netns != ns.inode:
             raise KernelError(errno.ENODEV, f"no netdev {placement.ifindex} in {ns.name}")
-        self._k._check_free(host.name, INIT)
+        self._k.check_free(host.name, INIT)
         link.name, link.mtu, link.up = host.name, host.mtu, host.up
-        self._k._move(link, INIT)
+        self._k.change_netns(link, INIT)
         link.addresses = host.addresses
         return link.as_netdev()
 
@@ -541,7 +544,7 @@ class FakeNetdevs:
         await self._k.enter("restore", self._p)
         link = self._home(ifindex, f"restoring {host.name}")
         if link.name != host.name:
-            self._k._check_free(host.name, INIT)
+            self._k.check_free(host.name, INIT)
         link.name, link.mtu, link.up, link.addresses = host.name, host.mtu, host.up, host.addresses
         self._k.emit(LinkChanged(link.as_netdev()))
 
@@ -610,7 +613,7 @@ class FakeRdma:
         dev = self._by_index(index)
         if dev is None or dev.netns != INIT:
             raise from_errno(errno.EINVAL, f"move RDMA device {index}: not in init_net")
-        dev.netns, dev.minor = ns.inode, self._k._minor()
+        dev.netns, dev.minor = ns.inode, self._k.new_minor()
         self._k.emit(RdmaChanged(f"move infiniband/{dev.name}"))
 
     async def move_home(self, name: str, source: NetnsTarget) -> None:
@@ -619,7 +622,7 @@ class FakeRdma:
         dev = self._k.rdma.get(name)
         if dev is None or dev.netns != ns.inode:
             raise from_errno(errno.EINVAL, f"move {name} home: not in {ns.name}")
-        dev.netns, dev.minor = INIT, self._k._minor()
+        dev.netns, dev.minor = INIT, self._k.new_minor()
         self._k.emit(RdmaChanged(f"move infiniband/{name}"))
 
     async def chardevs(
