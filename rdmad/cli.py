@@ -1,5 +1,6 @@
-"""rdmactl: a thin client of the io.rdmad1 D-Bus API.
+"""rdmactl: a thin client of the io.rdmad1 D-Bus API (docs/dbus-api.md).
 
+The global options (--json, --bus-address) are accepted before and after the subcommand.
 Output: aligned tables by default; with --json, stable JSON on stdout:
   list     [{"name", "state", "netdev", "path"}]
   claims   [{"id", "device", "netns", "interface", "owner", "path"}]
@@ -14,7 +15,9 @@ Output: aligned tables by default; with --json, stable JSON on stdout:
   release  {"released": ID}
   monitor  one object per line: {"signal", "path", "args": {...}}; for PropertiesChanged
            "args" is {"interface", "changed": {snake_case: value}, "invalidated": [...]}
-Exit codes: 0 ok, 1 the daemon said no (one line on stderr), 2 usage, 3 daemon unreachable.
+Exit codes: 0 ok, 1 the daemon said no (one line on stderr, "rdmactl: ERROR-NAME: text"),
+2 usage, 3 daemon unreachable (one line), 130 Ctrl-C (monitor: 0, its normal end), 141 the
+reader of stdout went away (rdmactl monitor | head -1).
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import json
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from dbus_fast import BusType, Message, MessageType, Variant
@@ -40,15 +44,18 @@ from rdmad.bus.names import (
     MANAGER_PATH,
     PROPERTIES_IFACE,
 )
+from rdmad.model import ChardevKind, NetnsMode
 
-EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
+EXIT_FAILED, EXIT_UNREACHABLE = 1, 3  # 2: a usage error, from argparse
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report it (128 + SIGINT)
+EXIT_BROKEN_PIPE = 141  # stdout closed early, as for a tool killed by SIGPIPE (128 + 13)
 UNREACHABLE_ERRORS = {
     "org.freedesktop.DBus.Error.ServiceUnknown",
     "org.freedesktop.DBus.Error.NameHasNoOwner",
     "org.freedesktop.DBus.Error.NoReply",
     "org.freedesktop.DBus.Error.Disconnected",
 }
-HINT = "is rdmad running? (systemctl status rdmad; or set --bus-address)"
+HINT = "is rdmad running? systemctl status rdmad; or set --bus-address"
 
 # Named arguments of the Manager's signals, for monitor output.
 SIGNAL_ARGS: dict[str, tuple[str, ...]] = {
@@ -304,10 +311,17 @@ async def cmd_monitor(c: Client, a: argparse.Namespace, out: TextIO) -> None:
         ):
             return
         event = signal_json(msg)
-        print(json.dumps(event) if a.json else signal_line(event), file=out, flush=True)
+        try:
+            print(json.dumps(event) if a.json else signal_line(event), file=out, flush=True)
+        except BrokenPipeError as exc:  # our reader left (rdmactl monitor | head -1): stop
+            output_closed.append(exc)
+            c.bus.disconnect()
 
+    output_closed: list[BrokenPipeError] = []
     c.bus.add_message_handler(on_message)
     await c.bus.wait_for_disconnect()  # type: ignore[no-untyped-call]  # unannotated upstream
+    if output_closed:
+        raise output_closed[0]
     raise Unreachable("the bus connection closed")
 
 
@@ -315,50 +329,162 @@ def _emit(out: TextIO, a: argparse.Namespace, data: Any, human: str) -> None:
     print(json.dumps(data) if a.json else human, file=out)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rdmactl", description="Claim RDMA devices via rdmad.")
+# ---------------------------------------------------------------- command line
+
+Handler = Callable[[Client, argparse.Namespace, TextIO], Awaitable[None]]
+
+
+def _no_arguments(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its handler, a one-line help, and what it adds to its parser."""
+
+    handler: Handler
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
+    description: str = ""
+
+
+def _uint32(text: str) -> int:
+    value = int(text)  # argparse turns ValueError into "invalid _uint32 value"
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise argparse.ArgumentTypeError(f"{text} is not an unsigned 32-bit number")
+    return value
+
+
+def _show_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("device", help="RDMA device name, such as mlx5_0")
+
+
+def _claim_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("device", help="RDMA device name, such as mlx5_0")
+    p.add_argument("netns", help="/run/netns/NAME, /proc/PID/ns/net, NAME or pid:PID")
     p.add_argument(
-        "--bus-address", help="D-Bus address (default: $DBUS_SYSTEM_BUS_ADDRESS or the system bus)"
+        "--ifname",
+        help="netdev name inside the netns (default: the host name; net1 with --shared)",
     )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("status", help="daemon version, netns mode, counts")
-    sub.add_parser("list", help="list RDMA devices")
-    sub.add_parser("claims", help="list live claims")
-    show = sub.add_parser("show", help="show one device")
-    show.add_argument("device")
-    claim = sub.add_parser("claim", help="claim a device for a netns")
-    claim.add_argument("device")
-    claim.add_argument("netns", help="/run/netns/NAME, /proc/PID/ns/net, NAME or pid:PID")
-    claim.add_argument("--ifname")
-    claim.add_argument("--mtu", type=int)
-    claim.add_argument("--address", action="append", default=[], help="CIDR (repeatable)")
-    claim.add_argument("--shared", action="store_true")
-    claim.add_argument(
-        "--chardev", action="append", default=[], choices=["uverbs", "rdma_cm", "umad", "issm"]
+    p.add_argument("--mtu", type=_uint32, help="MTU inside the netns (68-65535)")
+    p.add_argument(
+        "--address",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="address to add inside the netns, such as 10.0.0.5/24 (repeatable)",
     )
-    claim.add_argument("--owner")
-    claim.add_argument(
-        "--no-netdev", action="store_true", help="move only the RDMA device, not its netdev"
+    p.add_argument(
+        "--shared",
+        action="store_true",
+        help="a macvlan child of the device's netdev instead of the whole device "
+        "(shared netns mode)",
     )
-    release = sub.add_parser("release", help="release a claim")
-    release.add_argument("claim")
-    mode = sub.add_parser("mode", help="show or set the RDMA netns mode")
-    mode.add_argument("mode", nargs="?", choices=["shared", "exclusive"])
-    sub.add_parser("monitor", help="print signals until Ctrl-C")
-    return p
+    p.add_argument(
+        "--chardev",
+        action="append",
+        default=[],
+        choices=[k.value for k in ChardevKind],
+        help="char device to hand out (repeatable; default: uverbs and rdma_cm)",
+    )
+    p.add_argument("--owner", help="free label, such as a container id (at most 256 bytes)")
+    p.add_argument(
+        "--no-netdev",
+        action="store_true",
+        help="move only the RDMA device, not its netdev (exclusive netns mode)",
+    )
 
 
-COMMANDS = {
-    "status": cmd_status,
-    "list": cmd_list,
-    "claims": cmd_claims,
-    "show": cmd_show,
-    "claim": cmd_claim,
-    "release": cmd_release,
-    "mode": cmd_mode,
-    "monitor": cmd_monitor,
+def _release_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("claim", help="claim id, as `rdmactl claims` lists it")
+
+
+def _mode_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "mode",
+        nargs="?",
+        choices=[NetnsMode.SHARED.value, NetnsMode.EXCLUSIVE.value],
+        help="set this mode (only while no other netns exists); without it, show the mode",
+    )
+
+
+# To add a subcommand: write its handler (and an arguments function if it takes any), then
+# add one entry here. The global options come with every subcommand.
+COMMANDS: dict[str, Command] = {
+    "status": Command(cmd_status, "daemon version, netns mode, device and claim counts"),
+    "list": Command(cmd_list, "list RDMA devices: name, state, netdev"),
+    "claims": Command(cmd_claims, "list live claims: id, device, netns, interface, owner"),
+    "show": Command(cmd_show, "show every property of one device", _show_arguments),
+    "claim": Command(
+        cmd_claim,
+        "claim a device for a network namespace (root or the allowed group)",
+        _claim_arguments,
+        "Give DEVICE (or, with --shared, a macvlan child of its netdev) to the network "
+        "namespace NETNS, and print the claim. The claim lasts until `rdmactl release` or "
+        "until the namespace dies.",
+    ),
+    "release": Command(
+        cmd_release,
+        "release a claim and restore the host side (root or the allowed group)",
+        _release_arguments,
+    ),
+    "mode": Command(
+        cmd_mode,
+        "show or set the kernel's RDMA netns mode (setting: root or the allowed group)",
+        _mode_arguments,
+    ),
+    "monitor": Command(
+        cmd_monitor,
+        "print rdmad's signals as they happen, until Ctrl-C",
+        description="Print one line per signal (one JSON object per line with --json): "
+        "DeviceAdded, DeviceRemoved, Claimed, Released, PropertiesChanged and the "
+        "ObjectManager's InterfacesAdded/InterfacesRemoved.",
+    ),
 }
+
+EPILOG = """\
+global options (--json, --bus-address) may come before or after the command.
+exit status: 0 ok; 1 rdmad refused (one line on stderr: "rdmactl: ERROR-NAME: message");
+2 usage error; 3 rdmad unreachable.
+API reference: docs/dbus-api.md in rdmad's source."""
+
+
+def add_global_options(p: argparse.ArgumentParser, *, in_subcommand: bool) -> None:
+    """The options every command takes, accepted before and after the subcommand.
+
+    argparse copies every attribute of the subcommand's namespace over the main one, so the
+    subcommand's copies default to SUPPRESS: a value given before the subcommand survives
+    unless the same option is given again after it."""
+    default: dict[str, Any] = {"default": argparse.SUPPRESS} if in_subcommand else {}
+    group = p.add_argument_group("global options")
+    group.add_argument(
+        "--bus-address",
+        metavar="ADDRESS",
+        help="D-Bus address of rdmad's bus (default: $DBUS_SYSTEM_BUS_ADDRESS, else the "
+        "system bus)",
+        **default,
+    )
+    group.add_argument(
+        "--json", action="store_true", help="print stable JSON instead of text", **default
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rdmactl",
+        description="Claim RDMA devices for network namespaces through rdmad (D-Bus io.rdmad1).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_global_options(p, in_subcommand=False)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, command in COMMANDS.items():
+        cp = sub.add_parser(
+            name, help=command.help, description=command.description or command.help
+        )
+        command.arguments(cp)
+        add_global_options(cp, in_subcommand=True)
+    return p
 
 
 async def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -368,24 +494,43 @@ async def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     except (OSError, ValueError) as exc:
         raise Unreachable(f"cannot connect to the bus: {exc}") from exc
     try:
-        await COMMANDS[args.command](Client(bus), args, out)
+        await COMMANDS[args.command].handler(Client(bus), args, out)
     finally:
         bus.disconnect()
     return 0
 
 
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; exits 2 with a usage message on bad input."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for key, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            try:
+                if isinstance(item, str):
+                    item.encode("utf-8")
+            except UnicodeEncodeError:  # bytes from argv that are not UTF-8: D-Bus has no way
+                parser.error(f"argument {key}: {item!r} is not valid UTF-8")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)  # exits 2 on usage errors
+    args = parse_args(argv)
     try:
         return asyncio.run(run(args))
     except KeyboardInterrupt:
-        return 0
+        return 0 if args.command == "monitor" else EXIT_INTERRUPTED  # monitor ends this way
     except Unreachable as exc:
-        print(f"rdmactl: daemon unreachable: {exc}\nhint: {HINT}", file=sys.stderr)
+        print(f"rdmactl: daemon unreachable: {exc} (hint: {HINT})", file=sys.stderr)
         return EXIT_UNREACHABLE
     except DBusError as exc:
         print(error_line(exc.type, exc.text), file=sys.stderr)
         return EXIT_FAILED
+    except BrokenPipeError:
+        # Whoever read our output has gone: say nothing more, and keep Python's exit-time
+        # flush of stdout from failing again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ import pytest
 from dbus_fast import Message, Variant
 
 from rdmad.cli import (
-    build_parser,
     claim_json,
     claims_json,
     device_json,
@@ -124,33 +123,3 @@ def test_monitor_json_flattens_properties_changed() -> None:
         "changed": {"netns_mode": "exclusive"},
         "invalidated": [],
     }
-
-
-def test_claim_options_parse_repeatable_flags() -> None:
-    a = build_parser().parse_args(
-        [
-            "claim",
-            "mlx5_0",
-            "ns1",
-            "--address",
-            "192.0.2.1/24",
-            "--address",
-            "2001:db8::1/64",
-            "--chardev",
-            "umad",
-        ]
-    )
-    assert a.address == ["192.0.2.1/24", "2001:db8::1/64"] and a.chardev == ["umad"]
-
-
-def test_unknown_command_is_a_usage_error() -> None:
-    with pytest.raises(SystemExit) as exc:
-        build_parser().parse_args(["frobnicate"])
-    assert exc.value.code == 2
-
-
-def test_unreachable_daemon_exits_3_with_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
-    from rdmad.cli import main
-
-    assert main(["--bus-address", "unix:path=/nonexistent/bus", "status"]) == 3
-    assert "hint:" in capsys.readouterr().err

@@ -39,17 +39,21 @@ class Result:
         return json.loads(self.out)
 
 
-def argv(bus_address: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "rdmad.cli", "--bus-address", bus_address, *args]
+def argv(bus_address: str, *args: str, options_last: bool = False) -> list[str]:
+    """The command line; with options_last, --bus-address follows the subcommand's own
+    arguments, as users also type it."""
+    bus = ["--bus-address", bus_address]
+    ordered = [*args, *bus] if options_last else [*bus, *args]
+    return [sys.executable, "-m", "rdmad.cli", *ordered]
 
 
 def env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-async def rdmactl_at(bus_address: str, *args: str) -> Result:
+async def rdmactl_at(bus_address: str, *args: str, options_last: bool = False) -> Result:
     proc = await asyncio.create_subprocess_exec(
-        *argv(bus_address, *args),
+        *argv(bus_address, *args, options_last=options_last),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -66,8 +70,8 @@ async def rdmactl_at(bus_address: str, *args: str) -> Result:
     return Result(proc.returncode, out.decode(), err.decode())
 
 
-async def rdmactl(rig: Rig, *args: str) -> Result:
-    return await rdmactl_at(rig.daemon.bus_address, *args)
+async def rdmactl(rig: Rig, *args: str, options_last: bool = False) -> Result:
+    return await rdmactl_at(rig.daemon.bus_address, *args, options_last=options_last)
 
 
 async def claim_json(rig: Rig, *args: str) -> dict[str, Any]:
@@ -147,6 +151,15 @@ async def test_mode_prints_the_current_mode(rig: Rig) -> None:
     assert (await rdmactl(rig, "--json", "mode")).json() == {"netns_mode": "shared"}
 
 
+@pytest.mark.parametrize("command", [["list"], ["claims"], ["status"], ["show", "sim0"], ["mode"]])
+async def test_json_after_the_subcommand_prints_what_json_before_it_does(
+    rig: Rig, command: list[str]
+) -> None:
+    before = (await rdmactl(rig, "--json", *command)).json()
+    after = (await rdmactl(rig, *command, "--json", options_last=True)).json()
+    assert after == before
+
+
 # ---------------------------------------------------------------- claim and release
 
 
@@ -213,6 +226,16 @@ async def test_release_gives_the_netdev_back_under_its_host_name(rig: Rig, netns
     assert listed[0]["state"] == "available" and listed[0]["netdev"] == nic
 
 
+async def test_claim_and_release_take_the_global_options_after_their_arguments(
+    rig: Rig, netns: str
+) -> None:
+    made = (await rdmactl(rig, "claim", "sim0", netns, "--json", options_last=True)).json()
+    assert made["device"] == "sim0"
+    res = await rdmactl(rig, "release", made["id"], "--json", options_last=True)
+    assert res.json() == {"released": made["id"]}
+    assert (await rdmactl(rig, "claims", "--json", options_last=True)).json() == []
+
+
 async def test_claim_shared_creates_a_net1_macvlan_and_leaves_the_nic_home(
     rig: Rig, netns: str
 ) -> None:
@@ -242,12 +265,20 @@ async def test_invalid_mtu_exits_1_with_invalid_args(rig: Rig, netns: str) -> No
     assert link(rig.nic("sim0")) is not None, "nothing moved"
 
 
-async def test_wrong_bus_address_exits_3_with_a_hint(rig: Rig) -> None:
-    res = await rdmactl_at("unix:path=/nonexistent/rdmad-e2e-bus", "status")
-    assert res.rc == 3, (res.rc, res.err)
-    assert res.out == ""
-    assert res.err.startswith("rdmactl: daemon unreachable:")
-    assert "hint:" in res.err and "--bus-address" in res.err
+async def test_an_error_after_options_given_last_is_still_one_line(rig: Rig) -> None:
+    res = await rdmactl(rig, "show", "nope9", "--json", options_last=True)
+    one_error_line(res, 1, "rdmactl: NoSuchDevice:")
+
+
+@pytest.mark.parametrize("options_last", [False, True])
+async def test_wrong_bus_address_exits_3_with_one_line_and_a_hint(
+    rig: Rig, options_last: bool
+) -> None:
+    res = await rdmactl_at(
+        "unix:path=/nonexistent/rdmad-e2e-bus", "status", options_last=options_last
+    )
+    line = one_error_line(res, 3, "rdmactl: daemon unreachable:")
+    assert "hint:" in line and "--bus-address" in line
 
 
 async def test_usage_error_exits_2(rig: Rig) -> None:
@@ -348,3 +379,39 @@ async def test_monitor_json_prints_claimed_and_released_as_one_object_per_line(
     monitor.proc.send_signal(signal.SIGINT)
     async with asyncio.timeout(RUN_TIMEOUT):
         assert await monitor.proc.wait() == 0
+
+
+async def test_monitor_exits_quietly_when_its_reader_goes_away(rig: Rig, netns: str) -> None:
+    # As in `rdmactl monitor | head -n 1`: the reader takes one line and closes the pipe.
+    read_end, write_end = os.pipe()
+    proc = await asyncio.create_subprocess_exec(
+        *argv(rig.daemon.bus_address, "--json", "monitor"),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=write_end,
+        stderr=asyncio.subprocess.PIPE,
+        env=env(),
+    )
+    os.close(write_end)
+    lines = asyncio.StreamReader()
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(lines), os.fdopen(read_end, "rb", 0)
+    )
+    mon = Monitor(proc, asyncio.Queue(), asyncio.Event())
+    try:
+        first = asyncio.create_task(lines.readline())
+        first.add_done_callback(lambda _: mon.first.set())
+        await wait_subscribed(rig, mon, netns)
+        assert json.loads(first.result())["path"].startswith(MANAGER_PATH)
+        transport.close()  # the reader is gone
+
+        made = await claim_json(rig, "sim0", netns)  # signals to write to nobody
+        async with asyncio.timeout(RUN_TIMEOUT):
+            assert await proc.wait() == 141
+        assert proc.stderr is not None
+        assert await proc.stderr.read() == b"", "no traceback, no message"
+        assert (await rdmactl(rig, "release", made["id"])).rc == 0
+    finally:
+        transport.close()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

@@ -1,0 +1,154 @@
+"""rdmactl's command line: global options wherever users type them, and usage errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from rdmad.cli import COMMANDS, build_parser, main, parse_args
+
+BUS = "unix:path=/run/example/bus"
+
+# A subcommand and the arguments it needs, for every subcommand rdmactl has.
+INVOCATIONS = {
+    "status": [],
+    "list": [],
+    "claims": [],
+    "show": ["mlx5_0"],
+    "claim": ["mlx5_0", "pod1", "--shared"],
+    "release": ["3f2a9c0011223344"],
+    "mode": ["exclusive"],
+    "monitor": [],
+}
+
+
+def test_every_subcommand_has_an_invocation_here() -> None:
+    assert set(INVOCATIONS) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("command", sorted(INVOCATIONS))
+def test_global_options_before_the_subcommand(command: str) -> None:
+    args = parse_args(["--json", "--bus-address", BUS, command, *INVOCATIONS[command]])
+    assert (args.command, args.json, args.bus_address) == (command, True, BUS)
+
+
+@pytest.mark.parametrize("command", sorted(INVOCATIONS))
+def test_global_options_after_the_subcommand(command: str) -> None:
+    args = parse_args([command, *INVOCATIONS[command], "--json", "--bus-address", BUS])
+    assert (args.command, args.json, args.bus_address) == (command, True, BUS)
+
+
+def test_global_options_between_the_subcommand_and_its_arguments() -> None:
+    args = parse_args(["claim", "--json", "mlx5_0", "--bus-address", BUS, "pod1", "--shared"])
+    assert (args.json, args.bus_address, args.device, args.netns, args.shared) == (
+        True,
+        BUS,
+        "mlx5_0",
+        "pod1",
+        True,
+    )
+
+
+def test_global_options_split_around_the_subcommand() -> None:
+    args = parse_args(["--bus-address", BUS, "list", "--json"])
+    assert (args.json, args.bus_address) == (True, BUS)
+
+
+def test_an_option_given_before_is_not_reset_by_the_subcommand() -> None:
+    args = parse_args(["--json", "--bus-address", BUS, "claims"])
+    assert (args.json, args.bus_address) == (True, BUS)
+
+
+def test_without_global_options_the_defaults_hold() -> None:
+    args = parse_args(["list"])
+    assert (args.json, args.bus_address) == (False, None)
+
+
+def test_the_option_given_last_wins() -> None:
+    args = parse_args(["--bus-address", "unix:path=/a", "list", "--bus-address", BUS])
+    assert args.bus_address == BUS
+
+
+def test_claim_options_parse_repeatable_flags() -> None:
+    args = parse_args(
+        [
+            "claim",
+            "mlx5_0",
+            "ns1",
+            "--address",
+            "192.0.2.1/24",
+            "--address",
+            "2001:db8::1/64",
+            "--chardev",
+            "umad",
+        ]
+    )
+    assert args.address == ["192.0.2.1/24", "2001:db8::1/64"] and args.chardev == ["umad"]
+
+
+def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: rdmactl")
+    return err.splitlines()[-1]
+
+
+def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "frobnicate" in usage_error(["frobnicate"], capsys)
+
+
+def test_a_missing_argument_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "netns" in usage_error(["claim", "mlx5_0"], capsys)
+
+
+@pytest.mark.parametrize("mtu", ["-1", "4294967296", "big"])
+def test_an_mtu_that_is_not_a_uint32_is_a_usage_error(
+    mtu: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert "--mtu" in usage_error(["claim", "mlx5_0", "pod1", "--mtu", mtu], capsys)
+
+
+def test_an_argument_that_is_not_utf8_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # What Python makes of the byte 0xff in argv; D-Bus strings must be UTF-8.
+    assert "not valid UTF-8" in usage_error(["show", "mlx\udcff"], capsys)
+
+
+@pytest.mark.parametrize("command", sorted(INVOCATIONS))
+def test_each_subcommands_help_lists_the_global_options(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args([command, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "--json" in out and "--bus-address" in out
+
+
+def test_main_help_names_every_subcommand_and_the_exit_codes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    out = capsys.readouterr().out
+    assert all(command in out for command in COMMANDS)
+    assert "exit status" in out and "before or after the command" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--bus-address", "unix:path=/nonexistent/bus", "status"],
+        ["status", "--bus-address", "unix:path=/nonexistent/bus"],
+    ],
+)
+def test_unreachable_daemon_exits_3_with_one_line_and_a_hint(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 3
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith("rdmactl: daemon unreachable:") and "hint:" in line
