@@ -1,7 +1,8 @@
 """Every error rdmad reports, in one hierarchy.
 
 Each class carries the D-Bus error name the bus edge replies with, so the core can raise
-without knowing about D-Bus and the edge maps errors in one place.
+without knowing about D-Bus and the edge maps errors in one place. When callers get each
+one: docs/dbus-api.md, "Errors".
 """
 
 from __future__ import annotations

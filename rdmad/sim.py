@@ -1,8 +1,8 @@
 """A simulated RDMA half, bound to real netdevs. Chosen only with --sim-devices.
 
 It exists for host tests, benchmarks, and the one path no kernel here can show: a hardware
-device (mlx5-like) whose netdev and RDMA device move together. It follows the rules in
-shared/design/kernel-facts.md, each of which is also tested against the real kernel in the
+device (mlx5-like) whose netdev and RDMA device move together. It follows the kernel's
+rules (docs/kernel-notes.md), each of which is also tested against the real kernel in the
 guest:
 - mode changes fail with EBUSY while any netns other than init_net exists;
 - moving a device needs exclusive mode (EOPNOTSUPP in shared mode) and a device visible in
