@@ -42,8 +42,11 @@ demo: kernels
 demo-host: setup
 	scripts/demo.sh --host
 
+# The full run and the smoke write results.md, results.json, plots and profiles to bench/out/.
 bench: setup
 	$(PY) -m bench.run
 
+# The benchmark's own unit tests (no root), then every scenario tiny.
 bench-smoke: setup
+	$(PY) -m pytest bench/tests -q
 	$(PY) -m bench.run --smoke

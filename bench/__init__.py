@@ -1,2 +1,2 @@
-"""rdmad benchmarks: `python -m bench.run` (full, writes bench/results.md and PNGs) or
-`python -m bench.run --smoke` (seconds; checks only that every scenario produces numbers)."""
+"""rdmad benchmarks: `python -m bench.run` (full, writes bench/out/) or `python -m bench.run
+--smoke` (under a minute; checks only that every scenario produces numbers)."""

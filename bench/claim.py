@@ -14,7 +14,7 @@ Two passes. Settled (the targets): each operation starts 50-60 ms after the prev
 ended (bench.common.Settler), so it pays for little of what the operation before left behind
 (not nothing: see ORDERS) and starts at a random phase of the tick, as a claim on a node
 does. Back to back: shown beside it; there a move's cost depends on the operation before it
-(findings.md, fourth round).
+(docs/performance.md).
 
 Where tracefs is available, each operation's own kernel move is subtracted too (bench.ktrace):
 the move's cost comes in whole scheduler ticks and dominates all three columns, so the time
@@ -42,14 +42,11 @@ from bench.common import (
     client,
     many_veths,
     ms_since,
-    p50_99,
-    pct,
-    ratio,
-    ratio_interval,
     rdmad,
     release,
 )
 from bench.ktrace import MoveTrace
+from bench.stats import RatioCheck, pct, spread
 from rdmad.kernel.netns import run_in_netns
 from rdmad.kernel.rtnl_msgs import setlink  # one RTM_SETLINK: move + rename together
 from tests.support.net import addresses, ip, link, temp_netns
@@ -243,25 +240,19 @@ def _report(ps: Pass, res: Results, moves: dict[str, float] | None, main: bool) 
             res.dists[f"{label}: rdmad"] = r
             res.dists[f"{label}: raw pyroute2"] = w
             res.dists[f"{label}: iproute2 CLI"] = cl
-        q50, q99 = ratio(r, w)
-        met = q50 <= 1.3 and q99 <= 1.3 and pct(r, 50) < pct(cl, 50) and pct(r, 99) < pct(cl, 99)
-        spread = ""
-        if main:  # how far another run on this machine could move the p99 ratios
-            (rw_lo, rw_hi), (rc_lo, rc_hi) = ratio_interval(r, w, 99), ratio_interval(r, cl, 99)
-            spread = (
-                f" (p99, 95% bootstrap interval: rdmad/raw {rw_lo:.2f}-{rw_hi:.2f},"
-                f" rdmad/CLI {rc_lo:.2f}-{rc_hi:.2f})"
-            )
+        checks = [
+            RatioCheck.of("rdmad/raw", r, w, 1.3),
+            RatioCheck.of("rdmad/CLI", r, cl, 1.0, True),
+        ]
         res.rows.append(
             Row(
                 f"1. {label} latency (whole device, veth), {ps.name}",
-                p50_99(r),
-                p50_99(w),
-                p50_99(cl),
-                f"rdmad/raw {q50:.2f} / {q99:.2f}; rdmad/CLI {pct(r, 50) / pct(cl, 50):.2f}"
-                f" / {pct(r, 99) / pct(cl, 99):.2f}{spread}",
-                "rdmad/raw <= 1.3; rdmad < CLI" if main else "",
-                met if main else None,
+                spread(r),
+                spread(w),
+                spread(cl),
+                "; ".join(c.text() for c in checks),
+                "; ".join(c.target() for c in checks) if main else "",
+                all(c.met for c in checks) if main else None,
             )
         )
         if moves is not None:
@@ -269,9 +260,9 @@ def _report(ps: Pass, res: Results, moves: dict[str, float] | None, main: bool) 
 
 
 COLUMNS = "rwc"  # rdmad, raw pyroute2, iproute2 CLI
-# An operation pays for what the one before it left the kernel to do (findings.md, fourth
-# and eighth rounds): a claim 50-60 ms after the CLI's release, whose `ip` processes have
-# just exited, still moves slower. So each column's claim must follow each column's release,
+# An operation pays for what the one before it left the kernel to do (docs/performance.md):
+# a claim 50-60 ms after the CLI's release, whose `ip` processes have just exited, still
+# moves slower. So each column's claim must follow each column's release,
 # its own included, equally often. In this cycle every rep starts with the column that ended
 # the one before, and the six reps hold each of the six other pairs twice. (It replaces
 # rwc/rcw, which shared the others out evenly but never let a column follow itself: the CLI's
@@ -294,9 +285,9 @@ def _own_time_row(
     r, w, cl = own["r"], own["w"], own["c"]
     return Row(
         f"1. {label}: time outside the kernel's move (ftrace)",
-        p50_99(r),
-        p50_99(w),
-        p50_99(cl),
+        spread(r),
+        spread(w),
+        spread(cl),
         f"rdmad - raw {pct(r, 50) - pct(w, 50):.2f} ms; rdmad - CLI"
         f" {pct(r, 50) - pct(cl, 50):.2f} ms (p50)",
     )

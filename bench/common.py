@@ -1,4 +1,4 @@
-"""Shared pieces of the benchmark: parameters, results, stats, fast veth creation, a rig.
+"""Shared pieces of the benchmark: parameters, results, fast veth creation, a rig.
 
 Everything here is built on tests/support (the real daemon process, the raw D-Bus client,
 the private bus, ip helpers); this module adds only what a benchmark needs on top: many
@@ -12,21 +12,17 @@ import contextlib
 import os
 import random
 import secrets
-import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dbus_fast import Variant
-from pyroute2 import AsyncIPRoute
 
-from rdmad.kernel.netns import run_in_netns
-from rdmad.kernel.rtnl_msgs import setlink
 from tests.support.daemon import Client, RdmadProcess
-from tests.support.net import ip, temp_netns
+from tests.support.net import ip
 
 BENCH_DIR = Path(__file__).resolve().parent
 # tmpfs, as /run (rdmad's default state dir) is on real hosts; / is ext4 on this machine.
@@ -71,7 +67,7 @@ class Settler:
     on a scheduler tick, so back to back its cost is set by what ran before it and by the
     tick phase that left it at. Settled, most earlier callbacks are gone (an exited process's
     are not always: bench.claim.ORDERS shares those out) and the phase is random, as for a
-    claim on a node (findings.md, fourth and eighth rounds). Seeded: the same pauses every run.
+    claim on a node (docs/performance.md). Seeded: the same pauses every run.
     """
 
     def __init__(self, p: Params) -> None:
@@ -84,7 +80,8 @@ class Settler:
 
 @dataclass
 class Row:
-    """One line of results.md. Values are preformatted; `met` None means no target."""
+    """One line of results.md. Values are preformatted; `met` None means no target.
+    Distributions read p50 / p90 / p99; ratio targets are judged as bench.stats says."""
 
     scenario: str
     rdmad: str
@@ -107,43 +104,6 @@ class Results:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-# ------------------------------------------------------------------ stats
-
-
-def pct(samples: Sequence[float], q: float) -> float:
-    """Percentile with linear interpolation (numpy's default), q in [0, 100]."""
-    if not samples:
-        raise ValueError("no samples")
-    s = sorted(samples)
-    k = (len(s) - 1) * q / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
-def p50_99(samples: Sequence[float]) -> str:
-    return f"{pct(samples, 50):.2f} / {pct(samples, 99):.2f} ms"
-
-
-def ratio(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
-    """p50 and p99 ratios a/b."""
-    return pct(a, 50) / pct(b, 50), pct(a, 99) / pct(b, 99)
-
-
-def ratio_interval(
-    a: Sequence[float], b: Sequence[float], q: float, resamples: int = 1000, seed: int = 0
-) -> tuple[float, float]:
-    """A 95% bootstrap interval for pct(a, q) / pct(b, q): each column resampled with
-    replacement. It says how far the same machine could move the ratio between runs; at
-    q=99 over a few hundred samples it is wide (the p99 of 504 is about the fifth slowest)."""
-    rng = random.Random(seed)
-    ratios = [
-        pct(rng.choices(a, k=len(a)), q) / pct(rng.choices(b, k=len(b)), q)
-        for _ in range(resamples)
-    ]
-    return pct(ratios, 2.5), pct(ratios, 97.5)
 
 
 def ms_since(t0: float) -> float:
@@ -201,40 +161,6 @@ def many_veths(n: int, tag: str = "") -> Iterator[Nics]:
         left = [h for h in hosts if os.path.exists(f"/sys/class/net/{h}")]
         if left:
             ip_batch([f"link del {h}" for h in left], force=True)
-
-
-Move = Callable[[], Awaitable[None]]
-
-
-@contextlib.asynccontextmanager
-async def netns_round_trip(tag: str) -> AsyncIterator[tuple[Move, Move]]:
-    """A veth and a netns, and its two moves, there and back: one RTM_SETLINK each, the
-    kernel's own cost with nothing else (bench.move_spacing, bench.rcu_callbacks)."""
-    with many_veths(1, tag) as nics, temp_netns("rb" + tag) as netns:
-        init = AsyncIPRoute()
-        await init.setup_endpoint()
-        target = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
-        home = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        sock = await run_in_netns(
-            target, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 0)
-        )
-        inside = AsyncIPRoute(use_socket=sock)  # a netlink socket keeps its netns
-        index = socket.if_nametoindex(nics.hosts[0])
-
-        async def there() -> None:
-            await setlink(init, index, ("IFLA_NET_NS_FD", target))
-
-        async def back() -> None:
-            await setlink(inside, index, ("IFLA_NET_NS_FD", home))
-
-        try:
-            yield there, back
-        finally:
-            inside.close()
-            sock.close()
-            init.close()
-            os.close(target)
-            os.close(home)
 
 
 # ------------------------------------------------------------------ the daemon

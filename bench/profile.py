@@ -16,7 +16,7 @@ from pyinstrument.renderers import ConsoleRenderer
 from pyinstrument.session import Session
 
 from bench.common import Params, Results, claim, claim_options, client, many_veths, rdmad, release
-from tests.support.daemon import RdmadProcess
+from tests.support.daemon import ROOT, RdmadProcess
 from tests.support.net import temp_netns
 
 TOP = 12
@@ -53,7 +53,7 @@ def top_self(session: Session, top: int = TOP) -> list[tuple[str, float, float]]
 
 
 def _short(path: str) -> str:
-    for marker in ("site-packages/", "/lib/python3", "/work/main/"):
+    for marker in ("site-packages/", "/lib/python3", f"{ROOT}/"):
         if marker in path:
             return path.split(marker, 1)[1]
     return path

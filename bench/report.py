@@ -14,9 +14,8 @@ import matplotlib
 matplotlib.use("Agg")  # no display on a CI runner
 import matplotlib.pyplot as plt
 
-from bench.common import BENCH_DIR, Params, Results, pct
-
-FINDINGS = BENCH_DIR / "findings.md"  # hand-written analysis, included verbatim
+from bench.common import BENCH_DIR, Params, Results
+from bench.stats import pct
 
 
 def _mark(met: bool | None) -> str:
@@ -24,12 +23,14 @@ def _mark(met: bool | None) -> str:
 
 
 def _commit() -> str:
-    res = subprocess.run(
-        ["git", "-C", str(BENCH_DIR), "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-    )
-    return res.stdout.strip() or "?"
+    """The commit measured, "+ changes" when rdmad/ or bench/ differ from it."""
+
+    def git(*args: str) -> str:
+        res = subprocess.run(["git", "-C", str(BENCH_DIR), *args], capture_output=True, text=True)
+        return res.stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "?"
+    return head + (" + changes" if git("status", "--porcelain", "--", "../rdmad", ".") else "")
 
 
 def _load() -> str:
@@ -51,18 +52,18 @@ def write_report(
         "the host, e.g. QEMU guests, shows up as p99 outliers). Simulated RDMA backend "
         "bound to real veths; every netdev operation is real. State dir on tmpfs (as /run "
         "is in production); "
-        "daemon at --log-level info. Latencies are p50 / p99 over "
+        "daemon at --log-level info. Latencies over "
         f"{p.reps} repetitions after {p.warmup} warm-up ones. Claim and release against raw "
         f"and the CLI: {p.latency_reps} repetitions settled (each operation starts "
-        f"{p.settle_ms:.0f}-{p.settle_ms + p.jitter_ms:.0f} ms after the previous one ended, "
-        "at random: most of the kernel's RCU work from it is over, and the operation "
-        "starts at a random phase of the scheduler tick, as a claim on a node does) and "
-        f"{p.back_to_back_reps} back to back (findings.md, fourth round). Orders cycle so "
-        "that each column's claim follows each column's release, its own included, equally "
-        "often (findings.md, eighth round).",
+        f"{p.settle_ms:.0f}-{p.settle_ms + p.jitter_ms:.0f} ms after the previous one ended) "
+        f"and {p.back_to_back_reps} back to back, in a cycle of column orders so that each "
+        "column's claim follows each column's release, its own included, equally often.",
         "",
-        "| scenario | rdmad p50 / p99 | raw (pyroute2) or floor p50 / p99 | CLI p50 / p99 "
-        "| ratio | target | met? |",
+        "Cells read p50 / p90 / p99. A ratio shows each percentile with its 95% bootstrap "
+        "interval in brackets; a ratio target is met only where the whole interval holds at "
+        "p50 and at p90. p99 decides nothing. Method and analysis: docs/performance.md.",
+        "",
+        "| scenario | rdmad | raw (pyroute2) or floor | CLI | ratio | target | met? |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in res.rows:
@@ -88,8 +89,6 @@ def write_report(
                 lines.append(f"| {r.scenario} | {was['rdmad']} | {r.rdmad} |")
     if res.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in res.notes]
-    if FINDINGS.exists() and not p.smoke:
-        lines += ["", FINDINGS.read_text().strip()]
     lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plots]
     lines += ["", "## Run", "", "| scenario | seconds |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in res.scenario_seconds.items()]

@@ -1,7 +1,7 @@
 """Run every benchmark scenario side by side and write results.md, results.json and PNGs.
 
-    python -m bench.run            # full: >= 200 reps, N up to 1024, 60 s idle (< 10 min)
-    python -m bench.run --smoke    # CI: tiny N, few reps, a few seconds idle (< 60 s)
+    python -m bench.run            # full: >= 200 reps, N up to 1024, 60 s idle -> bench/out/
+    python -m bench.run --smoke    # CI: tiny N, few reps, a few seconds idle -> bench/out/smoke/
 
 Needs root (real netns, veth, macvlan) and dbus-daemon. Smoke mode asserts nothing about
 speed: it exits non-zero only if a scenario fails or produces no numbers.
@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import json
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -57,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
     ap.add_argument("--smoke", action="store_true", help="tiny N and few reps (CI)")
     ap.add_argument(
-        "--out", type=Path, help="where results go (default: bench/, or a temp dir with --smoke)"
+        "--out", type=Path, help="where results go (default: bench/out, bench/out/smoke)"
     )
     ap.add_argument("--only", nargs="+", choices=list(SCENARIOS), help="run only these")
     ap.add_argument(
@@ -67,9 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     p = Params.quick() if args.smoke else Params.full()
-    out: Path = args.out or (
-        Path(tempfile.mkdtemp(prefix="rdmad-bench-")) if args.smoke else BENCH_DIR
-    )
+    out: Path = args.out or BENCH_DIR / "out" / ("smoke" if args.smoke else "")
     out.mkdir(parents=True, exist_ok=True)
     names = args.only or list(SCENARIOS)
     t0 = time.monotonic()

@@ -21,10 +21,10 @@ from bench.common import (
     claim_options,
     many_veths,
     ms_since,
-    p50_99,
     rdmad,
     release,
 )
+from bench.stats import spread
 from tests.support.daemon import Client, DBusCallError
 from tests.support.net import temp_netns
 
@@ -66,7 +66,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                 res.rows.append(
                     Row(
                         f"4. Claim/release throughput, {k} clients",
-                        f"{ops / wall:.0f} ops/s ({ops} ok); per op {p50_99(lat)}"
+                        f"{ops / wall:.0f} ops/s ({ops} ok); per op {spread(lat)}"
                         + (f"; **{sum(failed.values())} failed**: {errors}" if failed else ""),
                         target="no errors under concurrency",
                         met=not failed,

@@ -191,7 +191,7 @@ async def run(cfg: Config) -> int:
         step_hook.armed = True
     # What start built (modules, the inventory, the bus's tables) lives as long as the
     # daemon. Frozen, it is out of the collector's reach: a full collection then scans only
-    # what came since, instead of stalling a claim 9-18 ms (bench/findings.md, sixth round).
+    # what came since, instead of stalling a claim 9-18 ms (docs/performance.md).
     gc.freeze()
     status = f"serving {len(core.devices())} RDMA devices, {len(core.claims())} claims"
     # What went wrong at start (e.g. an unreadable state file) stays in `systemctl status`.

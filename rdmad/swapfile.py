@@ -4,7 +4,7 @@ The usual write-a-temp-file-then-rename frees the replaced file's inode and dent
 kernel frees those through RCU, which starts a grace period. rdmad saves its state right
 before each netns move, and a move waits in rcu_barrier() for every pending RCU callback:
 a grace period started just before it costs the move that one plus another, one to two
-scheduler ticks more (docs/kernel-notes.md, `python -m bench.rcu_callbacks`). Swapping two
+scheduler ticks more (docs/kernel-notes.md, docs/performance.md). Swapping two
 files with renameat2(RENAME_EXCHANGE) frees nothing: the new content goes into the spare
 file, the swap makes it the live one, and the old content becomes the next spare.
 

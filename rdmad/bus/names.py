@@ -62,7 +62,7 @@ def escape_label(text: str) -> str:
     empty string becomes "_".
 
     Cached: ListDevices escapes every device name on every call, and this byte loop was
-    over half of its time at 1024 devices (bench/findings.md). Names are few and stable."""
+    over half of its time at 1024 devices (docs/performance.md). Names are few and stable."""
     if not text:
         return "_"
     out: list[str] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from bench.common import pct, ratio_interval
+from bench.stats import RatioCheck, pct, ratio_interval
 
 
 def test_pct_interpolates_between_samples_like_numpy() -> None:
@@ -43,3 +43,26 @@ def test_ratio_interval_narrows_with_more_samples() -> None:
 def test_ratio_interval_is_the_same_on_every_call() -> None:
     a, b = [float(i) for i in range(1, 201)], [float(i) * 1.1 for i in range(1, 201)]
     assert ratio_interval(a, b, 99) == ratio_interval(a, b, 99)
+
+
+def test_a_ratio_target_ignores_the_tail_beyond_p90() -> None:
+    b = [10.0 + i / 100 for i in range(500)]
+    a = [*b[:490], *(1000.0 for _ in range(10))]  # the slowest 2% a hundred times slower
+    check = RatioCheck.of("a/b", a, b, 1.3)
+    assert check.points[99] > 1.3
+    assert check.met
+
+
+def test_a_ratio_target_is_not_met_where_its_interval_crosses_the_limit() -> None:
+    rng = random.Random(4)
+    b = [rng.lognormvariate(3.0, 0.5) for _ in range(60)]
+    a = [x * 1.25 for x in b]  # 1.25 at every percentile, but 60 samples are few
+    check = RatioCheck.of("a/b", a, b, 1.3)
+    assert check.points[50] <= 1.3 and check.points[90] <= 1.3
+    assert check.intervals[90][1] > 1.3
+    assert not check.met
+
+
+def test_a_strict_target_is_not_met_by_a_tie() -> None:
+    a = [float(i) for i in range(1, 201)]
+    assert not RatioCheck.of("a/a", a, a, 1.0, strict=True).met

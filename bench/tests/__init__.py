@@ -1,0 +1,1 @@
+"""Unit tests of the benchmark itself (no root, no daemon)."""
