@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import os
 import random
 import secrets
@@ -27,6 +28,8 @@ from tests.support.net import ip
 BENCH_DIR = Path(__file__).resolve().parent
 # tmpfs, as /run (rdmad's default state dir) is on real hosts; / is ext4 on this machine.
 SHM = Path("/dev/shm")
+# RFC 2544's benchmarking range: addresses for the interfaces of a modelled node
+BENCH_NET = ipaddress.IPv4Network("198.18.0.0/15")
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,9 @@ class Params:
     jitter_ms: float
     back_to_back_reps: int
     warmup: int
-    scale_ns: tuple[int, ...]
+    # (RDMA-capable netdevs, unrelated interfaces) per modelled node, smallest first
+    scale_nodes: tuple[tuple[int, int], ...]
+    scale_reps: int  # claim/release cycles per pass per node
     starts: int  # daemon starts per N
     clients: int
     rounds: int  # claim/release rounds per client in the throughput test
@@ -53,11 +58,14 @@ class Params:
 
     @classmethod
     def full(cls) -> Params:
-        return cls(False, 200, 504, 50.0, 10.0, 204, 10, (16, 128, 1024), 3, 64, 4, 5.0, 60.0, 200)
+        nodes = ((16, 0), (128, 256), (1024, 2048))
+        return cls(False, 200, 504, 50.0, 10.0, 204, 10, nodes, 200, 3, 64, 4, 5.0, 60.0, 200)
 
     @classmethod
     def quick(cls) -> Params:
-        return cls(True, 8, 8, 50.0, 10.0, 8, 1, (4, 16), 1, 8, 1, 0.5, 2.0, 10)
+        # the second node is the guard's: 1024 interfaces against none (bench.scale)
+        nodes = ((4, 0), (4, 1024))
+        return cls(True, 8, 8, 50.0, 10.0, 8, 1, nodes, 16, 1, 8, 1, 0.5, 2.0, 10)
 
 
 class Settler:
@@ -120,6 +128,8 @@ def run_prefix() -> str:
 
 def ip_batch(lines: Sequence[str], netns: str | None = None, force: bool = False) -> None:
     """Feed `ip -batch -` many commands: one process for N links instead of N processes."""
+    if not lines:
+        return
     cmd = ["ip", *(["-n", netns] if netns else []), *(["-force"] if force else []), "-batch", "-"]
     res = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True)
     if res.returncode != 0 and not force:
@@ -136,8 +146,12 @@ class Nics:
 
 
 @contextlib.contextmanager
-def many_veths(n: int, tag: str = "") -> Iterator[Nics]:
-    """`n` veth pairs, host ends in init_net (down, MTU 1500), peers in a scratch netns.
+def many_veths(n: int, tag: str = "", up: bool = False) -> Iterator[Nics]:
+    """`n` veth pairs, host ends in init_net (MTU 1500), peers in a scratch netns.
+
+    Down by default. With `up`, both ends are up, so each host end has its IPv6 link-local
+    address, and each also gets an IPv4 /32 from the benchmarking range 198.18.0.0/15: a
+    node's interfaces as a daemon sees them (VFs, other CNIs' veths, bonds, VLANs).
 
     Peers live in their own netns so that cleanup is one `ip netns del`: the kernel then
     unregisters every pair in one batch (one RCU grace period) instead of one per pair,
@@ -154,6 +168,15 @@ def many_veths(n: int, tag: str = "") -> Iterator[Nics]:
                 for i, h in enumerate(hosts)
             ]
         )
+        if up:
+            ip_batch([f"link set {prefix}{i}p up" for i in range(n)], netns=peers)
+            ip_batch(
+                [
+                    line
+                    for i, h in enumerate(hosts)
+                    for line in (f"addr add {BENCH_NET[i]}/32 dev {h}", f"link set {h} up")
+                ]
+            )
         yield Nics(hosts, peers)
     finally:
         ip("netns", "del", peers, check=False)

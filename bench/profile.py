@@ -60,7 +60,7 @@ def _short(path: str) -> str:
 
 
 async def run(bus: str, p: Params, res: Results, out: Path) -> None:
-    n = max(p.scale_ns)
+    n = max(netdevs for netdevs, _others in p.scale_nodes)
     prof_dir = Path(tempfile.mkdtemp(prefix="rdmad-prof-"))
     with many_veths(n, "p") as nics, temp_netns("rbp") as netns:
         os.environ["RDMAD_BENCH_PROFILE_DIR"] = str(prof_dir)

@@ -1,5 +1,17 @@
-"""3. Scale: N sim devices on N real veths. Start to READY=1, RSS, ListDevices latency, and
-claim/release latency at N (should be flat in N)."""
+"""3. Scale on a modelled node: N RDMA-capable netdevs (sim devices on real veths) and M
+unrelated interfaces, all up with addresses, as on a node with VFs and one veth per pod.
+
+At each size: start to READY=1, RSS, ListDevices latency, and claim and release latency
+with the daemon's CPU time per operation, settled and back to back. The CPU an operation
+costs is read from /proc/<pid>/stat (utime + stime, all threads) when it starts and when
+the next one starts, so work the daemon does after its reply (the events the move causes)
+is charged to the operation that caused it.
+
+Targets: claim and release latency (p50 and p90) and CPU per operation flat within 1.15x
+from the smallest node to the largest. The guard: if the daemon's CPU per claim on the
+largest node is more than GUARD times the smallest node's, the scenario fails, loudly, in
+smoke mode too (a ratio within one run, not an absolute time).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +19,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import (
@@ -17,6 +31,7 @@ from bench.common import (
     claim,
     claim_options,
     client,
+    cpu_seconds,
     many_veths,
     ms_since,
     pid_of,
@@ -25,8 +40,50 @@ from bench.common import (
     rss_mb,
 )
 from bench.stats import JUDGED, RatioCheck, p99_text, pct, spread
-from tests.support.daemon import ROOT
+from tests.support.daemon import ROOT, Client
 from tests.support.net import temp_netns
+
+FLAT = 1.15  # latency and CPU per operation, largest node against the smallest
+GUARD = 3.0  # CPU per claim, largest node against the smallest: beyond it the run fails
+PASSES = ("settled", "back to back")
+
+
+class CpuRegression(AssertionError):
+    """The daemon's CPU per claim grows with the node's interfaces."""
+
+
+@dataclass
+class Ops:
+    """One pass's claims and releases: latency (ms) and the daemon's CPU (ms) per op."""
+
+    claim_ms: list[float] = field(default_factory=list)
+    release_ms: list[float] = field(default_factory=list)
+    claim_cpu: list[float] = field(default_factory=list)
+    release_cpu: list[float] = field(default_factory=list)
+
+    def cpu_per(self, op: str) -> float:
+        return statistics.fmean(self.claim_cpu if op == "claim" else self.release_cpu)
+
+    def latency(self, op: str) -> list[float]:
+        return self.claim_ms if op == "claim" else self.release_ms
+
+
+@dataclass
+class Node:
+    netdevs: int  # RDMA-capable (a sim device each)
+    others: int  # unrelated interfaces
+    starts: list[float] = field(default_factory=list)
+    rss: float = 0.0
+    lists: list[float] = field(default_factory=list)
+    passes: dict[str, Ops] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"N={self.netdevs}, M={self.others}"
+
+    @property
+    def interfaces(self) -> int:
+        return self.netdevs + self.others
 
 
 def python_floor_ms() -> float:
@@ -40,120 +97,181 @@ def python_floor_ms() -> float:
     return best
 
 
-async def run(bus: str, p: Params, res: Results, out: Path) -> None:
-    curve: dict[str, list[float]] = {
-        k: []
-        for k in (
-            "n",
-            "start_ms",
-            "rss_mb",
-            "list_p50_ms",
-            "list_p99_ms",
-            "claim_p50_ms",
-            "claim_p99_ms",
-            "release_p50_ms",
-            "release_p99_ms",
-        )
-    }
-    floor = python_floor_ms()
-    for n in p.scale_ns:
-        with many_veths(n, "s") as nics:
-            spec = nics.sim_spec()
-            starts: list[float] = []
-            for _ in range(p.starts - 1):  # extra starts, only for the start time
-                t0 = time.perf_counter()
-                async with rdmad(bus, spec):
-                    starts.append(ms_since(t0))
+class CpuMeter:
+    """Charges the daemon's CPU between two marks to whatever was marked first."""
+
+    def __init__(self, pid: int) -> None:
+        self._pid = pid
+        self._into: list[float] | None = None
+        self._at = cpu_seconds(pid)
+
+    def mark(self, into: list[float] | None) -> None:
+        now = cpu_seconds(self._pid)
+        if self._into is not None:
+            self._into.append((now - self._at) * 1000.0)
+        self._into, self._at = into, now
+
+
+async def _cycles(
+    c: Client, pid: int, device: str, netns: str, reps: int, warmup: int, settle: Settler | None
+) -> Ops:
+    ops = Ops()
+    meter = CpuMeter(pid)
+    opts = claim_options("bench0", 1400, ["198.51.100.2/24"])
+    claim_id = ""
+
+    async def do_claim() -> None:
+        nonlocal claim_id
+        claim_id = await claim(c, device, netns, opts)
+
+    async def do_release() -> None:
+        await release(c, claim_id)
+
+    steps: list[tuple[Callable[[], Awaitable[None]], list[float], list[float]]] = [
+        (do_claim, ops.claim_ms, ops.claim_cpu),
+        (do_release, ops.release_ms, ops.release_cpu),
+    ]
+    for i in range(warmup + reps):
+        for work, took, cpu in steps:
+            if settle is not None:
+                await settle()
+            meter.mark(cpu if i >= warmup else None)
             t0 = time.perf_counter()
-            async with rdmad(bus, spec) as d, client(bus) as c:
-                starts.append(ms_since(t0))
-                rss_ready = rss_mb(pid_of(d))
-                lists: list[float] = []
-                for i in range(p.warmup + p.reps):
-                    t0 = time.perf_counter()
-                    rows = await c.manager("ListDevices")
-                    if i >= p.warmup:
-                        lists.append(ms_since(t0))
-                assert len(rows) == n, f"ListDevices returned {len(rows)} of {n} devices"
-                claims: list[float] = []
-                releases: list[float] = []
-                dev = f"sim{n // 2}"
-                opts = claim_options("bench0", 1400, ["198.51.100.2/24"])
-                settle = Settler(p)  # as in claim.py's settled pass
-                with temp_netns("rbs") as netns:
-                    for i in range(p.warmup + p.reps):
-                        await settle()
-                        t0 = time.perf_counter()
-                        cid = await claim(c, dev, netns, opts)
-                        a = ms_since(t0)
-                        await settle()
-                        t0 = time.perf_counter()
-                        await release(c, cid)
-                        if i >= p.warmup:
-                            claims.append(a)
-                            releases.append(ms_since(t0))
-                rss = max(rss_ready, rss_mb(pid_of(d)))
-        start = statistics.median(starts)
-        res.dists[f"ListDevices N={n}"] = lists
-        res.dists[f"Claim N={n}"] = claims
-        for key, val in (
-            ("n", n),
-            ("start_ms", start),
-            ("rss_mb", rss),
-            ("list_p50_ms", pct(lists, 50)),
-            ("list_p99_ms", pct(lists, 99)),
-            ("claim_p50_ms", pct(claims, 50)),
-            ("claim_p99_ms", pct(claims, 99)),
-            ("release_p50_ms", pct(releases, 50)),
-            ("release_p99_ms", pct(releases, 99)),
-        ):
-            curve[key].append(float(val))
-        big = n == 1024  # where the targets are set
+            await work()
+            if i >= warmup:
+                took.append(ms_since(t0))
+    if settle is not None:
+        await settle()
+    meter.mark(None)
+    return ops
+
+
+async def _measure(bus: str, p: Params, netdevs: int, others: int) -> Node:
+    node = Node(netdevs, others)
+    with many_veths(netdevs, "s", up=True) as nics, many_veths(others, "o", up=True):
+        spec = nics.sim_spec()
+        for _ in range(p.starts - 1):  # extra starts, only for the start time
+            t0 = time.perf_counter()
+            async with rdmad(bus, spec):
+                node.starts.append(ms_since(t0))
+        t0 = time.perf_counter()
+        async with rdmad(bus, spec) as d, client(bus) as c:
+            node.starts.append(ms_since(t0))
+            rss_ready = rss_mb(pid_of(d))
+            for i in range(p.warmup + p.reps):
+                t0 = time.perf_counter()
+                rows = await c.manager("ListDevices")
+                if i >= p.warmup:
+                    node.lists.append(ms_since(t0))
+            assert len(rows) == netdevs, f"ListDevices returned {len(rows)} of {netdevs}"
+            with temp_netns("rbs") as netns:
+                for name in PASSES:
+                    settle = Settler(p) if name == "settled" else None
+                    node.passes[name] = await _cycles(
+                        c, pid_of(d), f"sim{netdevs // 2}", netns, p.scale_reps, p.warmup, settle
+                    )
+            node.rss = max(rss_ready, rss_mb(pid_of(d)))
+    return node
+
+
+async def run(bus: str, p: Params, res: Results, out: Path) -> None:
+    floor = python_floor_ms()
+    nodes = []
+    for netdevs, others in p.scale_nodes:
+        node = await _measure(bus, p, netdevs, others)
+        nodes.append(node)
+        _node_rows(res, node, floor)
+    _curves(res, nodes)
+    _flat_rows(res, nodes[0], nodes[-1])
+
+
+def _node_rows(res: Results, node: Node, floor: float) -> None:
+    big = node.netdevs >= 1024  # where the start, RSS and ListDevices targets are set
+    start = statistics.median(node.starts)
+    res.dists[f"ListDevices N={node.netdevs}"] = node.lists
+    res.dists[f"Claim N={node.netdevs}, M={node.others}"] = node.passes["settled"].claim_ms
+    res.rows += [
+        Row(
+            f"3. Start to READY=1, {node.label}",
+            f"{start:.0f} ms (median of {len(node.starts)}; max {max(node.starts):.0f})",
+            f"{floor:.0f} ms (python + imports)",
+            target="< 1 s at N=1024" if big else "",
+            met=(start < 1000) if big else None,
+        ),
+        Row(
+            f"3. RSS, {node.label}",
+            f"{node.rss:.1f} MB",
+            target="< 60 MB at N=1024" if big else "",
+            met=(node.rss < 60) if big else None,
+        ),
+        Row(
+            f"3. ListDevices latency, {node.label}",
+            spread(node.lists),
+            ratio=p99_text(node.lists),
+            target="< 5 ms at p50 and p90, at N=1024" if big else "",
+            met=all(pct(node.lists, q) < 5 for q in JUDGED) if big else None,
+        ),
+    ]
+    for name, ops in node.passes.items():
         res.rows.append(
             Row(
-                f"3. Start to READY=1, N={n}",
-                f"{start:.0f} ms (median of {len(starts)}; max {max(starts):.0f})",
-                f"{floor:.0f} ms (python + imports)",
-                "-",
-                "-",
-                "< 1 s at 1024" if big else "",
-                (start < 1000) if big else None,
+                f"3. Claim / release, {node.label}, {name}",
+                f"claim {spread(ops.claim_ms)}; release {spread(ops.release_ms)}",
+                ratio=f"daemon CPU per claim {ops.cpu_per('claim'):.1f} ms, per release"
+                f" {ops.cpu_per('release'):.1f} ms",
             )
         )
-        res.rows.append(
-            Row(
-                f"3. RSS, N={n}",
-                f"{rss:.1f} MB",
-                target="< 60 MB at 1024" if big else "",
-                met=(rss < 60) if big else None,
+
+
+def _flat_rows(res: Results, small: Node, large: Node) -> None:
+    sizes = f"{large.label} against {small.label}"
+    for name in PASSES:
+        for op in ("claim", "release"):
+            lo, hi = small.passes[name], large.passes[name]
+            latency = RatioCheck.of("latency", hi.latency(op), lo.latency(op), FLAT)
+            cpu = hi.cpu_per(op) / lo.cpu_per(op)
+            res.rows.append(
+                Row(
+                    f"3. {op.capitalize()} flat in the node's size, {name}: {sizes}",
+                    f"CPU per {op} {lo.cpu_per(op):.1f} -> {hi.cpu_per(op):.1f} ms",
+                    ratio=f"{latency.text()}; CPU {cpu:.2f}",
+                    target=f"latency <= {FLAT} at p50 and p90; CPU <= {FLAT}",
+                    met=latency.met and cpu <= FLAT,
+                )
             )
-        )
-        res.rows.append(
-            Row(
-                f"3. ListDevices latency, N={n}",
-                spread(lists),
-                ratio=p99_text(lists),
-                target="< 5 ms at p50 and p90, at 1024" if big else "",
-                met=all(pct(lists, q) < 5 for q in JUDGED) if big else None,
-            )
-        )
-        res.rows.append(
-            Row(
-                f"3. Claim / release latency, N={n}",
-                f"{spread(claims)} / release {spread(releases)}",
-            )
-        )
-    res.curves["scale"] = curve
-    lo, hi = p.scale_ns[0], p.scale_ns[-1]
-    flat = RatioCheck.of(
-        f"N={hi}/N={lo}", res.dists[f"Claim N={hi}"], res.dists[f"Claim N={lo}"], 1.2
-    )
+    cpu = large.passes["settled"].cpu_per("claim") / small.passes["settled"].cpu_per("claim")
     res.rows.append(
         Row(
-            f"3. Claim latency flat in N ({lo} -> {hi})",
-            f"p50 {curve['claim_p50_ms'][0]:.2f} -> {curve['claim_p50_ms'][-1]:.2f} ms",
-            ratio=flat.text(),
-            target=flat.target(),
-            met=flat.met,
+            f"3. Guard: daemon CPU per claim, {large.interfaces} interfaces against"
+            f" {small.interfaces}",
+            f"{cpu:.2f}x",
+            target=f"<= {GUARD:g}x, or the run fails",
+            met=cpu <= GUARD,
         )
     )
+    if cpu > GUARD:
+        raise CpuRegression(
+            f"the daemon's CPU per claim is {cpu:.2f}x on a node with {large.interfaces}"
+            f" interfaces ({large.label}) what it is with {small.interfaces} ({small.label});"
+            f" the guard allows {GUARD:g}x: a per-claim path grows with the node's interfaces"
+        )
+
+
+def _curves(res: Results, nodes: list[Node]) -> None:
+    curve: dict[str, list[float]] = {"n": [float(n.interfaces) for n in nodes]}
+    for node in nodes:
+        settled = node.passes["settled"]
+        for key, val in (
+            ("start_ms", statistics.median(node.starts)),
+            ("rss_mb", node.rss),
+            ("list_p50_ms", pct(node.lists, 50)),
+            ("list_p90_ms", pct(node.lists, 90)),
+            ("claim_p50_ms", pct(settled.claim_ms, 50)),
+            ("claim_p90_ms", pct(settled.claim_ms, 90)),
+            ("release_p50_ms", pct(settled.release_ms, 50)),
+            ("release_p90_ms", pct(settled.release_ms, 90)),
+            ("cpu_claim_ms", settled.cpu_per("claim")),
+            ("cpu_release_ms", settled.cpu_per("release")),
+        ):
+            curve.setdefault(key, []).append(float(val))
+    res.curves["scale"] = curve
