@@ -1,7 +1,7 @@
 """1. Claim and release latency: rdmad over D-Bus vs raw pyroute2 vs the iproute2 CLI.
 
 All three do the same kernel work on the same veth, interleaved rep by rep (in a cycle of
-orders where each column's claim follows each column's release equally often: see ORDERS)
+orders where each column's claim follows each column's release equally often: bench.columns)
 so that drift on the host, and what one operation leaves the next, hit all of them alike:
   claim:   move into the netns + rename, MTU 1400, add an address, set up;
   release: move back + rename to the host name, MTU 1500, host address back, set up.
@@ -12,7 +12,7 @@ never pin a netns) and has to look things up and persist its state file.
 
 Two passes. Settled (the targets): each operation starts 50-60 ms after the previous one
 ended (bench.common.Settler), so it pays for little of what the operation before left behind
-(not nothing: see ORDERS) and starts at a random phase of the tick, as a claim on a node
+(not nothing: see bench.columns) and starts at a random phase of the tick, as a claim on a node
 does. Back to back: shown beside it; there a move's cost depends on the operation before it
 (docs/performance.md).
 
@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import os
 import socket
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyroute2 import AsyncIPRoute
 
+from bench.columns import Pass, Ways, measure, own_time_row
 from bench.common import (
     Params,
     Results,
@@ -41,12 +39,11 @@ from bench.common import (
     claim_options,
     client,
     many_veths,
-    ms_since,
     rdmad,
     release,
 )
 from bench.ktrace import MoveTrace
-from bench.stats import RatioCheck, pct, spread
+from bench.stats import RatioCheck, spread
 from rdmad.kernel.netns import run_in_netns
 from rdmad.kernel.rtnl_msgs import setlink  # one RTM_SETLINK: move + rename together
 from tests.support.net import addresses, ip, link, temp_netns
@@ -138,21 +135,6 @@ def check_home(host: str) -> None:
     assert HOST_ADDR in addresses(host), addresses(host)
 
 
-Op = Callable[[], Awaitable[None]]
-Ways = dict[str, tuple[Op, Op]]
-
-
-@dataclass
-class Pass:
-    """One way of sequencing the operations, and what it measured."""
-
-    name: str  # "settled" or "back to back"
-    reps: int
-    settle: Settler | None  # None: back to back
-    t: dict[str, list[float]] = field(default_factory=dict)  # column+op -> ms
-    labels: dict[str, list[str]] = field(default_factory=dict)  # column+op -> trace labels
-
-
 async def run(bus: str, p: Params, res: Results, out: Path) -> None:
     passes = [
         Pass("settled", p.latency_reps, Settler(p)),
@@ -189,7 +171,14 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                     "c": (cli_claim_op, cli_release_op),
                 }
                 for ps in passes:
-                    await _measure(ps, ways, p.warmup, trace, netns, host)
+                    await measure(
+                        ps,
+                        ways,
+                        p.warmup,
+                        trace,
+                        lambda: check_claimed(netns),
+                        lambda: check_home(host),
+                    )
         finally:
             raw.close()
             if trace is not None:
@@ -202,34 +191,6 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
             "Claim/release: the split into the kernel's move and each tool's own time was not"
             " measured (it needs root and tracefs at /sys/kernel/tracing)."
         )
-
-
-async def _measure(
-    ps: Pass, ways: Ways, warmup: int, trace: MoveTrace | None, netns: str, host: str
-) -> None:
-    for key in COLUMNS:
-        for op in "cr":
-            ps.t[key + op], ps.labels[key + op] = [], []
-    for i in range(warmup + ps.reps):
-        for key in ORDERS[(i - warmup) % len(ORDERS)]:  # measured reps: whole cycles
-            for op, fn in zip("cr", ways[key], strict=True):
-                if ps.settle is not None:
-                    await ps.settle()
-                label = f"{ps.name[0]}{key}{op}{i}"
-                if trace is not None:
-                    trace.begin(label)
-                t0 = time.perf_counter()
-                await fn()
-                took = ms_since(t0)
-                if trace is not None:
-                    trace.end(label)
-                if i == 0 and op == "c":
-                    check_claimed(netns)
-                elif i == 0:
-                    check_home(host)
-                if i >= warmup:
-                    ps.t[key + op].append(took)
-                    ps.labels[key + op].append(label)
 
 
 def _report(ps: Pass, res: Results, moves: dict[str, float] | None, main: bool) -> None:
@@ -256,41 +217,7 @@ def _report(ps: Pass, res: Results, moves: dict[str, float] | None, main: bool) 
             )
         )
         if moves is not None:
-            res.rows.append(_own_time_row(f"{label}, {ps.name}", op, ps.t, ps.labels, moves))
-
-
-COLUMNS = "rwc"  # rdmad, raw pyroute2, iproute2 CLI
-# An operation pays for what the one before it left the kernel to do (docs/performance.md):
-# a claim 50-60 ms after the CLI's release, whose `ip` processes have just exited, still
-# moves slower. So each column's claim must follow each column's release,
-# its own included, equally often. In this cycle every rep starts with the column that ended
-# the one before, and the six reps hold each of the six other pairs twice. (It replaces
-# rwc/rcw, which shared the others out evenly but never let a column follow itself: the CLI's
-# claims never paid for its own releases, and rdmad's and raw's paid for half of them.)
-ORDERS = ("rwc", "crw", "wcr", "rcw", "wrc", "cwr")
-
-
-def _own_time_row(
-    label: str,
-    op: str,
-    t: dict[str, list[float]],
-    labels: dict[str, list[str]],
-    moves: dict[str, float],
-) -> Row:
-    """Each column's time outside the kernel's move (see bench.ktrace), per operation."""
-    own: dict[str, list[float]] = {}
-    for key in COLUMNS:
-        pairs = zip(t[key + op], labels[key + op], strict=True)
-        own[key] = [took - moves[lab] for took, lab in pairs if lab in moves]
-    r, w, cl = own["r"], own["w"], own["c"]
-    return Row(
-        f"1. {label}: time outside the kernel's move (ftrace)",
-        spread(r),
-        spread(w),
-        spread(cl),
-        f"rdmad - raw {pct(r, 50) - pct(w, 50):.2f} ms; rdmad - CLI"
-        f" {pct(r, 50) - pct(cl, 50):.2f} ms (p50)",
-    )
+            res.rows.append(own_time_row(f"{label}, {ps.name}", op, ps.t, ps.labels, moves))
 
 
 def _ifindex(name: str) -> int:

@@ -38,7 +38,8 @@ class Params:
     reps: int  # repetitions per latency measurement (the issue asks >= 200)
     # Claim/release against raw and the CLI: more, since each move lands on a whole number
     # of scheduler ticks and a p50 of multimodal samples needs them (bench.ktrace). Whole
-    # cycles of bench.claim.ORDERS (a multiple of 6), so each column follows each alike.
+    # cycles of bench.columns.ORDERS["rwc"] (a multiple of 6), so each column follows each
+    # alike.
     latency_reps: int
     # Claims and releases are measured settled (Settler): this long before each, plus up to
     # jitter_ms at random. The claim/release comparison also has a back-to-back pass.
@@ -49,7 +50,10 @@ class Params:
     # (RDMA-capable netdevs, unrelated interfaces) per modelled node, smallest first
     scale_nodes: tuple[tuple[int, int], ...]
     scale_reps: int  # claim/release cycles per pass per node
-    starts: int  # daemon starts per N
+    starts: int  # daemon starts per node
+    shared_reps: int  # whole cycles of bench.columns.ORDERS["rwcn"] (a multiple of 8)
+    burst: int  # claims at once, from as many clients on as many devices
+    bursts: int  # bursts of each kind, each against a serial raw sequence
     clients: int
     rounds: int  # claim/release rounds per client in the throughput test
     list_seconds: float
@@ -58,14 +62,50 @@ class Params:
 
     @classmethod
     def full(cls) -> Params:
-        nodes = ((16, 0), (128, 256), (1024, 2048))
-        return cls(False, 200, 504, 50.0, 10.0, 204, 10, nodes, 200, 3, 64, 4, 5.0, 60.0, 200)
+        return cls(
+            smoke=False,
+            reps=200,
+            latency_reps=504,
+            settle_ms=50.0,
+            jitter_ms=10.0,
+            back_to_back_reps=204,
+            warmup=10,
+            scale_nodes=((16, 0), (128, 256), (1024, 2048)),
+            scale_reps=200,
+            starts=3,
+            shared_reps=200,
+            burst=64,
+            bursts=5,
+            clients=64,
+            rounds=4,
+            list_seconds=5.0,
+            idle_seconds=60.0,
+            profile_reps=200,
+        )
 
     @classmethod
     def quick(cls) -> Params:
-        # the second node is the guard's: 1024 interfaces against none (bench.scale)
-        nodes = ((4, 0), (4, 1024))
-        return cls(True, 8, 8, 50.0, 10.0, 8, 1, nodes, 16, 1, 8, 1, 0.5, 2.0, 10)
+        return cls(
+            smoke=True,
+            reps=8,
+            latency_reps=8,
+            settle_ms=50.0,
+            jitter_ms=10.0,
+            back_to_back_reps=8,
+            warmup=1,
+            # the second node is the guard's: 1024 interfaces against none (bench.scale)
+            scale_nodes=((4, 0), (4, 1024)),
+            scale_reps=16,
+            starts=1,
+            shared_reps=8,
+            burst=8,
+            bursts=1,
+            clients=8,
+            rounds=1,
+            list_seconds=0.5,
+            idle_seconds=2.0,
+            profile_reps=10,
+        )
 
 
 class Settler:

@@ -33,8 +33,9 @@ done
 # guest harness: qemu-system-x86 (TCG/KVM), kmod (depmod on the host, modprobe in the
 #   guest), busybox-static (virtme-ng's initramfs), udev (virtme-ng's exit-code channel
 #   needs /dev/virtio-ports links); python3-venv for the venvs; ca-certificates for pip.
+# bench: containernetworking-plugins (the macvlan CNI plugin, side by side with a shared claim).
 PKGS=(libsystemd-dev pkg-config gcc python3-dev python3-venv dbus iproute2
-      qemu-system-x86 kmod busybox-static udev ca-certificates)
+      qemu-system-x86 kmod busybox-static udev ca-certificates containernetworking-plugins)
 
 missing_pkgs() {
     # one dpkg-query for all packages; anything not "installed" counts as missing

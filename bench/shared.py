@@ -1,0 +1,193 @@
+"""6. Shared claims side by side: a macvlan of the device's netdev, created in the netns
+under its name and MTU, given an address and brought up; released by deleting it.
+
+Four columns, interleaved rep by rep in a cycle of orders (bench.columns), settled:
+  rdmad: a shared claim over D-Bus, call to reply;
+  raw:   the same requests in-process with pyroute2 (created in the netns with its name and
+         MTU in one request, then the address and up through a socket kept in the netns);
+  CLI:   `ip link add link P name X netns N mtu M type macvlan`, `ip -n N addr add`,
+         `ip -n N link set X up`; released by `ip -n N link del X`;
+  CNI:   containernetworking's `macvlan` plugin, ADD and DEL, with `static` IPAM (it creates
+         the macvlan in the netns under a temporary name, renames it, sets the address).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+from bench.claim import NS_ADDR, NS_IFNAME, NS_MTU, Raw
+from bench.columns import Pass, Ways, measure
+from bench.common import (
+    Params,
+    Results,
+    Row,
+    Settler,
+    claim,
+    claim_options,
+    client,
+    many_veths,
+    rdmad,
+    release,
+)
+from bench.stats import RatioCheck, spread
+from tests.support.net import addresses, ip, link, temp_netns
+
+CNI_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
+
+
+class RawShared(Raw):
+    """The shared claim's kernel operations, in-process with pyroute2, and nothing else."""
+
+    ns_index = 0
+
+    async def claim(self) -> None:
+        assert self.ns is not None
+        fd = os.open(f"/run/netns/{self.netns}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            await self.init.link(
+                "add",
+                ifname=NS_IFNAME,
+                kind="macvlan",
+                macvlan_mode="bridge",
+                link=self.index,
+                net_ns_fd=fd,
+                mtu=NS_MTU,
+            )
+        finally:
+            os.close(fd)
+        (self.ns_index,) = await self.ns.link_lookup(ifname=NS_IFNAME)
+        addr, plen = NS_ADDR.split("/")
+        await self.ns.addr("add", index=self.ns_index, address=addr, prefixlen=int(plen))
+        await self.ns.link("set", index=self.ns_index, state="up")
+
+    async def release(self) -> None:
+        assert self.ns is not None
+        await self.ns.link("del", index=self.ns_index)
+
+
+def cli_claim(parent: str, netns: str) -> None:
+    ip(
+        *("link", "add", "link", parent, "name", NS_IFNAME, "netns", netns),
+        *("mtu", str(NS_MTU), "type", "macvlan", "mode", "bridge"),
+    )
+    ip("addr", "add", NS_ADDR, "dev", NS_IFNAME, netns=netns)
+    ip("link", "set", "dev", NS_IFNAME, "up", netns=netns)
+
+
+def cli_release(netns: str) -> None:
+    ip("link", "del", "dev", NS_IFNAME, netns=netns)
+
+
+def cni(command: str, parent: str, netns: str) -> None:
+    """One call of the macvlan plugin, as a container runtime makes it."""
+    plugin = CNI_DIR / "macvlan"
+    if not plugin.exists():
+        raise FileNotFoundError(f"{plugin}: install containernetworking-plugins")
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "rdmad-bench",
+        "type": "macvlan",
+        "master": parent,
+        "mode": "bridge",
+        "mtu": NS_MTU,
+        "ipam": {"type": "static", "addresses": [{"address": NS_ADDR}]},
+    }
+    env = {
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": "rdmad-bench",
+        "CNI_NETNS": f"/run/netns/{netns}",
+        "CNI_IFNAME": NS_IFNAME,
+        "CNI_PATH": str(CNI_DIR),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    }
+    res = subprocess.run(
+        [str(plugin)], input=json.dumps(conf), env=env, capture_output=True, text=True
+    )
+    if res.returncode != 0:
+        raise RuntimeError(f"CNI macvlan {command} failed: {res.stdout.strip()[:300]}")
+
+
+def check_claimed(netns: str) -> None:
+    info = link(NS_IFNAME, netns)
+    assert info is not None and info["mtu"] == NS_MTU, f"not claimed: {info}"
+    assert info.get("linkinfo", {}).get("info_kind") == "macvlan", info
+    assert NS_ADDR in addresses(NS_IFNAME, netns), addresses(NS_IFNAME, netns)
+
+
+def check_released(netns: str) -> None:
+    assert link(NS_IFNAME, netns) is None, f"{NS_IFNAME} still in {netns}"
+
+
+async def run(bus: str, p: Params, res: Results, out: Path) -> None:
+    ps = Pass("settled", p.shared_reps, Settler(p))
+    with many_veths(1, "m", up=True) as nics, temp_netns("rbm") as netns:
+        parent = nics.hosts[0]
+        raw = RawShared(parent, socket.if_nametoindex(parent), netns)
+        await raw.open()
+        opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR], shared=True)
+        try:
+            async with rdmad(bus, nics.sim_spec()) as _d, client(bus) as c:
+                claim_id = ""
+
+                async def rdmad_claim() -> None:
+                    nonlocal claim_id
+                    claim_id = await claim(c, "sim0", netns, opts)
+
+                async def rdmad_release() -> None:
+                    await release(c, claim_id)
+
+                async def cli_claim_op() -> None:
+                    cli_claim(parent, netns)
+
+                async def cli_release_op() -> None:
+                    cli_release(netns)
+
+                async def cni_add() -> None:
+                    cni("ADD", parent, netns)
+
+                async def cni_del() -> None:
+                    cni("DEL", parent, netns)
+
+                ways: Ways = {
+                    "r": (rdmad_claim, rdmad_release),
+                    "w": (raw.claim, raw.release),
+                    "c": (cli_claim_op, cli_release_op),
+                    "n": (cni_add, cni_del),
+                }
+                await measure(
+                    ps,
+                    ways,
+                    p.warmup,
+                    None,
+                    lambda: check_claimed(netns),
+                    lambda: check_released(netns),
+                )
+        finally:
+            raw.close()
+    for op, label in (("c", "claim"), ("r", "release")):
+        r, w, cl, n = (ps.t[key + op] for key in "rwcn")
+        res.dists[f"Shared {label}: rdmad"] = r
+        res.dists[f"Shared {label}: raw pyroute2"] = w
+        res.dists[f"Shared {label}: iproute2 CLI"] = cl
+        res.dists[f"Shared {label}: CNI macvlan plugin"] = n
+        checks = [
+            RatioCheck.of("rdmad/raw", r, w, 1.3),
+            RatioCheck.of("rdmad/CLI", r, cl, 1.0, strict=True),
+        ]
+        cni_text = f"CNI macvlan plugin {spread(n)}; {RatioCheck.of('rdmad/CNI', r, n, 1.0).text()}"
+        judged = op == "c"
+        res.rows.append(
+            Row(
+                f"6. Shared {label} (macvlan), settled",
+                spread(r),
+                spread(w),
+                spread(cl),
+                "; ".join([*(c.text() for c in checks), cni_text]),
+                "; ".join(c.target() for c in checks) if judged else "",
+                all(c.met for c in checks) if judged else None,
+            )
+        )
