@@ -45,7 +45,6 @@ from bench.common import (
 from bench.ktrace import MoveTrace
 from bench.stats import RatioCheck, spread
 from rdmad.kernel.netns import run_in_netns
-from rdmad.kernel.rtnl_msgs import setlink  # one RTM_SETLINK: move + rename together
 from tests.support.net import addresses, ip, link, temp_netns
 
 HOST_MTU, NS_MTU = 1500, 1400
@@ -88,7 +87,8 @@ class Raw:
         assert self.ns is not None
         fd = os.open(f"/run/netns/{self.netns}", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            await setlink(self.init, self.index, ("IFLA_NET_NS_FD", fd), ("IFLA_IFNAME", NS_IFNAME))
+            # one message: the move and the rename
+            await self.init.link("set", index=self.index, net_ns_fd=fd, ifname=NS_IFNAME)
         finally:
             os.close(fd)
         addr, plen = NS_ADDR.split("/")
@@ -98,9 +98,7 @@ class Raw:
 
     async def release(self) -> None:
         assert self.ns is not None
-        await setlink(
-            self.ns, self.index, ("IFLA_NET_NS_FD", self._init_fd), ("IFLA_IFNAME", self.host)
-        )
+        await self.ns.link("set", index=self.index, net_ns_fd=self._init_fd, ifname=self.host)
         addr, plen = HOST_ADDR.split("/")
         await self.init.link("set", index=self.index, mtu=HOST_MTU)
         await self.init.addr("add", index=self.index, address=addr, prefixlen=int(plen))

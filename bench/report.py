@@ -118,6 +118,7 @@ def write_plots(res: Results, out: Path) -> list[str]:
 
     groups = [
         ("latency-claim-release.png", ("Claim:", "Release:")),
+        ("latency-shared.png", ("Shared claim:", "Shared release:")),
         ("reclaim-netns-death.png", ("Reclaim whole", "Reclaim shared")),
     ]
     for fname, prefixes in groups:
