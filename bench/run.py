@@ -1,6 +1,6 @@
 """Run every benchmark scenario side by side and write results.md, results.json and PNGs.
 
-    python -m bench.run            # full: >= 200 reps, N up to 1024, 60 s idle -> bench/out/
+    python -m bench.run            # full: N up to 1024 + 2048 others, 60 s idle -> bench/out/
     python -m bench.run --smoke    # CI: tiny N, few reps, a few seconds idle -> bench/out/smoke/
 
 Needs root (real netns, veth, macvlan) and dbus-daemon. Smoke mode asserts nothing about
