@@ -1,5 +1,6 @@
 """CDI spec files, one per claim, so a runtime can inject the claim's char devices by name
-(`podman --device rdmad.io/rdma=<claim id>`, containerd's CDI support)."""
+(`podman --device rdmad.io/rdma=<claim id>`, containerd's CDI support), and by the name its
+caller chose (`cdi_name`, which rdmad-cni derives from the attachment) when it gave one."""
 
 from __future__ import annotations
 
@@ -12,27 +13,25 @@ from rdmad.model import Claim, ReleaseReason
 from rdmad.observer import CoreObserver
 
 CDI_KIND = "rdmad.io/rdma"
-CDI_VERSION = "0.6.0"
+# podman 4.3 and containerd 1.6 read CDI specs up to 0.5.0 and refuse newer ones; 0.6.0
+# would add per-device annotations, which rdmad does not need.
+CDI_VERSION = "0.5.0"
 
 log = logging.getLogger("rdmad.cdi")
 
 
 def spec_for(claim: Claim) -> dict[str, object]:
+    edits = {
+        "deviceNodes": [
+            {"path": c.path, "type": "c", "major": c.major, "minor": c.minor}
+            for c in claim.chardevs
+        ]
+    }
+    names = [claim.id, claim.cdi_name] if claim.cdi_name else [claim.id]
     return {
         "cdiVersion": CDI_VERSION,
         "kind": CDI_KIND,
-        "devices": [
-            {
-                "name": claim.id,
-                "annotations": {"rdmad.io/device": claim.device, "rdmad.io/netns": claim.netns},
-                "containerEdits": {
-                    "deviceNodes": [
-                        {"path": c.path, "type": "c", "major": c.major, "minor": c.minor}
-                        for c in claim.chardevs
-                    ]
-                },
-            }
-        ],
+        "devices": [{"name": name, "containerEdits": edits} for name in names],
     }
 
 

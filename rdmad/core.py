@@ -225,6 +225,12 @@ class Core:
             target.close()
 
     def _check_claim(self, dev: RdmaDevice, target: NetnsTarget, opts: ClaimOptions) -> None:
+        named = [
+            c for c in self._book.claims.values() if opts.cdi_name and c.cdi_name == opts.cdi_name
+        ]
+        if named:
+            # Two specs naming one CDI device make runtimes refuse both.
+            raise InvalidArgs(f"CDI name {opts.cdi_name!r} is taken by claim {named[0].id}")
         mine = self._book.of(dev.name)
         exclusive = self.netns_mode == NetnsMode.EXCLUSIVE
         if opts.shared:
@@ -288,6 +294,7 @@ class Core:
             cdi_device=f"rdmad.io/rdma={claim_id}",
             chardev_kinds=opts.chardevs,
             phase=ClaimPhase.PENDING,
+            cdi_name=opts.cdi_name,
         )
         self._book.claims[claim_id] = claim
         try:

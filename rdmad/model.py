@@ -120,6 +120,7 @@ class ClaimOptions:
     chardevs: tuple[ChardevKind, ...] = DEFAULT_CHARDEVS
     owner: str = ""
     netdev: bool = True
+    cdi_name: str = ""  # an extra CDI device name the caller chose (e.g. from its attachment)
 
 
 class ClaimPhase(enum.StrEnum):
@@ -152,6 +153,7 @@ class Claim:
     # the ifindex inside the netns (macvlan child, or the moved netdev); 0 if unknown
     ns_ifindex: int = 0
     phase: ClaimPhase = ClaimPhase.ACTIVE
+    cdi_name: str = ""  # a second CDI device name for the same char devices, "" if none
 
     @property
     def netns(self) -> str:

@@ -18,12 +18,15 @@ OPTION_SIGNATURES: dict[str, str] = {
     "chardevs": "as",
     "owner": "s",
     "netdev": "b",
+    "cdi_name": "s",
 }
 
 OWNER_MAX_BYTES = 256
 MTU_MIN, MTU_MAX = 68, 65535
 # IFNAMSIZ is 16 with the NUL; the kernel also refuses "/", ":" and whitespace, "." and "..".
 _IFNAME = re.compile(r"^[^/:\s\x00]{1,15}$")
+# An extra CDI device name (the CDI spec's rule, kept to what CDI 0.5.0 readers accept).
+_CDI_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.\-]{0,251}[A-Za-z0-9])?$")
 # RDMA device names: what the kernel accepts for `rdma link add NAME` (IB_DEVICE_NAME_MAX 64).
 _DEVNAME = re.compile(r"^[A-Za-z0-9_.\-]{1,63}$")
 
@@ -86,6 +89,12 @@ def parse_claim_options(raw: dict[str, tuple[str, object]]) -> ClaimOptions:
     netdev = bool(values.get("netdev", True))
     if shared and "netdev" in values:
         raise InvalidArgs("option 'netdev' applies to whole-device claims only")
+    cdi_name = str(values.get("cdi_name", ""))
+    if cdi_name and not _CDI_NAME.match(cdi_name):
+        raise InvalidArgs(
+            f"invalid CDI name {cdi_name!r}: letters, digits, '_', '-' and '.', "
+            "starting and ending with a letter or digit"
+        )
     return ClaimOptions(
         ifname=check_ifname(str(ifname)) if ifname is not None else None,
         mtu=int(mtu) if isinstance(mtu, int) else None,
@@ -94,6 +103,7 @@ def parse_claim_options(raw: dict[str, tuple[str, object]]) -> ClaimOptions:
         chardevs=tuple(kinds),
         owner=owner,
         netdev=netdev,
+        cdi_name=cdi_name,
     )
 
 
