@@ -43,10 +43,12 @@ class _SimDevice:
     netns_path: str = ""
     uverbs_minor: int = 0
     umad_minor: int = 0
+    pci_address: str = ""  # as given: NAME=NETDEV@PCI (selectors and deviceID match on it)
 
 
 def parse_sim_devices(spec: str) -> list[tuple[str, str]]:
-    """'mlx5_0=eth1,mlx5_1=eth2' -> [('mlx5_0', 'eth1'), ('mlx5_1', 'eth2')]."""
+    """'mlx5_0=eth1,mlx5_1=eth2' -> [('mlx5_0', 'eth1'), ('mlx5_1', 'eth2')].
+    A netdev may carry the PCI address the device reports: 'mlx5_0=eth1@0000:5e:00.0'."""
     pairs = []
     for item in filter(None, (p.strip() for p in spec.split(","))):
         name, sep, netdev = item.partition("=")
@@ -70,8 +72,9 @@ class SimRdma:
         self._minors = itertools.count()
         self._names = _IfNames()
         self._devs: dict[str, _SimDevice] = {}
-        for index, (name, netdev) in enumerate(devices, start=1):
-            dev = _SimDevice(index, name, netdev, self._names.index_of(netdev))
+        for index, (name, bound) in enumerate(devices, start=1):
+            netdev, _, pci = bound.partition("@")
+            dev = _SimDevice(index, name, netdev, self._names.index_of(netdev), pci_address=pci)
             self._recreate_chardevs(dev)
             self._devs[name] = dev
 
@@ -137,6 +140,7 @@ class SimRdma:
             netdev=netdev,
             netdev_ifindex=dev.ifindex if netdev else 0,
             chardevs=(f"/dev/infiniband/uverbs{dev.index - 1}",),
+            pci_address=dev.pci_address,
         )
 
     async def move(self, index: int, target: NetnsTarget) -> None:

@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from jeepney import DBusAddress, DBusErrorResponse, new_method_call, unwrap_msg
+from jeepney import DBusAddress, DBusErrorResponse, new_method_call
+from jeepney.wrappers import unwrap_msg
 from jeepney.io.blocking import DBusConnection, open_dbus_connection
 
 from rdmad.cni.spec import RDMAD_FAILED, TRY_AGAIN_LATER, CniError

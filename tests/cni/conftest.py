@@ -1,0 +1,167 @@
+"""CNI fixtures: the real rdmad on a private bus with sim devices bound to real veths, and
+the plugin run as a runtime runs it: its executable, CNI_* variables, the config on stdin."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.bus import start_private_bus
+from tests.support.daemon import Client, RdmadProcess
+from tests.support.net import VethPair, require_root, temp_netns, temp_veth
+
+PLUGIN = Path(sys.executable).parent / "rdmad-cni"
+CNI_PLUGIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
+PCI = {"sim0": "0000:5e:00.0", "sim1": "0000:5e:00.1"}
+
+
+def cni_path() -> str:
+    """Where Debian's containernetworking-plugins are (host-local, static)."""
+    found = [d for d in CNI_PLUGIN_DIRS if os.access(os.path.join(d, "host-local"), os.X_OK)]
+    if not found:
+        if os.environ.get("CI") == "true":
+            pytest.fail("containernetworking-plugins (host-local) are missing, and CI=true")
+        pytest.skip("needs containernetworking-plugins (host-local)")
+    return ":".join(found)
+
+
+@pytest.fixture(autouse=True)
+def _root() -> None:
+    require_root()
+    assert PLUGIN.exists(), f"{PLUGIN} is not installed (scripts/bootstrap.sh)"
+
+
+@pytest.fixture(scope="session")
+def bus_address() -> Iterator[str]:
+    with start_private_bus() as bus:
+        yield bus.address
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    with temp_netns("cni") as name:
+        yield name
+
+
+@dataclass
+class Outcome:
+    code: int  # the process exit status
+    out: dict[str, Any] | None  # stdout as JSON, None when empty
+    stderr: str
+
+    @property
+    def error(self) -> int:
+        assert self.out is not None and self.code != 0, f"expected an error: {self}"
+        return int(self.out["code"])
+
+
+@dataclass
+class CniRig:
+    daemon: RdmadProcess
+    client: Client
+    nics: dict[str, VethPair]
+    workdir: Path
+    cni_path: str
+    ipam_dir: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ipam_dir = self.workdir / "ipam"
+
+    def nic(self, device: str) -> str:
+        return self.nics[device].host
+
+    def conf(self, version: str = "1.0.0", **keys: Any) -> dict[str, Any]:
+        """A network config for this rig's rdmad; host-local IPAM unless ipam=None."""
+        doc: dict[str, Any] = {
+            "cniVersion": version,
+            "name": "rdmanet",
+            "type": "rdmad",
+            "busAddress": self.daemon.bus_address,
+            "ipam": {
+                "type": "host-local",
+                "subnet": "10.77.0.0/24",
+                "routes": [{"dst": "10.78.0.0/16"}],
+                "gateway": "10.77.0.1",
+                "dataDir": str(self.ipam_dir),
+            },
+        }
+        doc.update(keys)
+        return {k: v for k, v in doc.items() if v is not None}
+
+    def leases(self, network: str = "rdmanet") -> set[str]:
+        """The addresses host-local has handed out on `network`."""
+        directory = self.ipam_dir / network
+        if not directory.is_dir():
+            return set()
+        return {p.name for p in directory.iterdir() if p.name[0].isdigit()}
+
+    def run(
+        self,
+        command: str,
+        conf: dict[str, Any] | bytes,
+        netns: str = "",
+        container: str = "ctr1",
+        ifname: str = "net1",
+        args: str = "",
+        env: dict[str, str | None] | None = None,
+    ) -> Outcome:
+        return run_plugin(
+            command, conf, self.cni_path, netns, container, ifname, args, env or {}
+        )
+
+
+def run_plugin(
+    command: str,
+    conf: dict[str, Any] | bytes,
+    path: str,
+    netns: str = "",
+    container: str = "ctr1",
+    ifname: str = "net1",
+    args: str = "",
+    overrides: dict[str, str | None] | None = None,
+) -> Outcome:
+    """One plugin process, with the environment a runtime gives it and nothing else."""
+    env: dict[str, str | None] = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": container,
+        "CNI_NETNS": f"/run/netns/{netns}" if netns else "",
+        "CNI_IFNAME": ifname,
+        "CNI_ARGS": args,
+        "CNI_PATH": path,
+    }
+    env.update(overrides or {})
+    stdin = conf if isinstance(conf, bytes) else json.dumps(conf).encode()
+    done = subprocess.run(
+        [str(PLUGIN)],
+        input=stdin,
+        env={k: v for k, v in env.items() if v is not None},
+        capture_output=True,
+        timeout=60,
+    )
+    text = done.stdout.decode().strip()
+    return Outcome(done.returncode, json.loads(text) if text else None, done.stderr.decode())
+
+
+@pytest.fixture
+async def rig(bus_address: str, tmp_path: Path) -> AsyncIterator[CniRig]:
+    path = cni_path()
+    with temp_veth("cn") as a, temp_veth("cn") as b:
+        nics = {"sim0": a, "sim1": b}
+        spec = ",".join(f"{dev}={pair.host}@{PCI[dev]}" for dev, pair in nics.items())
+        daemon = RdmadProcess(bus_address, tmp_path, spec)
+        await daemon.start()
+        client = await Client.connect(bus_address)
+        try:
+            yield CniRig(daemon, client, nics, tmp_path, path)
+        finally:
+            client.close()
+            await daemon.kill()
