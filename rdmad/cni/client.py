@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jeepney import DBusAddress, DBusErrorResponse, new_method_call
-from jeepney.wrappers import unwrap_msg
 from jeepney.io.blocking import DBusConnection, open_dbus_connection
+from jeepney.wrappers import unwrap_msg
 
 from rdmad.cni.spec import RDMAD_FAILED, TRY_AGAIN_LATER, CniError
 

@@ -3,6 +3,7 @@ the plugin run as a runtime runs it: its executable, CNI_* variables, the config
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -113,9 +114,7 @@ class CniRig:
         args: str = "",
         env: dict[str, str | None] | None = None,
     ) -> Outcome:
-        return run_plugin(
-            command, conf, self.cni_path, netns, container, ifname, args, env or {}
-        )
+        return run_plugin(command, conf, self.cni_path, netns, container, ifname, args, env or {})
 
 
 def run_plugin(
@@ -151,17 +150,31 @@ def run_plugin(
     return Outcome(done.returncode, json.loads(text) if text else None, done.stderr.decode())
 
 
-@pytest.fixture
-async def rig(bus_address: str, tmp_path: Path) -> AsyncIterator[CniRig]:
+@contextlib.asynccontextmanager
+async def running_rig(
+    bus_address: str, workdir: Path, sim_mode: str = "shared"
+) -> AsyncIterator[CniRig]:
     path = cni_path()
     with temp_veth("cn") as a, temp_veth("cn") as b:
         nics = {"sim0": a, "sim1": b}
         spec = ",".join(f"{dev}={pair.host}@{PCI[dev]}" for dev, pair in nics.items())
-        daemon = RdmadProcess(bus_address, tmp_path, spec)
+        daemon = RdmadProcess(bus_address, workdir, spec, sim_mode)
         await daemon.start()
         client = await Client.connect(bus_address)
         try:
-            yield CniRig(daemon, client, nics, tmp_path, path)
+            yield CniRig(daemon, client, nics, workdir, path)
         finally:
             client.close()
             await daemon.kill()
+
+
+@pytest.fixture
+async def rig(bus_address: str, tmp_path: Path) -> AsyncIterator[CniRig]:
+    async with running_rig(bus_address, tmp_path) as r:
+        yield r
+
+
+@pytest.fixture
+async def exclusive_rig(bus_address: str, tmp_path: Path) -> AsyncIterator[CniRig]:
+    async with running_rig(bus_address, tmp_path, "exclusive") as r:
+        yield r

@@ -69,9 +69,7 @@ async def test_whole_device_add_moves_the_netdev_under_ifname(rig: CniRig, netns
     assert "10.77.0.2/24" in addresses("net1", netns=netns)
 
 
-async def test_del_brings_a_whole_device_home_with_its_name_and_up(
-    rig: CniRig, netns: str
-) -> None:
+async def test_del_brings_a_whole_device_home_with_its_name_and_up(rig: CniRig, netns: str) -> None:
     ip("link", "set", rig.nic("sim0"), "up")
     rig.run("ADD", rig.conf(device="sim0"), netns)
     done = rig.run("DEL", rig.conf(device="sim0"), netns)
@@ -114,9 +112,7 @@ async def test_del_after_the_netns_was_deleted_succeeds(rig: CniRig, netns: str)
     assert rig.leases() == set()
 
 
-async def test_two_shared_attachments_on_one_device_are_two_claims(
-    rig: CniRig, netns: str
-) -> None:
+async def test_two_shared_attachments_on_one_device_are_two_claims(rig: CniRig, netns: str) -> None:
     conf = rig.conf(device="sim0", shared=True)
     rig.run("ADD", conf, netns, container="ctr1")
     with temp_netns("cni") as other:
@@ -126,9 +122,7 @@ async def test_two_shared_attachments_on_one_device_are_two_claims(
         assert await owners(rig) == ["cni/rdmanet/ctr2/net2"]
 
 
-async def test_selector_picks_the_shared_device_with_fewest_claims(
-    rig: CniRig, netns: str
-) -> None:
+async def test_selector_picks_the_shared_device_with_fewest_claims(rig: CniRig, netns: str) -> None:
     conf = rig.conf(selector={"driver": "rdmad_sim"}, shared=True, ipam=None)
     rig.run("ADD", rig.conf(device="sim0", shared=True), netns, container="first")
     done = rig.run("ADD", conf, netns, container="second", ifname="net2")
@@ -152,7 +146,9 @@ async def test_mac_capability_sets_the_childs_mac(rig: CniRig, netns: str) -> No
 
 
 async def test_cdi_spec_names_the_attachment_by_pod_and_ifname(rig: CniRig, netns: str) -> None:
-    done = rig.run("ADD", rig.conf(device="sim0", shared=True), netns, args="IgnoreUnknown=1;K8S_POD_NAME=web")
+    done = rig.run(
+        "ADD", rig.conf(device="sim0", shared=True), netns, args="IgnoreUnknown=1;K8S_POD_NAME=web"
+    )
     assert done.code == 0, done
     (spec,) = [json.loads(p.read_text()) for p in rig.daemon.cdi_dir.glob("*.json")]
     assert spec["cdiVersion"] == "0.5.0"

@@ -1,0 +1,79 @@
+"""CHECK, GC, STATUS and VERSION."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.cni.conftest import CniRig
+from tests.support.net import ip, temp_netns
+
+
+def added(rig: CniRig, netns: str, **keys: Any) -> dict[str, Any]:
+    """A shared attachment's config with ADD's result as prevResult, as CHECK gets it."""
+    conf = rig.conf(device="sim0", shared=True, **keys)
+    done = rig.run("ADD", conf, netns)
+    assert done.code == 0 and done.out is not None, done
+    return conf | {"prevResult": done.out}
+
+
+async def test_version_lists_the_three_spec_versions(rig: CniRig) -> None:
+    done = rig.run("VERSION", {"cniVersion": "1.0.0"})
+    assert done.out == {"cniVersion": "1.1.0", "supportedVersions": ["0.4.0", "1.0.0", "1.1.0"]}
+
+
+async def test_check_passes_on_an_intact_attachment(rig: CniRig, netns: str) -> None:
+    done = rig.run("CHECK", added(rig, netns), netns)
+    assert (done.code, done.out) == (0, None)
+
+
+async def test_check_fails_when_the_address_is_gone(rig: CniRig, netns: str) -> None:
+    conf = added(rig, netns)
+    ip("addr", "del", "10.77.0.2/24", "dev", "net1", netns=netns)
+    done = rig.run("CHECK", conf, netns)
+    assert done.error == 120
+    assert done.out is not None and "10.77.0.2/24" in done.out["msg"]
+
+
+async def test_check_fails_when_the_claim_is_gone(rig: CniRig, netns: str) -> None:
+    conf = added(rig, netns)
+    (row,) = await rig.client.manager("ListClaims")
+    await rig.client.manager("Release", "s", row[0])
+    assert rig.run("CHECK", conf, netns).error == 120
+
+
+async def test_check_fails_when_the_interface_is_gone(rig: CniRig, netns: str) -> None:
+    conf = added(rig, netns)
+    ip("link", "set", "net1", "name", "other", netns=netns)
+    done = rig.run("CHECK", conf, netns)
+    assert done.error == 120
+    assert done.out is not None and "net1" in done.out["msg"]
+
+
+async def test_gc_releases_claims_not_in_valid_attachments(rig: CniRig, netns: str) -> None:
+    conf = rig.conf(device="sim0", shared=True)
+    rig.run("ADD", conf, netns, container="keep")
+    with temp_netns("cni") as other:
+        rig.run("ADD", conf, other, container="stale")
+        gc = conf | {"cni.dev/valid-attachments": [{"containerID": "keep", "ifname": "net1"}]}
+        done = rig.run("GC", gc)
+        assert (done.code, done.out) == (0, None)
+        rows = await rig.client.manager("ListClaims")
+        assert [r[4] for r in rows] == ["cni/rdmanet/keep/net1"]
+
+
+async def test_gc_leaves_other_networks_and_other_owners_alone(rig: CniRig, netns: str) -> None:
+    rig.run("ADD", rig.conf(device="sim0", shared=True, name="othernet", ipam=None), netns)
+    await rig.client.manager("Claim", "ssa{sv}", "sim1", netns, {})
+    done = rig.run("GC", rig.conf(device="sim0") | {"cni.dev/valid-attachments": []})
+    assert done.code == 0, done
+    assert len(await rig.client.manager("ListClaims")) == 2
+
+
+async def test_status_is_0_when_rdmad_answers(rig: CniRig) -> None:
+    done = rig.run("STATUS", rig.conf(device="sim0"))
+    assert (done.code, done.out) == (0, None)
+
+
+async def test_status_is_50_when_rdmad_is_stopped(rig: CniRig) -> None:
+    await rig.daemon.stop()
+    assert rig.run("STATUS", rig.conf(device="sim0")).error == 50
