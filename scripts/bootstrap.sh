@@ -34,8 +34,11 @@ done
 #   guest), busybox-static (virtme-ng's initramfs), udev (virtme-ng's exit-code channel
 #   needs /dev/virtio-ports links); python3-venv for the venvs; ca-certificates for pip.
 # bench: containernetworking-plugins (the macvlan CNI plugin, side by side with a shared claim).
+# rdmad-cni's tests: podman (4.3, CNI backend) with runc, Debian's CNI plugins (host-local
+#   IPAM, and host-device/macvlan for the benchmark), catatonit (podman's pod pause binary).
 PKGS=(libsystemd-dev pkg-config gcc python3-dev python3-venv dbus iproute2
-      qemu-system-x86 kmod busybox-static udev ca-certificates containernetworking-plugins)
+      qemu-system-x86 kmod busybox-static udev ca-certificates containernetworking-plugins
+      podman runc catatonit)
 
 missing_pkgs() {
     # one dpkg-query for all packages; anything not "installed" counts as missing
