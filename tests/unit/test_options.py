@@ -64,3 +64,13 @@ def test_device_names_allow_kernel_style_names() -> None:
     assert check_device_name("mlx5_0") == "mlx5_0"
     with pytest.raises(InvalidArgs):
         check_device_name("../x")
+
+
+def test_cdi_name_is_kept() -> None:
+    assert parse_claim_options({"cdi_name": ("s", "web.eth0")}).cdi_name == "web.eth0"
+
+
+@pytest.mark.parametrize("name", ["-web", "web.", "a b", "web/eth0", "x" * 254])
+def test_invalid_cdi_name_is_refused(name: str) -> None:
+    with pytest.raises(InvalidArgs, match="CDI name"):
+        parse_claim_options({"cdi_name": ("s", name)})
