@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from jeepney import DBusAddress, DBusErrorResponse, new_method_call
 from jeepney.io.blocking import DBusConnection, open_dbus_connection
@@ -47,8 +46,7 @@ ERROR_CODES = {
 }
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(NamedTuple):
     name: str
     driver: str
     link_layer: str
@@ -59,8 +57,7 @@ class Device:
     claims: int
 
 
-@dataclass(frozen=True)
-class ClaimRow:
+class ClaimRow(NamedTuple):
     """A live claim as ListClaims lists it."""
 
     id: str

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from rdmad.cni.spec import (
     DECODE_FAILURE,
@@ -29,18 +28,16 @@ OWNER_PREFIX = "cni"
 OWNER_MAX_BYTES = 256  # rdmad's limit on a claim's owner
 
 
-@dataclass(frozen=True)
-class Env:
+class Env(NamedTuple):
     command: str
-    container_id: str = ""
-    netns: str = ""
-    ifname: str = ""
-    args: dict[str, str] = field(default_factory=dict)
-    path: tuple[str, ...] = ()
+    container_id: str
+    netns: str
+    ifname: str
+    args: dict[str, str]
+    path: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Selector:
+class Selector(NamedTuple):
     driver: str = ""
     link_layer: str = ""
     netdev: str = ""
@@ -48,8 +45,7 @@ class Selector:
     pci_address: str = ""  # a prefix: "0000:3b:" matches every function on that bus
 
 
-@dataclass(frozen=True)
-class NetConf:
+class NetConf(NamedTuple):
     version: str
     name: str
     raw: bytes  # as read: handed unchanged to the IPAM plugin
@@ -87,7 +83,7 @@ def parse_env(environ: dict[str, str]) -> Env:
     if command not in VERBS:
         raise CniError(INVALID_ENV, f"CNI_COMMAND {command!r} is not one of {', '.join(VERBS)}")
     if command in ("VERSION", "STATUS", "GC"):
-        return Env(command, path=_cni_path(environ))
+        return Env(command, "", "", "", {}, _cni_path(environ))
     container_id = environ.get("CNI_CONTAINERID", "")
     if not _NAME.match(container_id):
         raise CniError(INVALID_ENV, f"CNI_CONTAINERID {container_id!r} is missing or invalid")

@@ -15,7 +15,7 @@ import os
 import socket
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 CLONE_NEWNET = 0x40000000
 # include/uapi/linux/netlink.h, rtnetlink.h, if_link.h, if_addr.h
@@ -47,9 +47,8 @@ class NetlinkError(OSError):
     pass
 
 
-@dataclass(frozen=True)
-class Link:
-    index: int
+class Link(NamedTuple):
+    ifindex: int
     name: str
     mac: str
     mtu: int

@@ -162,11 +162,11 @@ def _complete(
     try:
         link = links.link(claim.ifname)
         if conf.mac:
-            links.set_mac(link.index, conf.mac)
+            links.set_mac(link.ifindex, conf.mac)
             link = links.link(claim.ifname)
         for route in (addresses or {}).get("routes", []):
             gateway = route.get("gw") or _gateway_for(route["dst"], addresses or {})
-            links.add_route(route["dst"], gateway, link.index)
+            links.add_route(route["dst"], gateway, link.ifindex)
         return link
     except OSError as exc:
         raise CniError(
@@ -268,7 +268,7 @@ def _check_interface(env: Env, conf: NetConf) -> None:
             raise CniError(
                 CHECK_FAILED, f"interface {env.ifname} is gone from {env.netns}"
             ) from None
-        have = links.addresses(link.index)
+        have = links.addresses(link.ifindex)
     finally:
         links.close()
     interfaces = prev.get("interfaces", [])
