@@ -79,7 +79,7 @@ def run_once(plugin: Path, command: str, conf: dict[str, Any], netns: str) -> tu
     return wall, (usage.ru_utime + usage.ru_stime) * 1000.0
 
 
-def columns(netdev: str, bus: str) -> list[Column]:
+def columns(netdev: str, bus: str, plugin: Path) -> list[Column]:
     base = {"cniVersion": "1.0.0", "name": "bench"}
     return [
         Column(
@@ -109,7 +109,7 @@ def columns(netdev: str, bus: str) -> list[Column]:
     ]
 
 
-async def measure(reps: int) -> list[Column]:
+async def measure(reps: int, plugin: Path) -> list[Column]:
     tag = run_prefix()
     host, peer = f"{tag}h", f"{tag}p"
     ip("link", "add", host, "type", "veth", "peer", "name", peer)
@@ -117,7 +117,7 @@ async def measure(reps: int) -> list[Column]:
         ip("link", "set", host, "up")
         with start_private_bus() as bus, temp_netns("cb") as netns:
             async with rdmad(bus.address, f"sim0={host}") as daemon:
-                cols = columns(host, bus.address)
+                cols = columns(host, bus.address, plugin)
                 for col in cols:  # one warm-up each: page cache, first-time imports
                     run_once(col.plugin, "ADD", col.conf, netns)
                     run_once(col.plugin, "DEL", col.conf, netns)
@@ -136,13 +136,14 @@ async def measure(reps: int) -> list[Column]:
         ip("link", "del", host, check=False)
 
 
-def report(cols: Sequence[Column], reps: int) -> str:
+def report(cols: Sequence[Column], reps: int, plugin: Path) -> str:
     lines = [
         "# rdmad-cni against the Go reference plugins",
         "",
         f"{reps} rounds of ADD then DEL per column, no IPAM, one veth (the sim device's netdev);",
         "wall and CPU per plugin process (p50 / p99, ms); rdmad's own CPU per ADD+DEL pair",
         "(mean, ms, from /proc clock ticks over the column).",
+        f"rdmad-cni: {plugin}; load average at the end: {os.getloadavg()[0]:.1f}.",
         "",
         "| column | ADD wall | ADD CPU | DEL wall | DEL CPU | rdmad CPU per pair |",
         "|---|---|---|---|---|---|",
@@ -170,9 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--smoke", action="store_true", help="3 rounds, print only")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "cni-results.md")
+    parser.add_argument(
+        "--plugin", type=Path, default=RDMAD_CNI, help="rdmad-cni to run (e.g. a packaged one)"
+    )
     args = parser.parse_args(argv)
     reps = 3 if args.smoke else args.reps
-    text = report(asyncio.run(measure(reps)), reps)
+    text = report(asyncio.run(measure(reps, args.plugin)), reps, args.plugin)
     print(text)
     if not args.smoke:
         args.out.write_text(text)

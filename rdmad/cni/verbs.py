@@ -92,12 +92,16 @@ def _candidates(rdmad: Rdmad, conf: NetConf) -> list[str]:
     one with the fewest claims. NoSuchDevice/DeviceBusy codes when none fits."""
     devices = rdmad.devices()
     if conf.device_id:
-        matching = [d for d in devices if d.pci_address.lower() == conf.device_id.lower()]
-        wanted = f"at PCI address {conf.device_id}"
-    else:
-        assert conf.selector is not None
-        matching = [d for d in devices if _selected(d, conf.selector)]
-        wanted = f"matching the selector of network {conf.name}"
+        # The device the runtime allocated, whatever its state: rdmad says if it is busy
+        # (and after sriov-cni moved its netdev, it shows "unavailable" yet can be claimed
+        # with netdev=false).
+        named = [d.name for d in devices if d.pci_address.lower() == conf.device_id.lower()]
+        if not named:
+            raise CniError(NO_SUCH_DEVICE, f"no RDMA device at PCI address {conf.device_id}")
+        return named
+    assert conf.selector is not None
+    matching = [d for d in devices if _selected(d, conf.selector)]
+    wanted = f"matching the selector of network {conf.name}"
     if not matching:
         raise CniError(NO_SUCH_DEVICE, f"no RDMA device {wanted}")
     usable = ("available", "shared") if conf.shared else ("available",)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tests.cni.conftest import PCI, CniRig
-from tests.support.net import link, link_names
+from tests.support.net import ip, link, link_names
 
 SRIOV_RESULT = {
     "cniVersion": "1.0.0",
@@ -76,11 +76,12 @@ async def test_chained_after_sriov_moves_only_the_rdma_device(
 ) -> None:
     """As after sriov-cni moved the VF's netdev: netdev=false, exclusive mode."""
     rig = exclusive_rig
+    ip("link", "set", rig.nic("sim0"), "netns", netns)  # what sriov-cni did before
     conf = rig.conf(deviceID=PCI["sim0"], netdev=False, ipam=None, prevResult=SRIOV_RESULT)
     done = rig.run("ADD", conf, netns)
     assert done.code == 0, done
     assert done.out == SRIOV_RESULT
     assert await claimed_devices(rig) == ["sim0"]
-    assert link(rig.nic("sim0")) is not None  # the netdev stayed where it was
+    assert link(rig.nic("sim0"), netns=netns) is not None  # the netdev stayed with sriov-cni
     assert rig.run("DEL", conf, netns).code == 0
     assert await claimed_devices(rig) == []
