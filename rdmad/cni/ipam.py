@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from typing import Any
 
 from rdmad.cni.config import Env, NetConf
@@ -26,6 +25,10 @@ def run(verb: str, env: Env, conf: NetConf, environ: dict[str, str]) -> dict[str
     """Run the IPAM plugin's `verb`; its result (ADD) or None. Its own error passes through
     with its code."""
     plugin = find_plugin(conf.ipam_type, env.path)
+    # Imported here: subprocess is a large part of a plugin run's start, and configs
+    # without IPAM never need it.
+    import subprocess
+
     try:
         done = subprocess.run(
             [plugin],
