@@ -17,6 +17,9 @@ from tests.cni.podman import Podman, require_podman
 from tests.support.daemon import Client, RdmadProcess
 from tests.support.rdma import Rxe, known_to_rdmad, set_netns_mode
 
+# s per podman command: under TCG on a loaded host one `podman run` took over 2 minutes
+PODMAN_TIMEOUT = 900.0
+
 pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
 
 
@@ -24,7 +27,7 @@ pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log
 def podman() -> Iterator[Podman]:
     require_podman()
     home = Path(tempfile.mkdtemp(prefix="rdmad-pm-"))  # tmpfs in the guest
-    pm = Podman(home)
+    pm = Podman(home, timeout=PODMAN_TIMEOUT)
     pm.setup()
     try:
         yield pm
