@@ -34,7 +34,6 @@ def require_podman() -> None:
 @dataclass
 class Podman:
     home: Path
-    timeout: float = 120.0  # s per podman command; the guest's TCG needs far more
 
     @property
     def rootfs(self) -> Path:
@@ -83,7 +82,7 @@ class Podman:
             *args,
         ]
         env = {**os.environ, "CONTAINERS_CONF": str(self.home / "containers.conf")}
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=self.timeout)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
         if check and done.returncode != 0:
             raise AssertionError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr}")
         return done.stdout
