@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import BENCH_DIR, cpu_seconds, pct, pid_of, rdmad, run_prefix
+from bench.common import BENCH_DIR, cpu_seconds, pid_of, rdmad, run_prefix
+from bench.stats import pct
 from tests.support.bus import start_private_bus
 from tests.support.net import ip, temp_netns
 
