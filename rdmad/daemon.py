@@ -207,8 +207,7 @@ async def run(cfg: Config) -> int:
 
     systemd.notify_stopping()
     journal.log_event(log, journal.MESSAGE_STOP, "rdmad stopping; claims stay in place")
-    if watchdog is not None:
-        watchdog.cancel()
+    await systemd.stop_watchdog(watchdog)
     exit_code = 0
     if disconnected.done():
         log.error("lost the bus connection; exiting so that systemd restarts rdmad")

@@ -92,6 +92,6 @@ def from_errno(err: int, what: str) -> RdmadError:
     """Map a kernel errno from an operation on `what` to the named error a caller sees."""
     if err in (errno.EOPNOTSUPP, errno.ENOTSUP):
         return NotSupported(f"{what}: the kernel does not support this ({os.strerror(err)})")
-    if err == errno.EPERM:
-        return AccessDenied(f"{what}: {os.strerror(err)}")
+    # EPERM too: the kernel refused the daemon (no CAP_NET_ADMIN, a seccomp or LSM rule),
+    # which is not the caller's fault, so it is not AccessDenied.
     return KernelError(err, what)

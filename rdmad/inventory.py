@@ -95,14 +95,7 @@ class Inventory:
             state = DeviceState.AVAILABLE if usable else DeviceState.UNAVAILABLE
             return DeviceView(dev, state, INIT_NETNS, ())
         whole = [c for c in mine if not c.shared]
-        if whole:
-            state = DeviceState.CLAIMED
-        elif mine:
-            state = DeviceState.SHARED
-        elif self.has_netdev(dev) or mode == NetnsMode.EXCLUSIVE:
-            state = DeviceState.AVAILABLE
-        else:
-            state = DeviceState.UNAVAILABLE
+        state = DeviceState.CLAIMED if whole else DeviceState.SHARED
         netns = whole[0].netns if whole and whole[0].rdma_moved else INIT_NETNS
         shown = dev
         if whole and whole[0].host is not None and not dev.netdev:

@@ -24,7 +24,7 @@ import struct
 from dataclasses import dataclass
 
 from rdmad.backend import NetnsResolver, NetnsTarget
-from rdmad.errors import DeviceBusy, KernelError, ModeBusy, NotSupported, from_errno
+from rdmad.errors import KernelError, ModeBusy, NotSupported, from_errno
 from rdmad.model import CharDev, ChardevKind, NetnsMode, Port, RdmaDevice
 
 UVERBS_MAJOR = 231  # the kernel's IB_UVERBS_MAJOR
@@ -189,16 +189,8 @@ class SimRdma:
     async def close(self) -> None:
         self._names.close()
 
-    # Test/bench helpers: hotplug of simulated devices.
-    def add_device(self, name: str, netdev: str) -> None:
-        if name in self._devs:
-            raise DeviceBusy(f"sim device {name} exists")
-        index = max((d.index for d in self._devs.values()), default=0) + 1
-        dev = _SimDevice(index, name, netdev, self._names.index_of(netdev))
-        self._recreate_chardevs(dev)
-        self._devs[name] = dev
-
     def remove_device(self, name: str) -> None:
+        """Hot-unplug a simulated device (what udev's "remove infiniband/NAME" reports)."""
         self._devs.pop(name, None)
 
 

@@ -47,10 +47,6 @@ def notify_stopping(status: str | None = None) -> bool:
     return notify("STOPPING=1", *_status(status))
 
 
-def notify_status(status: str) -> bool:
-    return notify(*_status(status))
-
-
 def notify_watchdog() -> bool:
     return notify("WATCHDOG=1")
 

@@ -103,11 +103,6 @@ class KernelRdma:
             return NetnsMode.UNAVAILABLE
         return NetnsMode.SHARED if nl.sys_info(msg).netns_shared else NetnsMode.EXCLUSIVE
 
-    async def monitor_supported(self) -> bool:
-        """Whether the kernel has RDMA_NLDEV_CMD_MONITOR (SYS_GET says so)."""
-        (msg,) = await self._request(nl.get_sys, "reading RDMA system attributes")
-        return nl.sys_info(msg).monitor
-
     async def set_netns_mode(self, mode: NetnsMode) -> None:
         if mode not in (NetnsMode.SHARED, NetnsMode.EXCLUSIVE):
             raise InvalidArgs(f"netns mode must be shared or exclusive, not {mode!s}")
