@@ -9,7 +9,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from rdmad import __version__
-from rdmad.model import NetnsMode
+from rdmad.errors import InvalidArgs
+from rdmad.options import parse_netns_mode
 
 
 @dataclass
@@ -40,15 +41,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", type=Path, help="runtime state (default /run/rdmad)")
     p.add_argument("--cdi-dir", type=Path, help="CDI spec directory (default /var/run/cdi)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    p.add_argument("--netns-mode", choices=["shared", "exclusive"], help="apply at start")
+    p.add_argument("--netns-mode", metavar="{shared,exclusive}", help="apply at start")
     p.add_argument("--shared-limit", type=int, help="shared claims per device (default 16)")
     p.add_argument("--allowed-group", help="group allowed to claim and release, besides root")
-    p.add_argument(
-        "--sim-devices",
-        metavar="NAME=NETDEV[,...]",
-        help="use the SIMULATED RDMA backend with these devices bound to real netdevs",
-    )
-    p.add_argument("--sim-mode", choices=["shared", "exclusive"], help="the simulator's mode")
+    # The simulated RDMA backend (rdmad.sim) is for tests, benchmarks and the host demo:
+    # accepted, but kept out of --help so that nobody mistakes it for a production feature.
+    p.add_argument("--sim-devices", metavar="NAME=NETDEV[,...]", help=argparse.SUPPRESS)
+    p.add_argument("--sim-mode", metavar="{shared,exclusive}", help=argparse.SUPPRESS)
     return p
 
 
@@ -89,9 +88,12 @@ def _apply_file(cfg: Config, path: Path) -> None:
 
 
 def _check(cfg: Config) -> None:
-    if cfg.netns_mode and cfg.netns_mode not in (NetnsMode.SHARED, NetnsMode.EXCLUSIVE):
-        raise ConfigError(f"netns_mode must be shared or exclusive, not {cfg.netns_mode!r}")
-    if cfg.sim_mode not in (NetnsMode.SHARED, NetnsMode.EXCLUSIVE):
-        raise ConfigError(f"sim_mode must be shared or exclusive, not {cfg.sim_mode!r}")
+    for name in ("netns_mode", "sim_mode"):
+        value = getattr(cfg, name)
+        if value:
+            try:
+                parse_netns_mode(value)
+            except InvalidArgs as exc:
+                raise ConfigError(f"{name}: {exc}") from None
     if cfg.shared_limit < 1:
         raise ConfigError("shared_limit must be at least 1")

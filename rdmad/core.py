@@ -23,7 +23,6 @@ from rdmad.backend import NetdevBackend, NetnsResolver, NetnsTarget, Placement, 
 from rdmad.claims import ClaimBook
 from rdmad.errors import (
     DeviceBusy,
-    InvalidArgs,
     NoSuchClaim,
     NoSuchDevice,
     NotSupported,
@@ -493,8 +492,7 @@ class Core:
 
     # ------------------------------------------------------------------ mode
     async def set_netns_mode(self, mode: NetnsMode) -> None:
-        if mode not in (NetnsMode.SHARED, NetnsMode.EXCLUSIVE):
-            raise InvalidArgs(f"netns mode must be 'shared' or 'exclusive', not {mode.value!r}")
+        """`mode`: shared or exclusive (rdmad.options.parse_netns_mode)."""
         if self.netns_mode == NetnsMode.UNAVAILABLE:
             raise Unavailable("no RDMA subsystem is present (is ib_core loaded?)")
         if mode == self.netns_mode:

@@ -30,7 +30,7 @@ from rdmad.eventlog import EventLog
 from rdmad.kernel.netns import KernelNetnsResolver
 from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_events import RtnlEventSource
-from rdmad.model import NetnsMode
+from rdmad.options import parse_netns_mode
 from rdmad.sim import SimRdma, parse_sim_devices
 from rdmad.store import Store
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 def _rdma_backend(cfg: Config, resolver: KernelNetnsResolver) -> RdmaBackend:
     if cfg.sim_devices:
         log.warning("using the SIMULATED RDMA backend: %s", cfg.sim_devices)
-        return SimRdma(parse_sim_devices(cfg.sim_devices), resolver, NetnsMode(cfg.sim_mode))
+        return SimRdma(parse_sim_devices(cfg.sim_devices), resolver, parse_netns_mode(cfg.sim_mode))
     from rdmad.kernel.rdma import KernelRdma
 
     return KernelRdma(init_netns_fd=resolver.init_fd)
@@ -167,7 +167,7 @@ async def run(cfg: Config) -> int:
     await core.start()
     if cfg.netns_mode:
         try:
-            await core.set_netns_mode(NetnsMode(cfg.netns_mode))
+            await core.set_netns_mode(parse_netns_mode(cfg.netns_mode))
         except RdmadError as exc:
             log.error("cannot apply netns_mode=%s at start: %s", cfg.netns_mode, exc)
 

@@ -1,5 +1,6 @@
-"""Validation of Claim options and names: what a caller may ask for, checked before any
-kernel state is touched."""
+"""Validation of what a caller or the configuration may ask for (claim options, names,
+addresses, the netns mode), checked before any kernel state is touched. Each check lives
+here once."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import ipaddress
 import re
 
 from rdmad.errors import InvalidArgs
-from rdmad.model import ChardevKind, ClaimOptions
+from rdmad.model import ChardevKind, ClaimOptions, NetnsMode
+
+Cidr = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
 # D-Bus signature each option must carry; anything else is InvalidArgs.
 OPTION_SIGNATURES: dict[str, str] = {
@@ -45,14 +48,24 @@ def check_device_name(name: str) -> str:
     return name
 
 
-def _cidr(text: str) -> str:
-    try:
-        iface = ipaddress.ip_interface(text)
-    except ValueError:
-        raise InvalidArgs(f"invalid address {text!r}: expected a CIDR like 192.0.2.10/24") from None
+# The modes a caller or the configuration may ask for (UNAVAILABLE is only ever reported).
+NETNS_MODES = (NetnsMode.SHARED.value, NetnsMode.EXCLUSIVE.value)
+
+
+def parse_netns_mode(text: str) -> NetnsMode:
+    if text not in NETNS_MODES:
+        raise InvalidArgs(f"netns mode must be 'shared' or 'exclusive', not {text!r}")
+    return NetnsMode(text)
+
+
+def parse_cidr(text: str) -> Cidr:
+    """An address with its prefix length, such as 192.0.2.10/24 or 2001:db8::5/64."""
     if "/" not in text:
         raise InvalidArgs(f"invalid address {text!r}: the prefix length is missing")
-    return iface.with_prefixlen
+    try:
+        return ipaddress.ip_interface(text)
+    except ValueError:
+        raise InvalidArgs(f"invalid address {text!r}: expected a CIDR like 192.0.2.10/24") from None
 
 
 def parse_claim_options(raw: dict[str, tuple[str, object]]) -> ClaimOptions:
@@ -75,7 +88,8 @@ def parse_claim_options(raw: dict[str, tuple[str, object]]) -> ClaimOptions:
         raise InvalidArgs(f"owner is longer than {OWNER_MAX_BYTES} bytes")
     if "\x00" in owner:
         raise InvalidArgs("owner must not contain NUL")
-    addresses = tuple(_cidr(str(a)) for a in _as_list(values.get("addresses", [])))
+    raw_addresses = _as_list(values.get("addresses", []))
+    addresses = tuple(parse_cidr(str(a)).with_prefixlen for a in raw_addresses)
     kinds: list[ChardevKind] = []
     for kind in _as_list(values.get("chardevs", ["uverbs", "rdma_cm"])):
         try:

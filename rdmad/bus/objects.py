@@ -32,7 +32,7 @@ from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE, MANAGER_IFACE, claim_path
 from rdmad.errors import InvalidArgs
 from rdmad.model import Claim, ClaimOptions, DeviceView, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver
-from rdmad.options import parse_claim_options
+from rdmad.options import parse_claim_options, parse_netns_mode
 
 READ = PropertyAccess.READ
 
@@ -144,9 +144,7 @@ class ManagerInterface(ServiceInterface):
     @bus_errors
     async def SetNetnsMode(self, mode: DBusStr) -> None:
         await self._credentials.require_privileged("SetNetnsMode")
-        if mode not in (NetnsMode.SHARED, NetnsMode.EXCLUSIVE):
-            raise InvalidArgs(f"netns mode must be 'shared' or 'exclusive', not {mode!r}")
-        await self._core.set_netns_mode(NetnsMode(mode))
+        await self._core.set_netns_mode(parse_netns_mode(mode))
 
     # Signals: calling the method emits it with the returned values.
     @dbus_signal()

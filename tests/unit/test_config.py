@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.config import ConfigError, load
+from rdmad.config import ConfigError, load, parser
 
 
 def test_defaults() -> None:
@@ -48,3 +48,14 @@ def test_bad_files_are_refused_with_the_reason(tmp_path: Path, text: str, says: 
     conf.write_text(text)
     with pytest.raises(ConfigError, match=says):
         load(["--config", str(conf)])
+
+
+def test_the_simulated_backend_is_accepted_but_not_offered_in_help() -> None:
+    assert "--sim" not in parser().format_help()
+    cfg = load(["--sim-devices", "sim0=veth0", "--sim-mode", "exclusive"])
+    assert (cfg.sim_devices, cfg.sim_mode) == ("sim0=veth0", "exclusive")
+
+
+def test_a_netns_mode_on_the_command_line_is_checked_like_one_in_the_file() -> None:
+    with pytest.raises(ConfigError, match="netns_mode: netns mode must be"):
+        load(["--netns-mode", "promiscuous"])

@@ -1,12 +1,19 @@
-"""Claim options: what callers may ask for, refused with InvalidArgs before anything moves."""
+"""Claim options, the netns mode and addresses: what callers may ask for, refused with
+InvalidArgs before anything moves."""
 
 from __future__ import annotations
 
 import pytest
 
 from rdmad.errors import InvalidArgs
-from rdmad.model import ChardevKind, ClaimOptions
-from rdmad.options import check_device_name, check_ifname, parse_claim_options
+from rdmad.model import ChardevKind, ClaimOptions, NetnsMode
+from rdmad.options import (
+    check_device_name,
+    check_ifname,
+    parse_cidr,
+    parse_claim_options,
+    parse_netns_mode,
+)
 
 
 def test_no_options_gives_the_contract_defaults() -> None:
@@ -74,3 +81,27 @@ def test_cdi_name_is_kept() -> None:
 def test_invalid_cdi_name_is_refused(name: str) -> None:
     with pytest.raises(InvalidArgs, match="CDI name"):
         parse_claim_options({"cdi_name": ("s", name)})
+
+
+@pytest.mark.parametrize("text", ["shared", "exclusive"])
+def test_a_netns_mode_a_caller_may_ask_for_parses(text: str) -> None:
+    assert parse_netns_mode(text) == NetnsMode(text)
+
+
+@pytest.mark.parametrize("text", ["unavailable", "promiscuous", "", "Shared"])
+def test_any_other_netns_mode_is_invalid_args(text: str) -> None:
+    with pytest.raises(InvalidArgs, match="netns mode must be 'shared' or 'exclusive'"):
+        parse_netns_mode(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [("10.0.0.5", "prefix length is missing"), ("10.0.0.300/24", "expected a CIDR")],
+)
+def test_an_address_without_a_valid_prefix_is_invalid_args(text: str, says: str) -> None:
+    with pytest.raises(InvalidArgs, match=says):
+        parse_cidr(text)
+
+
+def test_an_address_keeps_its_host_part_and_prefix() -> None:
+    assert str(parse_cidr("2001:db8::5/64")) == "2001:db8::5/64"
