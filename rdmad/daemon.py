@@ -15,7 +15,6 @@ import asyncio
 import gc
 import grp
 import logging
-import os
 import signal
 import sys
 
@@ -65,65 +64,10 @@ def _rdma_backend(cfg: Config, resolver: KernelNetnsResolver) -> RdmaBackend:
 def _event_sources(cfg: Config) -> list[EventSource]:
     from rdmad.kernel.udev import RdmaMonitorEvents, UdevEvents
 
-    rcvbuf = os.environ.get(RCVBUF_ENV)
-    rtnl = RtnlEventSource(int(rcvbuf)) if rcvbuf else RtnlEventSource()
-    udev_rcvbuf = os.environ.get(UDEV_RCVBUF_ENV)
-    udev = UdevEvents(rcvbuf=int(udev_rcvbuf)) if udev_rcvbuf else UdevEvents()
-    sources: list[EventSource] = [rtnl, udev]
+    sources: list[EventSource] = [RtnlEventSource(), UdevEvents()]
     if not cfg.sim_devices:
         sources.append(RdmaMonitorEvents())
     return sources
-
-
-# Test-only fault injection, off unless these variables are set (tests/reliability uses them).
-#   RDMAD_TEST_CRASH_AT=<step>[:<n>]  os._exit(137) at the n-th (default 1st) time the core or
-#                                      the rtnl backend reports <step>: as abrupt as SIGKILL,
-#                                      but at a known point between two kernel steps.
-#   RDMAD_TEST_PAUSE_AT=<step>[:<n>]  SIGSTOP ourselves there instead, so a test can change
-#                                      the world (delete the netns, fill the disk) mid-claim
-#                                      and SIGCONT us.
-#   RDMAD_TEST_RCVBUF=<bytes>         receive buffer of the rtnetlink event socket, tiny to
-#                                      force overruns (ENOBUFS).
-#   RDMAD_TEST_UDEV_RCVBUF=<bytes>    the same for the uevent (pyudev) socket.
-CRASH_ENV, PAUSE_ENV, RCVBUF_ENV = "RDMAD_TEST_CRASH_AT", "RDMAD_TEST_PAUSE_AT", "RDMAD_TEST_RCVBUF"
-UDEV_RCVBUF_ENV = "RDMAD_TEST_UDEV_RCVBUF"
-CRASH_EXIT = 137  # what a shell reports for SIGKILL
-
-
-def _point(spec: str) -> tuple[str, int]:
-    step, _, count = spec.partition(":")
-    return step, int(count or 1)
-
-
-class _FaultInjector:
-    """The step hook behind RDMAD_TEST_CRASH_AT/PAUSE_AT. Counts steps only once armed (after
-    READY=1), so the reconciliation at start never trips it: a test can restart an armed
-    daemon right after a crash and still have it come up."""
-
-    def __init__(self, points: dict[str, tuple[str, int]]) -> None:
-        self._points = points
-        self._seen: dict[str, int] = {}
-        self.armed = False
-
-    def __call__(self, step: str) -> None:
-        if not self.armed:
-            return
-        self._seen[step] = self._seen.get(step, 0) + 1
-        for action, (want, count) in self._points.items():
-            if step == want and self._seen[step] == count:
-                log.warning("TEST %s at step %s (#%d)", action, step, count)
-                if action == "crash":
-                    os._exit(CRASH_EXIT)
-                os.kill(os.getpid(), signal.SIGSTOP)
-
-
-def _fault_injector() -> _FaultInjector | None:
-    crash, pause = os.environ.get(CRASH_ENV, ""), os.environ.get(PAUSE_ENV, "")
-    if not crash and not pause:
-        return None
-    points = {name: _point(spec) for name, spec in (("crash", crash), ("pause", pause)) if spec}
-    log.warning("TEST fault injection armed: %s", points)
-    return _FaultInjector(points)
 
 
 def _allowed_gid(cfg: Config) -> int | None:
@@ -144,17 +88,7 @@ async def run(cfg: Config) -> int:
     resolver = KernelNetnsResolver()
     net = await RtnlBackend.create(resolver)
     rdma = _rdma_backend(cfg, resolver)
-    step_hook = _fault_injector()
-    if step_hook is not None:
-        net.step = step_hook
-    core = Core(
-        net,
-        rdma,
-        resolver,
-        Store(cfg.state_dir),
-        shared_limit=cfg.shared_limit,
-        step_hook=step_hook,
-    )
+    core = Core(net, rdma, resolver, Store(cfg.state_dir), shared_limit=cfg.shared_limit)
     sources = _event_sources(cfg)
     for source in list(sources):
         try:
@@ -187,8 +121,6 @@ async def run(cfg: Config) -> int:
     disconnected = asyncio.ensure_future(bus.wait_for_disconnect())  # type: ignore[no-untyped-call]
     disconnected.add_done_callback(lambda _f: stop.set())
 
-    if step_hook is not None:
-        step_hook.armed = True
     # What start built (modules, the inventory, the bus's tables) lives as long as the
     # daemon. Frozen, it is out of the collector's reach: a full collection then scans only
     # what came since, instead of stalling a claim 9-18 ms (docs/performance.md).

@@ -1,6 +1,7 @@
 """uevent overrun: the daemon's uevent socket loses events (ENOBUFS) and it notices.
 
-The module's daemon runs with a tiny uevent receive buffer (RDMAD_TEST_UDEV_RCVBUF) and the
+The module's daemon runs with a tiny uevent receive buffer (UDEV_RCVBUF,
+tests/support/faulty_rdmad.py) and the
 default rtnetlink one. While it is stopped (SIGSTOP), rxe devices are added on fresh veths and
 half of them removed again, far more uevents than the buffer holds, so the kernel drops some
 and flags the socket. After SIGCONT the daemon must log the *udev* resync (the proof the loss
@@ -18,12 +19,13 @@ import tempfile
 import pytest
 
 from tests.support.daemon import Client, RdmadProcess
+from tests.support.faulty_rdmad import RCVBUF, UDEV_RCVBUF
 from tests.support.net import ip, unique_name
 from tests.support.rdma import WAIT, eventually, listed, rdma_dev_names, sh
 
 pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
 
-RCVBUF = 4096  # bytes asked; the kernel doubles it: a few uevents at most
+RCVBUF_BYTES = 4096  # bytes asked; the kernel doubles it: a few uevents at most
 DEVICES = 20  # rxe devices (each on its own veth) added while the daemon is stopped
 UDEV_RESYNC = "udev events were lost (socket overrun): resynchronising"
 
@@ -31,7 +33,7 @@ UDEV_RESYNC = "udev events were lost (socket overrun): resynchronising"
 @pytest.fixture(scope="module")
 def daemon_env() -> dict[str, str]:
     """This module's daemon: tiny uevent buffer, rtnetlink buffer left at its default."""
-    return {"RDMAD_TEST_UDEV_RCVBUF": str(RCVBUF), "RDMAD_TEST_RCVBUF": ""}
+    return {UDEV_RCVBUF: str(RCVBUF_BYTES), RCVBUF: ""}
 
 
 def batch(tool: str, lines: list[str]) -> None:
@@ -74,7 +76,7 @@ async def test_uevent_overrun_is_detected_and_resynchronised_to_the_kernels_inve
         log = rdmad.log()
         print(
             f"uevent overrun: {DEVICES} rxe added on {DEVICES} veths, {DEVICES // 2} deleted "
-            f"while stopped, udev rcvbuf {RCVBUF}: {log.count(UDEV_RESYNC)} udev resync(s), "
+            f"while stopped, udev rcvbuf {RCVBUF_BYTES}: {log.count(UDEV_RESYNC)} udev resync(s), "
             f"{log.count('rdma-monitor events were lost')} rdma-monitor resync(s); "
             f"ListDevices == rdma dev ({len(names)} devices)"
         )

@@ -3,7 +3,7 @@ fault injection, N devices, and helpers to wait on a process state without sleep
 
 The e2e rig and bus fixture are reused, not copied: `bus_address` comes from
 tests/e2e/conftest.py, and `reliability_rig` builds the same `Rig` with more devices and
-the RDMAD_TEST_* variables of rdmad/daemon.py.
+the fault variables of tests/support/faulty_rdmad.py.
 """
 
 from __future__ import annotations

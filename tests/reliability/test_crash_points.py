@@ -1,6 +1,7 @@
-"""SIGKILL-equivalent crash (os._exit(137) via RDMAD_TEST_CRASH_AT) at every step of a claim
-and of a release; after a restart each device is either home with its host name and
-settings, or in its netns with the claim listed. Never in between, never forgotten."""
+"""SIGKILL-equivalent crash (os._exit(137) at CRASH_AT, tests/support/faulty_rdmad.py) at
+every step of a claim and of a release; after a restart each device is either home with its
+host name and settings, or in its netns with the claim listed. Never in between, never
+forgotten."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from dbus_fast import Variant
 from tests.e2e.conftest import Rig
 from tests.reliability.conftest import reliability_rig, restart, settings_of
 from tests.support.daemon import BUS_NAME, DBusCallError
+from tests.support.faulty_rdmad import CRASH_AT
 from tests.support.invariants import assert_invariants
 from tests.support.net import ip, link
 
-CRASH = "RDMAD_TEST_CRASH_AT"
 WHOLE = {
     "ifname": Variant("s", "rdma0"),
     "mtu": Variant("u", 1400),
@@ -90,14 +91,14 @@ async def test_crash_at_every_step_leaves_each_device_home_or_claimed(
     so every restart is also a reconciliation under test."""
     mode, options, claim_steps, release_steps = KINDS[kind]
     steps = claim_steps if op == "claim" else release_steps
-    env = {CRASH: steps[0]}
+    env = {CRASH_AT: steps[0]}
     async with reliability_rig(bus_address, tmp_path, 1, sim_mode=mode, env=env) as rig:
         prepare_host(rig)
         settings = settings_of(rig.nics)
         for i, step in enumerate(steps):
             error = await crash_once(rig, netns, op, options)
             assert error == "org.freedesktop.DBus.Error.NoReply", error
-            await restart(rig, {CRASH: steps[i + 1]} if i + 1 < len(steps) else {})
+            await restart(rig, {CRASH_AT: steps[i + 1]} if i + 1 < len(steps) else {})
             claims = await rig.client.manager("ListClaims")
             report = await assert_invariants(rig.client, rig.nics, settings, [netns])
             held = "claimed" if claims else "home"

@@ -27,6 +27,7 @@ from rdmad.store import Store
 from tests.e2e.conftest import Rig
 from tests.reliability.conftest import is_stopped, reliability_rig, settings_of, wait_until
 from tests.support.daemon import DBusCallError
+from tests.support.faulty_rdmad import PAUSE_AT
 from tests.support.invariants import (
     DaemonView,
     HostSettings,
@@ -36,7 +37,6 @@ from tests.support.invariants import (
 )
 from tests.support.net import ip, link, temp_veth
 
-PAUSE = "RDMAD_TEST_PAUSE_AT"
 Settings = Mapping[str, HostSettings]
 OPTIONS = {
     "whole": {"ifname": Variant("s", "rdma0"), "addresses": Variant("as", ["192.0.2.9/24"])},
@@ -73,7 +73,7 @@ async def outcome(call: asyncio.Future[Any]) -> str:
 async def test_netns_dying_during_a_claim_ends_with_no_claim_and_no_stranded_device(
     bus_address: str, tmp_path: Path, netns: str, kind: str
 ) -> None:
-    env = {PAUSE: "netdev-placed"}
+    env = {PAUSE_AT: "netdev-placed"}
     async with reliability_rig(bus_address, tmp_path, 1, env=env) as rig:
         settings = settings_of(rig.nics)
         mark = rig.client.mark()
@@ -97,7 +97,7 @@ async def test_netns_dying_during_a_claim_ends_with_no_claim_and_no_stranded_dev
 async def test_netns_dying_during_a_release_ends_the_claim_and_strands_nothing(
     bus_address: str, tmp_path: Path, netns: str, kind: str
 ) -> None:
-    env = {PAUSE: "releasing-written"}
+    env = {PAUSE_AT: "releasing-written"}
     async with reliability_rig(bus_address, tmp_path, 1, env=env) as rig:
         settings = settings_of(rig.nics)
         path = await rig.client.manager("Claim", "ssa{sv}", "sim0", netns, OPTIONS[kind])

@@ -16,6 +16,7 @@ from typing import Any
 from dbus_fast import Variant
 
 from tests.reliability.conftest import reliability_rig, settings_of, wait_until
+from tests.support.faulty_rdmad import RCVBUF
 from tests.support.invariants import assert_invariants
 from tests.support.net import ip, temp_netns, unique_name
 
@@ -43,7 +44,7 @@ def burst(count: int) -> None:
 async def test_overrun_is_detected_and_resynchronised_to_the_kernels_inventory(
     bus_address: str, tmp_path: Path
 ) -> None:
-    env = {"RDMAD_TEST_RCVBUF": "4096"}
+    env = {RCVBUF: "4096"}
     a, b = unique_name("ovns"), unique_name("ovns")
     ip("netns", "add", a)
     ip("netns", "add", b)

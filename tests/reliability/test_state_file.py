@@ -19,6 +19,7 @@ from rdmad.store import Store
 from rdmad.swapfile import spare_of
 from tests.reliability.conftest import is_stopped, reliability_rig, settings_of, wait_until
 from tests.support.daemon import DBusCallError
+from tests.support.faulty_rdmad import PAUSE_AT
 from tests.support.invariants import assert_invariants
 
 CORRUPT = {
@@ -79,7 +80,7 @@ def fill(directory: Path) -> Path:
 async def test_disk_full_fails_the_claim_cleanly_and_rolls_the_kernel_back(
     bus_address: str, tmp_path: Path, netns: str, when: str
 ) -> None:
-    env = {"RDMAD_TEST_PAUSE_AT": "netdev-placed"} if when.startswith("after") else {}
+    env = {PAUSE_AT: "netdev-placed"} if when.startswith("after") else {}
     with tiny_tmpfs(tmp_path / "state") as state:
         async with reliability_rig(bus_address, tmp_path, 1, env=env) as rig:
             settings = settings_of(rig.nics)

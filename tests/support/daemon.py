@@ -1,7 +1,9 @@
 """The real rdmad process for end-to-end tests, and a plain D-Bus client to talk to it.
 
 `RdmadProcess` starts `python -m rdmad.daemon` with its own NOTIFY_SOCKET, so "started"
-means the daemon said READY=1 (the same signal systemd waits for), never a sleep.
+means the daemon said READY=1 (the same signal systemd waits for), never a sleep. With an
+RDMAD_TEST_* variable in its `env` it starts `python -m tests.support.faulty_rdmad` instead:
+the same daemon with those faults installed.
 `Client` speaks raw D-Bus to io.rdmad1 and collects its signals, so tests see exactly what
 a runtime's bindings would see.
 """
@@ -22,6 +24,8 @@ from typing import Any
 
 from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
+
+from tests.support import faulty_rdmad
 
 BUS_NAME = "io.rdmad1"
 MANAGER_PATH = "/io/rdmad1"
@@ -56,11 +60,16 @@ class RdmadProcess:
     def cdi_dir(self) -> Path:
         return self.workdir / "cdi"
 
+    @property
+    def entry_point(self) -> str:
+        faulty = any(k.startswith(faulty_rdmad.PREFIX) for k in self.env)
+        return faulty_rdmad.__name__ if faulty else "rdmad.daemon"
+
     def argv(self) -> list[str]:
         args = [
             sys.executable,
             "-m",
-            "rdmad.daemon",
+            self.entry_point,
             "--bus-address",
             self.bus_address,
             "--state-dir",

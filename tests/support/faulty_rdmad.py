@@ -1,0 +1,122 @@
+"""rdmad with test-only fault injection: `python -m tests.support.faulty_rdmad [rdmad options]`.
+
+It installs the faults its environment asks for into rdmad's wiring, then runs rdmad's own
+`main`. None of this is in rdmad itself. tests.support.daemon.RdmadProcess runs this entry
+point instead of `python -m rdmad.daemon` whenever its environment has an RDMAD_TEST_*
+variable.
+
+  RDMAD_TEST_CRASH_AT=<step>[:<n>]  os._exit(137) the n-th time (default: the first) the core
+                                    or the rtnl backend reports <step>: as abrupt as SIGKILL,
+                                    but at a known point between two kernel steps.
+  RDMAD_TEST_PAUSE_AT=<step>[:<n>]  SIGSTOP ourselves there instead, so that a test can
+                                    change the world mid-claim (delete the netns, fill the
+                                    disk) and then SIGCONT us.
+  RDMAD_TEST_RCVBUF=<bytes>         receive buffer of the rtnetlink event socket, tiny to
+                                    force overruns (ENOBUFS); empty: rdmad's default.
+  RDMAD_TEST_UDEV_RCVBUF=<bytes>    the same for the uevent (pyudev) socket.
+
+Steps are counted only from READY=1 on, so the reconciliation at start never trips them: a
+test can restart an armed daemon right after a crash and still have it come up.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import rdmad.daemon
+import rdmad.kernel.udev
+import rdmad.systemd
+from rdmad.core import Core
+from rdmad.kernel.rtnl import RtnlBackend
+from rdmad.kernel.rtnl_events import RtnlEventSource
+
+PREFIX = "RDMAD_TEST_"
+CRASH_AT, PAUSE_AT = PREFIX + "CRASH_AT", PREFIX + "PAUSE_AT"
+RCVBUF, UDEV_RCVBUF = PREFIX + "RCVBUF", PREFIX + "UDEV_RCVBUF"
+CRASH_EXIT = 137  # what a shell reports for SIGKILL
+
+log = logging.getLogger("rdmad.test-faults")
+
+
+class StepFaults:
+    """The step hook: crash or pause at a named step, once armed."""
+
+    def __init__(self, points: dict[str, tuple[str, int]]) -> None:
+        self._points = points  # action ("crash"/"pause") -> (step, n-th time)
+        self._seen: dict[str, int] = {}
+        self.armed = False
+
+    def __call__(self, step: str) -> None:
+        if not self.armed:
+            return
+        self._seen[step] = self._seen.get(step, 0) + 1
+        for action, (want, count) in self._points.items():
+            if step == want and self._seen[step] == count:
+                log.warning("TEST %s at step %s (#%d)", action, step, count)
+                if action == "crash":
+                    os._exit(CRASH_EXIT)
+                os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _point(spec: str) -> tuple[str, int]:
+    step, _, count = spec.partition(":")
+    return step, int(count or 1)
+
+
+def _replace(module: object, name: str, value: object) -> None:
+    """Swap one name rdmad's wiring looks up at run time; fail loudly if it has gone, so that
+    a renamed constructor cannot quietly turn a fault test into a plain run."""
+    if not hasattr(module, name):
+        raise SystemExit(f"faulty_rdmad: {module!r} has no {name!r} any more; update the hooks")
+    setattr(module, name, value)
+
+
+def install(environ: dict[str, str]) -> None:
+    unknown = set(k for k in environ if k.startswith(PREFIX)) - {
+        CRASH_AT,
+        PAUSE_AT,
+        RCVBUF,
+        UDEV_RCVBUF,
+    }
+    if unknown:
+        raise SystemExit(f"faulty_rdmad: unknown fault variables {sorted(unknown)}")
+
+    if environ.get(RCVBUF):
+        source = functools.partial(RtnlEventSource, int(environ[RCVBUF]))
+        _replace(rdmad.daemon, "RtnlEventSource", source)
+    if environ.get(UDEV_RCVBUF):
+        udev = functools.partial(rdmad.kernel.udev.UdevEvents, rcvbuf=int(environ[UDEV_RCVBUF]))
+        _replace(rdmad.kernel.udev, "UdevEvents", udev)
+
+    points = {
+        action: _point(environ[var])
+        for action, var in (("crash", CRASH_AT), ("pause", PAUSE_AT))
+        if environ.get(var)
+    }
+    if not points:
+        return
+    faults = StepFaults(points)
+
+    def core_with_faults(net: RtnlBackend, *args: Any, **kwargs: Any) -> Core:
+        net.step = faults  # the steps inside one netdev operation
+        return Core(net, *args, step_hook=faults, **kwargs)
+
+    notify_ready = rdmad.systemd.notify_ready
+
+    def arm_then_notify_ready(status: str | None = None) -> bool:
+        faults.armed = True
+        return notify_ready(status)
+
+    _replace(rdmad.daemon, "Core", core_with_faults)
+    _replace(rdmad.systemd, "notify_ready", arm_then_notify_ready)
+    log.warning("TEST fault injection installed: %s", points)
+
+
+if __name__ == "__main__":
+    install(dict(os.environ))
+    sys.exit(rdmad.daemon.main(sys.argv[1:]))
