@@ -2,7 +2,8 @@
 
 No `from __future__ import annotations` here: dbus-fast reads the annotations of D-Bus
 members at class creation, so they must be real objects (typing.Annotated carrying a
-DBusSignature), which also keeps mypy and ruff happy without string signatures.
+DBusSignature), which also keeps mypy and ruff happy without string signatures. Properties
+are not written out here: each interface's are one table (rdmad.bus.properties).
 """
 
 import os
@@ -10,36 +11,22 @@ from collections.abc import Callable
 from typing import Annotated, Protocol
 
 from dbus_fast import Variant
-from dbus_fast.annotations import (
-    DBusBool,
-    DBusDict,
-    DBusInt32,
-    DBusObjectPath,
-    DBusSignature,
-    DBusStr,
-    DBusUInt32,
-    DBusUInt64,
-    DBusUnixFd,
-)
-from dbus_fast.constants import PropertyAccess
-from dbus_fast.service import ServiceInterface, dbus_method, dbus_property, dbus_signal
+from dbus_fast.annotations import DBusDict, DBusObjectPath, DBusSignature, DBusStr, DBusUnixFd
+from dbus_fast.service import ServiceInterface, dbus_method, dbus_signal
 
 from rdmad import __version__
 from rdmad.backend import NetnsResolver, NetnsTarget
 from rdmad.bus.credentials import Credentials
 from rdmad.bus.mapping import bus_errors
 from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE, MANAGER_IFACE, claim_path, device_path
+from rdmad.bus.properties import Prop, PropertyTable
 from rdmad.errors import InvalidArgs
 from rdmad.model import Claim, ClaimOptions, DeviceView, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver
 from rdmad.options import parse_claim_options, parse_netns_mode
 
-READ = PropertyAccess.READ
-
 DeviceRow = tuple[str, str, str, str]
 ClaimRow = tuple[str, str, str, str, str, str]
-PortRow = tuple[int, str, str, str]
-CharDevRow = tuple[str, int, int]
 
 
 class CoreAPI(Protocol):
@@ -169,83 +156,46 @@ class ManagerInterface(ServiceInterface):
     ) -> Annotated[tuple[str, str, str], DBusSignature("sss")]:
         return (claim_id, device, reason)
 
-    @dbus_property(access=READ)
-    def Version(self) -> DBusStr:
-        return __version__
 
-    @dbus_property(access=READ)
-    def NetnsMode(self) -> DBusStr:
-        return str(self._core.netns_mode)
-
-
-def device_properties(view: DeviceView) -> dict[str, object]:
-    """Every io.rdmad1.Device property of `view`, by D-Bus name."""
-    d = view.device
-    return {
-        "Name": d.name,
-        "Index": d.index,
-        "NodeGuid": d.node_guid,
-        "Driver": d.driver,
-        "LinkLayer": d.link_layer,
-        "Ports": [(p.index, p.state, p.phys_state, p.netdev) for p in d.ports],
-        "NetDevice": d.netdev,
-        "PciAddress": d.pci_address,
-        "NumaNode": d.numa_node,
-        "CharDevices": list(d.chardevs),
-        "State": str(view.state),
-        "Netns": view.netns,
-        "Claims": [claim_path(c) for c in view.claims],
-    }
+MANAGER_PROPERTIES: PropertyTable[CoreAPI] = PropertyTable(
+    Prop("Version", "s", lambda core: __version__),
+    Prop("NetnsMode", "s", lambda core: str(core.netns_mode)),
+)
+MANAGER_PROPERTIES.export_on(ManagerInterface, lambda self: self._core)
 
 
-DEVICE_SIGNATURES = {
-    "Name": "s",
-    "Index": "u",
-    "NodeGuid": "s",
-    "Driver": "s",
-    "LinkLayer": "s",
-    "Ports": "a(usss)",
-    "NetDevice": "s",
-    "PciAddress": "s",
-    "NumaNode": "i",
-    "CharDevices": "as",
-    "State": "s",
-    "Netns": "s",
-    "Claims": "ao",
-}
+DEVICE_PROPERTIES: PropertyTable[DeviceView] = PropertyTable(
+    Prop("Name", "s", lambda v: v.device.name),
+    Prop("Index", "u", lambda v: v.device.index),
+    Prop("NodeGuid", "s", lambda v: v.device.node_guid),
+    Prop("Driver", "s", lambda v: v.device.driver),
+    Prop("LinkLayer", "s", lambda v: v.device.link_layer),
+    Prop(
+        "Ports",
+        "a(usss)",
+        lambda v: [(p.index, p.state, p.phys_state, p.netdev) for p in v.device.ports],
+    ),
+    Prop("NetDevice", "s", lambda v: v.device.netdev),
+    Prop("PciAddress", "s", lambda v: v.device.pci_address),
+    Prop("NumaNode", "i", lambda v: v.device.numa_node),
+    Prop("CharDevices", "as", lambda v: list(v.device.chardevs)),
+    Prop("State", "s", lambda v: str(v.state)),
+    Prop("Netns", "s", lambda v: v.netns),
+    Prop("Claims", "ao", lambda v: [claim_path(c) for c in v.claims]),
+)
 
-CLAIM_SIGNATURES = {
-    "Id": "s",
-    "Device": "s",
-    "Netns": "s",
-    "NetnsPath": "s",
-    "InterfaceName": "s",
-    "Shared": "b",
-    "Owner": "s",
-    "CharDevices": "a(suu)",
-    "CdiDevice": "s",
-    "CreatedAt": "t",
-}
-
-
-def claim_properties(claim: Claim) -> dict[str, object]:
-    """Every io.rdmad1.Claim property of `claim`, by D-Bus name."""
-    return {
-        "Id": claim.id,
-        "Device": claim.device,
-        "Netns": claim.netns,
-        "NetnsPath": claim.netns_path,
-        "InterfaceName": claim.ifname,
-        "Shared": claim.shared,
-        "Owner": claim.owner,
-        "CharDevices": [(c.path, c.major, c.minor) for c in claim.chardevs],
-        "CdiDevice": claim.cdi_device,
-        "CreatedAt": claim.created_at_us,
-    }
-
-
-def _variants(values: dict[str, object], signatures: dict[str, str]) -> dict[str, Variant]:
-    return {name: Variant(signatures[name], value) for name, value in values.items()}
+CLAIM_PROPERTIES: PropertyTable[Claim] = PropertyTable(
+    Prop("Id", "s", lambda c: c.id),
+    Prop("Device", "s", lambda c: c.device),
+    Prop("Netns", "s", lambda c: c.netns),
+    Prop("NetnsPath", "s", lambda c: c.netns_path),
+    Prop("InterfaceName", "s", lambda c: c.ifname),
+    Prop("Shared", "b", lambda c: c.shared),
+    Prop("Owner", "s", lambda c: c.owner),
+    Prop("CharDevices", "a(suu)", lambda c: [(d.path, d.major, d.minor) for d in c.chardevs]),
+    Prop("CdiDevice", "s", lambda c: c.cdi_device),
+    Prop("CreatedAt", "t", lambda c: c.created_at_us),
+)
 
 
 class DeviceInterface(ServiceInterface):
@@ -255,65 +205,16 @@ class DeviceInterface(ServiceInterface):
 
     def update(self, view: DeviceView) -> dict[str, object]:
         """Take a new view; returns the properties whose values changed."""
-        old, new = device_properties(self._view), device_properties(view)
+        old, new = DEVICE_PROPERTIES.values(self._view), DEVICE_PROPERTIES.values(view)
         self._view = view
         return {k: v for k, v in new.items() if old[k] != v}
 
     def all_properties(self) -> dict[str, Variant]:
         """For ObjectManager.InterfacesAdded."""
-        return _variants(device_properties(self._view), DEVICE_SIGNATURES)
+        return DEVICE_PROPERTIES.variants(self._view)
 
-    @dbus_property(access=READ)
-    def Name(self) -> DBusStr:
-        return self._view.device.name
 
-    @dbus_property(access=READ)
-    def Index(self) -> DBusUInt32:
-        return self._view.device.index
-
-    @dbus_property(access=READ)
-    def NodeGuid(self) -> DBusStr:
-        return self._view.device.node_guid
-
-    @dbus_property(access=READ)
-    def Driver(self) -> DBusStr:
-        return self._view.device.driver
-
-    @dbus_property(access=READ)
-    def LinkLayer(self) -> DBusStr:
-        return self._view.device.link_layer
-
-    @dbus_property(access=READ)
-    def Ports(self) -> Annotated[list[PortRow], DBusSignature("a(usss)")]:
-        return [(p.index, p.state, p.phys_state, p.netdev) for p in self._view.device.ports]
-
-    @dbus_property(access=READ)
-    def NetDevice(self) -> DBusStr:
-        return self._view.device.netdev
-
-    @dbus_property(access=READ)
-    def PciAddress(self) -> DBusStr:
-        return self._view.device.pci_address
-
-    @dbus_property(access=READ)
-    def NumaNode(self) -> DBusInt32:
-        return self._view.device.numa_node
-
-    @dbus_property(access=READ)
-    def CharDevices(self) -> Annotated[list[str], DBusSignature("as")]:
-        return list(self._view.device.chardevs)
-
-    @dbus_property(access=READ)
-    def State(self) -> DBusStr:
-        return str(self._view.state)
-
-    @dbus_property(access=READ)
-    def Netns(self) -> DBusStr:
-        return self._view.netns
-
-    @dbus_property(access=READ)
-    def Claims(self) -> Annotated[list[str], DBusSignature("ao")]:
-        return [claim_path(c) for c in self._view.claims]
+DEVICE_PROPERTIES.export_on(DeviceInterface, lambda self: self._view)
 
 
 class ClaimInterface(ServiceInterface):
@@ -325,7 +226,7 @@ class ClaimInterface(ServiceInterface):
 
     def all_properties(self) -> dict[str, Variant]:
         """For ObjectManager.InterfacesAdded."""
-        return _variants(claim_properties(self.claim), CLAIM_SIGNATURES)
+        return CLAIM_PROPERTIES.variants(self.claim)
 
     @dbus_method()
     @bus_errors
@@ -333,42 +234,5 @@ class ClaimInterface(ServiceInterface):
         await self._credentials.require_privileged("Release")
         await self._core.release(self.claim.id, ReleaseReason.REQUESTED)
 
-    @dbus_property(access=READ)
-    def Id(self) -> DBusStr:
-        return self.claim.id
 
-    @dbus_property(access=READ)
-    def Device(self) -> DBusStr:
-        return self.claim.device
-
-    @dbus_property(access=READ)
-    def Netns(self) -> DBusStr:
-        return self.claim.netns
-
-    @dbus_property(access=READ)
-    def NetnsPath(self) -> DBusStr:
-        return self.claim.netns_path
-
-    @dbus_property(access=READ)
-    def InterfaceName(self) -> DBusStr:
-        return self.claim.ifname
-
-    @dbus_property(access=READ)
-    def Shared(self) -> DBusBool:
-        return self.claim.shared
-
-    @dbus_property(access=READ)
-    def Owner(self) -> DBusStr:
-        return self.claim.owner
-
-    @dbus_property(access=READ)
-    def CharDevices(self) -> Annotated[list[CharDevRow], DBusSignature("a(suu)")]:
-        return [(c.path, c.major, c.minor) for c in self.claim.chardevs]
-
-    @dbus_property(access=READ)
-    def CdiDevice(self) -> DBusStr:
-        return self.claim.cdi_device
-
-    @dbus_property(access=READ)
-    def CreatedAt(self) -> DBusUInt64:
-        return self.claim.created_at_us
+CLAIM_PROPERTIES.export_on(ClaimInterface, lambda self: self.claim)

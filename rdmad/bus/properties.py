@@ -1,0 +1,58 @@
+"""D-Bus properties defined once, in a table, instead of once per use.
+
+Each row names a read-only property, its D-Bus signature and how to read it from the
+object's source (a DeviceView, a Claim, the core). From the table come the dbus-fast
+properties (Get, GetAll, Introspect), the values PropertiesChanged compares and the
+variants ObjectManager.InterfacesAdded carries. The documented contract is dbus/*.xml;
+tests/bus/test_introspection_matches_xml.py checks that it matches what the table exports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from dbus_fast import Variant
+from dbus_fast.constants import PropertyAccess
+from dbus_fast.service import ServiceInterface, dbus_property
+
+S = TypeVar("S")
+
+
+@dataclass(frozen=True)
+class Prop(Generic[S]):
+    name: str
+    signature: str
+    read: Callable[[S], Any]
+
+
+class PropertyTable(Generic[S]):
+    def __init__(self, *props: Prop[S]) -> None:
+        self.props = props
+
+    def values(self, source: S) -> dict[str, Any]:
+        """Every property's value, by D-Bus name."""
+        return {p.name: p.read(source) for p in self.props}
+
+    def variants(self, source: S) -> dict[str, Variant]:
+        return {p.name: Variant(p.signature, p.read(source)) for p in self.props}
+
+    def export_on(self, cls: type[ServiceInterface], source: Callable[[Any], S]) -> None:
+        """Give `cls` one read-only dbus-fast property per row, reading `source(self)`.
+
+        dbus-fast finds properties on the class when an instance is built, and reads the
+        signature from the getter's return annotation, which may be a signature string."""
+        for prop in self.props:
+            if hasattr(cls, prop.name):
+                raise TypeError(f"{cls.__name__}.{prop.name} is already defined")
+            setattr(cls, prop.name, _exported(prop, source))
+
+
+def _exported(prop: Prop[S], source: Callable[[Any], S]) -> Any:
+    def getter(self: ServiceInterface) -> Any:
+        return prop.read(source(self))
+
+    getter.__name__ = getter.__qualname__ = prop.name
+    getter.__annotations__ = {"return": prop.signature}
+    return dbus_property(access=PropertyAccess.READ, name=prop.name)(getter)
