@@ -1,16 +1,20 @@
 """CDI spec files, one per claim, so a runtime can inject the claim's char devices by name
 (`podman --device rdmad.io/rdma=<claim id>`, containerd's CDI support), and by the name its
-caller chose (`cdi_name`, which rdmad-cni derives from the attachment) when it gave one."""
+caller chose (`cdi_name`, which rdmad-cni derives from the attachment) when it gave one.
+
+Written as every file of rdmad's is, through rdmad.swapfile: atomic, and a rewrite (the
+specs are written again at each start) frees no inode. A spec's spare (`.json.next`) does
+not end in .json, so runtimes never read it."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 from rdmad.model import Claim, ReleaseReason
 from rdmad.observer import CoreObserver
+from rdmad.swapfile import spare_of, write_swapped
 
 CDI_KIND = "rdmad.io/rdma"
 # podman 4.3 and containerd 1.6 read CDI specs up to 0.5.0 and refuse newer ones; 0.6.0
@@ -46,26 +50,27 @@ class CdiWriter(CoreObserver):
 
     def claimed(self, claim: Claim) -> None:
         path = self.path_for(claim.id)
-        tmp = path.with_suffix(".tmp")
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(spec_for(claim), indent=1))
-            os.replace(tmp, path)
+            # Readable by every runtime, as a spec written by a plain open() would be.
+            write_swapped(path, json.dumps(spec_for(claim), indent=1).encode(), mode=0o644)
         except OSError as exc:
             # The claim stands (the kernel part is done); runtimes can still use CharDevices.
             log.error("cannot write CDI spec %s: %s", path, exc)
 
     def released(self, claim: Claim, reason: ReleaseReason) -> None:
+        path = self.path_for(claim.id)
         try:
-            self.path_for(claim.id).unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+            spare_of(path).unlink(missing_ok=True)
         except OSError as exc:
             log.error("cannot remove CDI spec for claim %s: %s", claim.id, exc)
 
     def sync(self, live: list[Claim]) -> None:
         """At start: a spec for every live claim, none for anything else."""
-        keep = {self.path_for(c.id) for c in live}
+        keep = {p for c in live for p in (self.path_for(c.id), spare_of(self.path_for(c.id)))}
         if self.directory.is_dir():
-            for stale in self.directory.glob("rdmad.io-rdma-*.json"):
+            for stale in self.directory.glob("rdmad.io-rdma-*.json*"):
                 if stale not in keep:
                     stale.unlink(missing_ok=True)
         for claim in live:

@@ -23,6 +23,7 @@ from rdmad.backend import NetdevBackend, NetnsResolver, NetnsTarget, Placement, 
 from rdmad.claims import ClaimBook
 from rdmad.errors import (
     DeviceBusy,
+    InvalidArgs,
     NoSuchClaim,
     NoSuchDevice,
     NotSupported,

@@ -1,12 +1,15 @@
 """Replace a file's content atomically without freeing an inode: write a spare, swap it in.
 
+rdmad's one way to write a file (the state file, the CDI specs): docs/performance.md,
+"State files", measures what the swap saves a claim against temp file + rename.
+
 The usual write-a-temp-file-then-rename frees the replaced file's inode and dentry, and the
 kernel frees those through RCU, which starts a grace period. rdmad saves its state right
 before each netns move, and a move waits in rcu_barrier() for every pending RCU callback:
 a grace period started just before it costs the move that one plus another, one to two
-scheduler ticks more (docs/kernel-notes.md, docs/performance.md). Swapping two
-files with renameat2(RENAME_EXCHANGE) frees nothing: the new content goes into the spare
-file, the swap makes it the live one, and the old content becomes the next spare.
+scheduler ticks more (docs/kernel-notes.md, docs/performance.md). Swapping two files with
+renameat2(RENAME_EXCHANGE) frees nothing: the new content goes into the spare file, the
+swap makes it the live one, and the old content becomes the next spare.
 
 A crash leaves the live file whole, old or new; only the spare can be torn, and nothing
 reads it. Where the filesystem cannot swap, this falls back to a plain rename.
@@ -48,11 +51,12 @@ def spare_of(path: Path) -> Path:
     return path.with_name(path.name + SPARE_SUFFIX)
 
 
-def write_swapped(path: Path, data: bytes) -> None:
+def write_swapped(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Make `data` the content of `path` atomically and durably (fsync of file and
-    directory). OSError on failure, with `path` as it was."""
+    directory). `mode`: of a newly created file (before the umask). OSError on failure,
+    with `path` as it was."""
     spare = spare_of(path)
-    fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
     try:
         view = memoryview(data)
         while view:

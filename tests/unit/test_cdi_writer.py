@@ -1,0 +1,69 @@
+"""rdmad.cdi.CdiWriter: one CDI spec file per live claim, written like every file of rdmad's
+(swapped in)."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+from rdmad.cdi import CDI_KIND, CdiWriter
+from rdmad.model import CharDev, ChardevKind, Claim, ReleaseReason
+
+
+def claim(claim_id: str) -> Claim:
+    return Claim(
+        id=claim_id,
+        device="mlx5_0",
+        netns_inode=4026532000,
+        netns_path="/run/netns/pod1",
+        nsid=3,
+        ifname="net0",
+        shared=False,
+        owner="pod1",
+        created_at_us=1,
+        chardevs=(CharDev(ChardevKind.UVERBS, "/dev/infiniband/uverbs0", 231, 192),),
+    )
+
+
+def test_a_claim_gets_a_spec_every_runtime_can_read(tmp_path: Path) -> None:
+    writer = CdiWriter(tmp_path / "cdi")
+    writer.claimed(claim("c1"))
+    path = writer.path_for("c1")
+    spec = json.loads(path.read_text())
+    assert spec["kind"] == CDI_KIND
+    assert spec["devices"][0]["name"] == "c1"
+    nodes = spec["devices"][0]["containerEdits"]["deviceNodes"]
+    assert nodes == [{"path": "/dev/infiniband/uverbs0", "type": "c", "major": 231, "minor": 192}]
+    assert stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044
+
+
+def test_a_rewritten_spec_leaves_only_a_spare_runtimes_do_not_read(tmp_path: Path) -> None:
+    writer = CdiWriter(tmp_path)
+    writer.claimed(claim("c1"))
+    writer.claimed(claim("c1"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "rdmad.io-rdma-c1.json",
+        "rdmad.io-rdma-c1.json.next",
+    ]
+    assert [p.name for p in tmp_path.glob("*.json")] == ["rdmad.io-rdma-c1.json"]
+
+
+def test_release_removes_the_spec_and_its_spare(tmp_path: Path) -> None:
+    writer = CdiWriter(tmp_path)
+    writer.claimed(claim("c1"))
+    writer.claimed(claim("c1"))
+    writer.released(claim("c1"), ReleaseReason.REQUESTED)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sync_at_start_keeps_exactly_the_live_claims_specs(tmp_path: Path) -> None:
+    writer = CdiWriter(tmp_path)
+    for cid in ("gone", "live"):
+        writer.claimed(claim(cid))
+        writer.claimed(claim(cid))
+    writer.sync([claim("live")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "rdmad.io-rdma-live.json",
+        "rdmad.io-rdma-live.json.next",
+    ]
