@@ -18,7 +18,7 @@ import logging
 import signal
 import sys
 
-from rdmad import __version__, journal, systemd
+from rdmad import __version__, journal, logfields, systemd
 from rdmad.backend import EventSource, RdmaBackend
 from rdmad.bus.service import NameTaken, connect_bus, start_service
 from rdmad.cdi import CdiWriter
@@ -128,9 +128,9 @@ async def run(cfg: Config) -> int:
     status = f"serving {len(core.devices())} RDMA devices, {len(core.claims())} claims"
     # What went wrong at start (e.g. an unreadable state file) stays in `systemctl status`.
     systemd.notify_ready("; ".join([status, *core.startup_notes]))
-    journal.log_event(
+    logfields.log_event(
         log,
-        journal.MESSAGE_START,
+        logfields.MESSAGE_START,
         f"rdmad {__version__} ready: netns mode {core.netns_mode.value}, "
         f"{len(core.devices())} devices, {len(core.claims())} claims",
     )
@@ -138,7 +138,7 @@ async def run(cfg: Config) -> int:
     await stop.wait()
 
     systemd.notify_stopping()
-    journal.log_event(log, journal.MESSAGE_STOP, "rdmad stopping; claims stay in place")
+    logfields.log_event(log, logfields.MESSAGE_STOP, "rdmad stopping; claims stay in place")
     await systemd.stop_watchdog(watchdog)
     exit_code = 0
     if disconnected.done():

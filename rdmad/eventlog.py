@@ -4,34 +4,34 @@ from __future__ import annotations
 
 import logging
 
-from rdmad import journal
+from rdmad import logfields
 from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver
 
 log = logging.getLogger("rdmad.events")
 
 _RELEASE_IDS = {
-    ReleaseReason.REQUESTED: journal.MESSAGE_RELEASED,
-    ReleaseReason.NETNS_GONE: journal.MESSAGE_NETNS_GONE,
-    ReleaseReason.DEVICE_REMOVED: journal.MESSAGE_DEVICE_REMOVED,
-    ReleaseReason.RECONCILED: journal.MESSAGE_RECONCILED,
+    ReleaseReason.REQUESTED: logfields.MESSAGE_RELEASED,
+    ReleaseReason.NETNS_GONE: logfields.MESSAGE_NETNS_GONE,
+    ReleaseReason.DEVICE_REMOVED: logfields.MESSAGE_DEVICE_REMOVED,
+    ReleaseReason.RECONCILED: logfields.MESSAGE_RECONCILED,
 }
 
 
 class EventLog(CoreObserver):
     def device_added(self, view: DeviceView) -> None:
         dev = view.device
-        journal.log_event(
+        logfields.log_event(
             log,
-            journal.MESSAGE_DEVICE_ADDED,
+            logfields.MESSAGE_DEVICE_ADDED,
             f"RDMA device {dev.name} appeared (netdev {dev.netdev or 'none'}, {view.state})",
             device=dev.name,
         )
 
     def device_removed(self, view: DeviceView) -> None:
-        journal.log_event(
+        logfields.log_event(
             log,
-            journal.MESSAGE_DEVICE_REMOVED,
+            logfields.MESSAGE_DEVICE_REMOVED,
             f"RDMA device {view.device.name} disappeared",
             device=view.device.name,
         )
@@ -41,9 +41,9 @@ class EventLog(CoreObserver):
 
     def claimed(self, claim: Claim) -> None:
         kind = "shared" if claim.shared else "whole-device"
-        journal.log_event(
+        logfields.log_event(
             log,
-            journal.MESSAGE_CLAIMED,
+            logfields.MESSAGE_CLAIMED,
             f"{claim.device} claimed ({kind}) into {claim.netns} as {claim.ifname or '-'}"
             f" by {claim.owner or 'unnamed owner'}",
             device=claim.device,
@@ -52,7 +52,7 @@ class EventLog(CoreObserver):
         )
 
     def released(self, claim: Claim, reason: ReleaseReason) -> None:
-        journal.log_event(
+        logfields.log_event(
             log,
             _RELEASE_IDS[reason],
             f"{claim.device} released from {claim.netns} ({reason.value})",
@@ -63,4 +63,4 @@ class EventLog(CoreObserver):
         )
 
     def mode_changed(self, mode: NetnsMode) -> None:
-        journal.log_event(log, journal.MESSAGE_MODE_CHANGED, f"RDMA netns mode is now {mode}")
+        logfields.log_event(log, logfields.MESSAGE_MODE_CHANGED, f"RDMA netns mode is now {mode}")

@@ -1,11 +1,7 @@
 """Logging: structured journal entries under systemd, one-line key=value text elsewhere.
 
-Every event record may carry RDMAD_DEVICE, RDMAD_NETNS, RDMAD_CLAIM, RDMAD_REASON and a
-MESSAGE_ID naming the kind of event, so that e.g.
-
-    journalctl -u rdmad MESSAGE_ID=<MESSAGE_CLAIMED> RDMAD_DEVICE=mlx5_0
-
-lists one device's claims. Use `log_event()`; plain `logger.info()` works too.
+Event records carry the fields of rdmad.logfields (written with its `log_event()`); this
+module sends them to the journal, or shows them as key=value on stderr.
 """
 
 from __future__ import annotations
@@ -17,56 +13,13 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Final, TextIO
 
+from rdmad.logfields import EVENT_FIELDS
+
 # systemd-python, imported by name: for mypy, the checkout's top-level systemd/ directory
 # (unit files) is a namespace package that shadows it; at runtime the real package wins.
 _journal: Any = importlib.import_module("systemd.journal")
 
-# Fixed per event kind (generated once with uuid4, never change them: users filter on them).
-MESSAGE_CLAIMED: Final = "ff8eafd40d364c19a34673bc3b1e4b38"
-MESSAGE_RELEASED: Final = "0935d984661549fbb4dcd1e850708258"
-MESSAGE_DEVICE_ADDED: Final = "57347e5e9bd8441c83563bae742a33e5"
-MESSAGE_DEVICE_REMOVED: Final = "60d64da90e534b0dba978ee2ee41e449"
-MESSAGE_NETNS_GONE: Final = "4d03436005404628b3aa6b57411c3ef6"
-MESSAGE_MODE_CHANGED: Final = "9f92938cd6c84151aa659318143eb1ad"
-MESSAGE_RECONCILED: Final = "af5005ea085c4c00a3e94c9655ed0957"
-MESSAGE_RESYNC: Final = "55820fbd8b124c448138f9eaf3ea0606"
-MESSAGE_START: Final = "437dce355abf4ffebd66e09ca16f3080"
-MESSAGE_STOP: Final = "09a98dc9b33d4b1092e6415b2d426007"
-
-# record attribute == journal field name; the stderr format shows them as the short key
-EVENT_FIELDS: Final = {
-    "RDMAD_DEVICE": "device",
-    "RDMAD_NETNS": "netns",
-    "RDMAD_CLAIM": "claim",
-    "RDMAD_REASON": "reason",
-}
 SYSLOG_IDENTIFIER: Final = "rdmad"
-
-
-def log_event(
-    logger: logging.Logger,
-    message_id: str,
-    msg: str,
-    *,
-    device: str | None = None,
-    netns: str | None = None,
-    claim: str | None = None,
-    reason: str | None = None,
-    level: int = logging.INFO,
-) -> None:
-    """Log one event with its MESSAGE_ID and whichever of the RDMAD_* fields apply."""
-    extra: dict[str, str] = {"MESSAGE_ID": message_id}
-    for key, value in (
-        ("RDMAD_DEVICE", device),
-        ("RDMAD_NETNS", netns),
-        ("RDMAD_CLAIM", claim),
-        ("RDMAD_REASON", reason),
-    ):
-        if value is not None:
-            extra[key] = str(value)
-    # "%s" + arg: a '%' inside msg (a netns path, a name) must not be %-formatted.
-    # stacklevel: CODE_FILE/CODE_LINE name the caller, not this helper.
-    logger.log(level, "%s", msg, extra=extra, stacklevel=2)
 
 
 def record_fields(record: logging.LogRecord, message: str) -> dict[str, str]:

@@ -20,6 +20,7 @@ from rdmad.claims import ClaimBook
 from rdmad.errors import RdmadError
 from rdmad.events import Event, LinkChanged, LinkRemoved, NetnsGone, RdmaChanged, Resync
 from rdmad.inventory import Inventory
+from rdmad.logfields import MESSAGE_RESYNC, log_event
 from rdmad.model import Claim, ClaimPhase, DeviceView, Netdev, NetnsMode, RdmaDevice, ReleaseReason
 from rdmad.observer import CoreObserver
 
@@ -200,7 +201,12 @@ class InventoryTracker:
         elif isinstance(event, RdmaChanged):
             self.schedule_refresh()
         elif isinstance(event, Resync):
-            log.warning("%s events were lost (socket overrun): resynchronising", event.source)
+            log_event(
+                log,
+                MESSAGE_RESYNC,
+                f"{event.source} events were lost (socket overrun): resynchronising",
+                level=logging.WARNING,
+            )
             self._spawn(self._resync())
         return set()
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from rdmad import journal
+from rdmad import journal, logfields
 
-IDS = {name: value for name, value in vars(journal).items() if name.startswith("MESSAGE_")}
+IDS = {name: value for name, value in vars(logfields).items() if name.startswith("MESSAGE_")}
 
 
 @pytest.fixture
@@ -43,15 +43,15 @@ def test_message_ids_are_fixed_distinct_uuids() -> None:
     assert len(set(IDS.values())) == len(IDS)
     for value in IDS.values():
         assert uuid.UUID(hex=value).hex == value  # 128-bit, lowercase, no dashes
-    assert journal.MESSAGE_CLAIMED == "ff8eafd40d364c19a34673bc3b1e4b38"  # never changes
+    assert logfields.MESSAGE_CLAIMED == "ff8eafd40d364c19a34673bc3b1e4b38"  # never changes
 
 
 def test_stderr_line_shows_fields(logger: logging.Logger) -> None:
     out = io.StringIO()
     journal.setup_logging("info", target="stderr", stream=out)
-    journal.log_event(
+    logfields.log_event(
         logger,
-        journal.MESSAGE_CLAIMED,
+        logfields.MESSAGE_CLAIMED,
         "rxe0 claimed into /run/netns/c 100%",
         device="rxe0",
         netns="/run/netns/c",
@@ -69,8 +69,8 @@ def test_stderr_line_shows_fields(logger: logging.Logger) -> None:
 def test_stderr_quotes_and_flattens(logger: logging.Logger) -> None:
     out = io.StringIO()
     journal.setup_logging("debug", target="stderr", stream=out)
-    journal.log_event(
-        logger, journal.MESSAGE_RELEASED, "two\nlines", netns='a b"c', reason="netns-gone"
+    logfields.log_event(
+        logger, logfields.MESSAGE_RELEASED, "two\nlines", netns='a b"c', reason="netns-gone"
     )
     assert out.getvalue().endswith('two\\nlines netns="a b\\"c" reason=netns-gone\n')
 
@@ -105,7 +105,7 @@ def test_record_fields_mapping(logger: logging.Logger) -> None:
         None,
         func="release",
         extra={
-            "MESSAGE_ID": journal.MESSAGE_NETNS_GONE,
+            "MESSAGE_ID": logfields.MESSAGE_NETNS_GONE,
             "RDMAD_DEVICE": "mlx5_0",
             "RDMAD_NETNS": "/proc/7/ns/net",
             "RDMAD_CLAIM": "c9",
@@ -114,7 +114,7 @@ def test_record_fields_mapping(logger: logging.Logger) -> None:
     )
     assert journal.record_fields(record, "gone") == {
         "MESSAGE": "gone",
-        "MESSAGE_ID": journal.MESSAGE_NETNS_GONE,
+        "MESSAGE_ID": logfields.MESSAGE_NETNS_GONE,
         "PRIORITY": "3",
         "LOGGER": "rdmad.test_journal",
         "SYSLOG_IDENTIFIER": "rdmad",
@@ -136,15 +136,15 @@ def test_journal_handler_sends_fields(logger: logging.Logger) -> None:
 
     handler = journal.setup_logging("info", target="journal", sender=sender)
     assert isinstance(handler, journal.RdmadJournalHandler)
-    journal.log_event(logger, journal.MESSAGE_START, "rdmad ready")
-    journal.log_event(
-        logger, journal.MESSAGE_DEVICE_ADDED, "rxe0 appeared", device="rxe0", level=logging.DEBUG
+    logfields.log_event(logger, logfields.MESSAGE_START, "rdmad ready")
+    logfields.log_event(
+        logger, logfields.MESSAGE_DEVICE_ADDED, "rxe0 appeared", device="rxe0", level=logging.DEBUG
     )  # below the level: not sent
     logger.warning("plain %s", "warning")
     assert len(sent) == 2
     start, plain = sent
     assert start["MESSAGE"] == "rdmad ready"
-    assert start["MESSAGE_ID"] == journal.MESSAGE_START
+    assert start["MESSAGE_ID"] == logfields.MESSAGE_START
     assert start["PRIORITY"] == "6"
     assert not any(k.startswith("RDMAD_") for k in start)
     assert plain["MESSAGE"] == "plain warning"
@@ -183,7 +183,7 @@ def test_journal_handler_with_real_send(
     written: list[tuple[str, ...]] = []
     monkeypatch.setattr(sysjournal, "sendv", lambda *args: written.append(args))
     journal.setup_logging("info", target="journal", sender=sysjournal.send)
-    journal.log_event(logger, journal.MESSAGE_START, "rdmad ready", device="rxe0")
+    logfields.log_event(logger, logfields.MESSAGE_START, "rdmad ready", device="rxe0")
     assert len(written) == 1
     args = written[0]
     assert "MESSAGE=rdmad ready" in args
