@@ -19,7 +19,14 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
-from rdmad.backend import NetdevBackend, NetnsResolver, NetnsTarget, Placement, RdmaBackend
+from rdmad.backend import (
+    NetdevBackend,
+    NetnsResolver,
+    NetnsTarget,
+    Placement,
+    RdmaBackend,
+    netns_reachable,
+)
 from rdmad.claims import ClaimBook
 from rdmad.errors import (
     DeviceBusy,
@@ -205,11 +212,7 @@ class Core:
         self._save()
 
     def _netns_reachable(self, claim: Claim) -> bool:
-        target = self._resolver.reopen(claim.netns_inode, claim.netns_path)
-        if target is None:
-            return False
-        target.close()
-        return True
+        return netns_reachable(self._resolver, claim.netns_inode, claim.netns_path)
 
     # ------------------------------------------------------------------ claim
     async def claim(self, device: str, target: NetnsTarget, options: ClaimOptions) -> Claim:

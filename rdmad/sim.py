@@ -23,7 +23,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from rdmad.backend import NetnsResolver, NetnsTarget
+from rdmad.backend import NetnsResolver, NetnsTarget, netns_reachable
 from rdmad.errors import KernelError, ModeBusy, NotSupported, from_errno
 from rdmad.model import CharDev, ChardevKind, NetnsMode, Port, RdmaDevice
 
@@ -113,16 +113,10 @@ class SimRdma:
     def _return_orphans(self) -> None:
         """rdma_dev_exit_net: a device whose netns died is back in init_net."""
         for dev in self._devs.values():
-            if dev.netns_inode and not self._alive(dev):
+            inode, path = dev.netns_inode, dev.netns_path
+            if inode and not netns_reachable(self._resolver, inode, path):
                 dev.netns_inode, dev.netns_path = 0, ""
                 self._recreate_chardevs(dev)
-
-    def _alive(self, dev: _SimDevice) -> bool:
-        target = self._resolver.reopen(dev.netns_inode, dev.netns_path)
-        if target is None:
-            return False
-        target.close()
-        return True
 
     def _describe(self, dev: _SimDevice) -> RdmaDevice:
         if not dev.ifindex:  # its netdev did not exist at start: bind when it shows up
