@@ -74,20 +74,6 @@ class AccessDenied(RdmadError):
     dbus_name = "org.freedesktop.DBus.Error.AccessDenied"
 
 
-ALL_ERRORS: tuple[type[RdmadError], ...] = (
-    NoSuchDevice,
-    NoSuchClaim,
-    DeviceBusy,
-    InvalidNetns,
-    NotSupported,
-    ModeBusy,
-    Unavailable,
-    KernelError,
-    InvalidArgs,
-    AccessDenied,
-)
-
-
 def from_errno(err: int, what: str) -> RdmadError:
     """Map a kernel errno from an operation on `what` to the named error a caller sees."""
     if err in (errno.EOPNOTSUPP, errno.ENOTSUP):
