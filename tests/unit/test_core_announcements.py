@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.errors import DeviceBusy, InvalidArgs, ModeBusy, Unavailable
+from rdmad.errors import DeviceBusy, ModeBusy, Unavailable
 from rdmad.model import Claim, ClaimOptions, DeviceState, DeviceView, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver, Observers
 from rdmad.store import Store
@@ -155,12 +155,6 @@ async def test_the_mode_cannot_be_set_without_an_rdma_subsystem(rigs: Rigs, tmp_
     rig = await rigs.start(kernel, Store(tmp_path))
     with pytest.raises(Unavailable):
         await rig.core.set_netns_mode(NetnsMode.EXCLUSIVE)
-
-
-async def test_unavailable_is_not_a_mode_to_set(rigs: Rigs, tmp_path: Path) -> None:
-    rig = await rigs.start(two_nics(), Store(tmp_path))
-    with pytest.raises(InvalidArgs):
-        await rig.core.set_netns_mode(NetnsMode.UNAVAILABLE)
 
 
 async def test_setting_the_current_mode_changes_nothing(rigs: Rigs, tmp_path: Path) -> None:
