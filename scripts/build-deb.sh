@@ -3,9 +3,10 @@
 #
 #   scripts/build-deb.sh        prints the path of build/deb/rdmad_<version>_<arch>.deb
 #
-# Builds from the checkout's tracked files as they are in the work tree (uncommitted edits
-# included), copied to build/deb/src so the build never writes into the checkout. A second
-# run with the same files is a no-op (a stamp keyed on them). Needs debhelper, dh-virtualenv
+# Builds from the files the package is made of (PKG_FILES), as they are in the work tree
+# (uncommitted edits included), copied to build/deb/src so the build never writes into the
+# checkout. A second run with the same files is a no-op (a stamp keyed on them): editing
+# tests or docs does not rebuild. Needs debhelper, dh-virtualenv
 # and lintian (scripts/bootstrap.sh installs them) and the index the lock's packages are on.
 set -euo pipefail
 
@@ -17,10 +18,11 @@ die() { echo "[deb] ERROR: $*" >&2; exit 1; }
 for tool in dpkg-buildpackage dh_virtualenv lintian; do
     command -v "$tool" >/dev/null || die "$tool missing: run scripts/bootstrap.sh"
 done
+PKG_FILES=(pyproject.toml README.md rdmad systemd dbus debian requirements)
 mkdir -p "$OUT"
 src_tar=$(mktemp)
 trap 'rm -f "$src_tar"' EXIT
-(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done \
+(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard -- "${PKG_FILES[@]}" | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done \
     | tar --null -T - -cf "$src_tar" --owner=0 --group=0 --mtime=@0 --sort=name)
 stamp=$(sha256sum < "$src_tar" | cut -d' ' -f1)
 version=$(cd "$ROOT" && dpkg-parsechangelog -S Version)

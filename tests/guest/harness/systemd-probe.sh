@@ -18,6 +18,13 @@ kv kernel "$(uname -r)"
 kv uptime_start "$(cut -d' ' -f1 /proc/uptime)"
 kv systemd_version "$(systemctl --version | head -1)"
 
+section "rdmad at boot (installed by apt install ./rdmad_*.deb)"
+kv boot_enabled "$(systemctl is-enabled rdmad)"
+kv boot_active "$(systemctl is-active rdmad)"
+kv boot_package "$(dpkg-query -W -f='${Status} ${Version}' rdmad)"
+# stopped again: the start below is measured, with rxe0 and netns probe1 already there
+systemctl stop rdmad; kv boot_stop_rc $?
+
 section "RDMA set-up: modules, veth, rxe0, netns probe1"
 modprobe -a ib_core ib_uverbs rdma_ucm rdma_rxe veth; kv modprobe_rc $?
 ip link add veth0 type veth peer name veth1 && ip link set veth0 up && ip link set veth1 up
@@ -40,6 +47,15 @@ section "ListDevices"
 devs=$(busctl --system call io.rdmad1 /io/rdmad1 io.rdmad1.Manager ListDevices); kv list_rc $?
 kv listdevices "$devs"
 
+section "rdmactl over the system bus: root, then an unprivileged user (nobody)"
+as_nobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups -- "$@"; }
+out=$(rdmactl list 2>&1); kv rdmactl_root_list_rc $?; echo "$out"
+kv rdmactl_root_list_rxe0 "$(grep -c '^rxe0 ' <<<"$out")"
+out=$(as_nobody rdmactl list 2>&1); kv rdmactl_user_list_rc $?; echo "$out"
+out=$(as_nobody rdmactl claim rxe0 probe1 --shared 2>&1); kv rdmactl_user_claim_rc $?
+echo "$out"
+kv rdmactl_user_claim_err "$(head -n 1 <<<"$out")"
+
 section "shared claim into netns probe1, then release"
 claim=$(busctl --system call io.rdmad1 /io/rdmad1 io.rdmad1.Manager Claim 'ssa{sv}' \
     rxe0 probe1 1 shared b true); kv claim_rc $?
@@ -60,7 +76,7 @@ echo "$sec"
 kv security "$(grep -m1 'Overall exposure level' <<<"$sec")"
 # the same unit files read offline (what README quoted before this check existed)
 kv security_offline "$(systemd-analyze security --offline=yes --no-pager \
-    /etc/systemd/system/rdmad.service 2>&1 | grep -m1 'Overall exposure level')"
+    /lib/systemd/system/rdmad.service 2>&1 | grep -m1 'Overall exposure level')"
 
 section "systemctl stop rdmad"
 t0=$(date +%s%N)
@@ -79,6 +95,25 @@ journalctl -o verbose --no-pager _SYSTEMD_UNIT=rdmad.service RDMAD_DEVICE=rxe0 \
     | grep -E '^[A-Z][a-z]{2} |^ *(MESSAGE|MESSAGE_ID|PRIORITY|CODE_[A-Z]+|RDMAD_[A-Z_]+)=' | tail -n 40
 section "journal (rdmad, short)"
 journalctl -u rdmad --no-pager | tail -n 30
+
+section "apt remove with a live claim, then reinstall: the claim is reconciled"
+# a whole-device claim: veth0 moves into probe1 as net0
+systemctl start rdmad; kv pkg_start_rc $?
+out=$(rdmactl --json claim rxe0 probe1 --ifname net0 2>&1); kv pkg_claim_rc $?; echo "$out"
+jget() { python3 -c 'import json, sys; print(eval(sys.argv[1], {}, {"j": json.load(sys.stdin)}))' "$1"; }
+pkg_claim=$(jget 'j["id"]' <<<"$out" 2>&1)
+kv pkg_claim_id "$pkg_claim"
+apt-get remove -y -q rdmad; kv apt_remove_rc $?
+kv removed_active "$(systemctl is-active rdmad)"
+kv removed_netdev "$(ip netns exec probe1 ip -br link show net0 2>&1 | cut -d' ' -f1)"
+(cd /root && apt-get install -y -q ./rdmad_*.deb); kv apt_install_rc $?
+kv reinstalled_active "$(systemctl is-active rdmad)"
+out=$(rdmactl --json claims 2>&1); kv reinstalled_claims_rc $?; echo "$out"
+kv reinstalled_claim_ids "$(jget '" ".join(c["id"] for c in j)' <<<"$out" 2>&1)"
+kv reinstalled_device "$(rdmactl --json list 2>&1 | jget '[d["state"] for d in j if d["name"] == "rxe0"]')"
+rdmactl release "$pkg_claim"; kv pkg_release_rc $?
+kv released_netdev "$(ip -br link show veth0 2>&1 | cut -d' ' -f1)"
+systemctl stop rdmad
 
 kv uptime_end "$(cut -d' ' -f1 /proc/uptime)"
 kv "done" 1
