@@ -35,11 +35,12 @@ done
 # guest harness: qemu-system-x86 (TCG/KVM), kmod (depmod on the host, modprobe in the
 #   guest), busybox-static (virtme-ng's initramfs), udev (virtme-ng's exit-code channel
 #   needs /dev/virtio-ports links); python3-venv for the venvs; ca-certificates for pip.
-# Debian package (make deb): debhelper + dh-virtualenv build it (its Build-Depends are the
-#   host build packages above), lintian checks it.
+# Debian package (make deb): debhelper + dh-virtualenv build it, help2man writes its man
+#   pages (debian/control's Build-Depends: these and the host build packages above, plus
+#   build-essential, which dpkg-buildpackage always requires), lintian checks it.
 PKGS=(libsystemd-dev pkg-config gcc python3-dev python3-venv dbus iproute2
       qemu-system-x86 kmod busybox-static udev ca-certificates
-      debhelper dh-virtualenv lintian)
+      build-essential debhelper dh-virtualenv help2man lintian)
 
 missing_pkgs() {
     # one dpkg-query for all packages; anything not "installed" counts as missing

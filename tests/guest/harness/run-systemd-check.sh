@@ -1,12 +1,13 @@
 #!/bin/bash
 # run-systemd-check.sh - rdmad as a real systemd service on a real RDMA kernel (7.3), from
 # its Debian package: build/refresh the systemd image (systemd-image.sh: `apt install
-# ./rdmad_*.deb`), boot it once (systemd is PID 1; rdmad starts at boot; the probe unit
-# restarts it, claims/releases, runs rdmactl as root and as nobody, systemd-analyze
+# ./rdmad_*.deb`), boot it once (systemd is PID 1; a set-up unit makes rxe0 and a netns,
+# then rdmad starts at boot; the probe claims/releases, runs rdmactl as root and as nobody,
+# systemd-analyze
 # security, then `apt remove`s the package under a live claim and reinstalls it, and
 # powers off), then check what the probe recorded. Prints the security score.
 #
-#   tests/guest/harness/run-systemd-check.sh [--timeout S]     (root; default 600 s)
+#   tests/guest/harness/run-systemd-check.sh [--timeout S]     (root; default 900 s)
 #
 # Exit: 0 all checks passed; 1 a check failed (each one named on stderr); 124 boot timeout;
 # 125 the image could not be built or the probe left no record (never a silent pass).
@@ -21,7 +22,7 @@ CACHE=$RDMAD_GUEST_CACHE
 . "$HERE/vm.sh"
 
 die() { echo "[sdcheck] ERROR: $*" >&2; exit 125; }
-timeout_s=600
+timeout_s=900
 while [ $# -gt 0 ]; do
     case $1 in
         --timeout) timeout_s=${2:?}; shift 2 ;;
@@ -80,9 +81,8 @@ check "PID 1"                   "$(get pid1)"              '^systemd$'
 check "kernel"                  "$(get kernel)"            "^${KERNEL_73_KVER//+/\\+}$"
 check "package installed"       "$(get boot_package)"      '^install ok installed '
 check "unit enabled"            "$(get boot_enabled)"      '^enabled$'
-check "started at boot"         "$(get boot_active)"       '^active$'
 check "rxe0 created"            "$(get rxe_rc)"            '^0$'
-check "systemctl start rdmad"   "$(get start_rc)"          '^0$'
+check "started at boot"         "$(get start_rc)"          '^0$'
 check "is-active"               "$(get is_active)"         '^active$'
 check "Type"                    "$(get show.Type)"         '^notify$'
 check "NotifyAccess"            "$(get show.NotifyAccess)" '^main$'
@@ -121,7 +121,7 @@ check "netdev home again"       "$(get released_netdev)"    '^veth0(@|$)'
 score=$(get security | sed -n 's/.*rdmad\.service: //p')
 offline=$(get security_offline | sed -n 's/.*rdmad\.service: //p')
 echo "[sdcheck] systemd-analyze security (in guest, $(get systemd_version)): ${score:-NONE}" \
-     "(offline on the same files: ${offline:-NONE}); start $(get start_ms) ms, stop $(get stop_ms) ms;" \
+     "(offline on the same files: ${offline:-NONE}); start at boot $(get start_ms) ms, stop $(get stop_ms) ms;" \
      "boot+probe ${boot_s}s, accel $accel; record: $OUT"
 if [ "$fails" != 0 ]; then
     echo "[sdcheck] $fails check(s) FAILED; full record: $OUT" >&2

@@ -73,6 +73,25 @@ fi
 
 # ------------------------------------------------------------------ probe
 install -m 0755 "$HERE/systemd-probe.sh" "$ROOT/usr/local/bin/rdmad-probe.sh"
+cat > "$ROOT/etc/systemd/system/rdmad-probe-setup.service" <<'EOF'
+# systemd-image.sh: what a node has when rdmad starts at boot (an RDMA device, a netns)
+[Unit]
+Description=rdmad systemd check (RDMA set-up)
+Before=rdmad.service
+[Service]
+Type=oneshot
+ExecStart=/usr/local/bin/rdmad-probe.sh setup
+[Install]
+WantedBy=multi-user.target
+EOF
+# Under emulation (TCG) on a loaded host, Python's start-up alone can take over a minute,
+# and boot competes for the CPU: the unit's own 120 s would measure the host, not rdmad.
+mkdir -p "$ROOT/etc/systemd/system/rdmad.service.d"
+cat > "$ROOT/etc/systemd/system/rdmad.service.d/10-emulated.conf" <<'EOF'
+# systemd-image.sh: an emulated guest is slow to start Python
+[Service]
+TimeoutStartSec=600s
+EOF
 cat > "$ROOT/etc/systemd/system/rdmad-probe.service" <<'EOF'
 # systemd-image.sh: one check of rdmad under systemd, then power off
 [Unit]
@@ -87,7 +106,7 @@ StandardOutput=journal+console
 [Install]
 WantedBy=multi-user.target
 EOF
-chroot "$ROOT" systemctl enable rdmad-probe.service >&2 2>/dev/null
+chroot "$ROOT" systemctl enable rdmad-probe-setup.service rdmad-probe.service >&2 2>/dev/null
 # no getty on the serial console (nothing to log in to) and a quiet, quick boot
 chroot "$ROOT" systemctl mask serial-getty@ttyS0.service getty@tty1.service >/dev/null 2>&1 || true
 echo rdmad-guest > "$ROOT/etc/hostname"

@@ -1,44 +1,49 @@
 #!/bin/bash
-# systemd-probe.sh - runs INSIDE the systemd guest image (rdmad-probe.service, after
-# multi-user.target); installed there by systemd-image.sh as /usr/local/bin/rdmad-probe.sh.
-# Writes /rdmad-probe.out (the root is the host's image dir over 9p, --rw): free-form
-# output, plus "@key=value" lines that run-systemd-check.sh checks. The file appears only
-# when the probe ran to its end (written as .tmp, renamed last), so a half run cannot pass.
-# Every step runs even when an earlier one failed: the host decides, with the whole record.
+# systemd-probe.sh - runs INSIDE the systemd guest image; installed there by
+# systemd-image.sh as /usr/local/bin/rdmad-probe.sh, for two units:
+#   rdmad-probe.sh setup   rdmad-probe-setup.service, at boot, Before=rdmad.service: the
+#                          RDMA device and netns a node has when rdmad starts at boot;
+#                          writes /rdmad-setup.out
+#   rdmad-probe.sh         rdmad-probe.service, after multi-user.target: the checks
+# The probe writes /rdmad-probe.out (the root is the host's image dir over 9p, --rw):
+# free-form output, plus "@key=value" lines that run-systemd-check.sh checks (the set-up's
+# record included). The file appears only when the probe ran to its end (written as .tmp,
+# renamed last), so a half run cannot pass. Every step runs even when an earlier one
+# failed: the host decides, with the whole record.
 set -u
-OUT=/rdmad-probe.out
-rm -f "$OUT" "$OUT.tmp"
-exec >"$OUT.tmp" 2>&1
 
 kv() { printf '@%s=%s\n' "$1" "$2"; }
 section() { printf '\n===== %s\n' "$*"; }
+
+if [ "${1:-}" = setup ]; then
+    exec >/rdmad-setup.out 2>&1
+    section "RDMA set-up at boot, before rdmad starts: modules, veth, rxe0, netns probe1"
+    modprobe -a ib_core ib_uverbs rdma_ucm rdma_rxe veth; kv modprobe_rc $?
+    ip link add veth0 type veth peer name veth1 && ip link set veth0 up && ip link set veth1 up
+    kv veth_rc $?
+    rdma link add rxe0 type rxe netdev veth0; kv rxe_rc $?
+    rdma dev
+    ip netns add probe1; kv netns_rc $?
+    exit 0
+fi
+
+OUT=/rdmad-probe.out
+rm -f "$OUT" "$OUT.tmp"
+exec >"$OUT.tmp" 2>&1
 
 kv pid1 "$(cat /proc/1/comm)"
 kv kernel "$(uname -r)"
 kv uptime_start "$(cut -d' ' -f1 /proc/uptime)"
 kv systemd_version "$(systemctl --version | head -1)"
+cat /rdmad-setup.out
 
-section "rdmad at boot (installed by apt install ./rdmad_*.deb)"
-kv boot_enabled "$(systemctl is-enabled rdmad)"
-kv boot_active "$(systemctl is-active rdmad)"
+section "rdmad started at boot (installed by apt install ./rdmad_*.deb)"
 kv boot_package "$(dpkg-query -W -f='${Status} ${Version}' rdmad)"
-# stopped again: the start below is measured, with rxe0 and netns probe1 already there
-systemctl stop rdmad; kv boot_stop_rc $?
-
-section "RDMA set-up: modules, veth, rxe0, netns probe1"
-modprobe -a ib_core ib_uverbs rdma_ucm rdma_rxe veth; kv modprobe_rc $?
-ip link add veth0 type veth peer name veth1 && ip link set veth0 up && ip link set veth1 up
-kv veth_rc $?
-rdma link add rxe0 type rxe netdev veth0; kv rxe_rc $?
-rdma dev
-# before rdmad starts: the netns bind mount then exists in rdmad's mount namespace from
-# the start (no reliance on propagation into ProtectSystem='s private namespace)
-ip netns add probe1; kv netns_rc $?
-
-section "systemctl start rdmad"
-t0=$(date +%s%N)
+kv boot_enabled "$(systemctl is-enabled rdmad)"
+# joins the boot's start job if it is still running; a no-op once rdmad is up
 systemctl start rdmad; kv start_rc $?
-kv start_ms $(( ($(date +%s%N) - t0) / 1000000 ))
+ms() { systemctl show rdmad -p "$1" --value; }
+kv start_ms $(( ($(ms ActiveEnterTimestampMonotonic) - $(ms InactiveExitTimestampMonotonic)) / 1000 ))
 kv is_active "$(systemctl is-active rdmad)"
 systemctl show rdmad -p Type -p NotifyAccess -p ActiveState -p SubState -p StatusText \
     -p WatchdogUSec -p NRestarts | sed 's/^/@show./'
