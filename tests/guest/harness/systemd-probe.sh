@@ -75,6 +75,23 @@ else
 fi
 kv listdevices_after "$(busctl --system call io.rdmad1 /io/rdmad1 io.rdmad1.Manager ListDevices)"
 
+section "apt remove with a live claim, then reinstall: the claim is reconciled"
+# a whole-device claim: veth0 moves into probe1 as net0 (the daemon started at boot)
+out=$(rdmactl --json claim rxe0 probe1 --ifname net0 2>&1); kv pkg_claim_rc $?; echo "$out"
+jget() { python3 -c 'import json, sys; print(eval(sys.argv[1], {}, {"j": json.load(sys.stdin)}))' "$1"; }
+pkg_claim=$(jget 'j["id"]' <<<"$out" 2>&1)
+kv pkg_claim_id "$pkg_claim"
+apt-get remove -y -q rdmad; kv apt_remove_rc $?
+kv removed_active "$(systemctl is-active rdmad)"
+kv removed_netdev "$(ip netns exec probe1 ip -br link show net0 2>&1 | cut -d' ' -f1)"
+(cd /root && apt-get install -y -q ./rdmad_*.deb); kv apt_install_rc $?
+kv reinstalled_active "$(systemctl is-active rdmad)"
+out=$(rdmactl --json claims 2>&1); kv reinstalled_claims_rc $?; echo "$out"
+kv reinstalled_claim_ids "$(jget '" ".join(c["id"] for c in j)' <<<"$out" 2>&1)"
+kv reinstalled_device "$(rdmactl --json list 2>&1 | jget '[d["state"] for d in j if d["name"] == "rxe0"]')"
+rdmactl release "$pkg_claim"; kv pkg_release_rc $?
+kv released_netdev "$(ip -br link show veth0 2>&1 | cut -d' ' -f1)"
+
 section "systemd-analyze security rdmad.service"
 sec=$(systemd-analyze security rdmad.service --no-pager 2>&1); kv security_rc $?
 echo "$sec"
@@ -100,25 +117,6 @@ journalctl -o verbose --no-pager _SYSTEMD_UNIT=rdmad.service RDMAD_DEVICE=rxe0 \
     | grep -E '^[A-Z][a-z]{2} |^ *(MESSAGE|MESSAGE_ID|PRIORITY|CODE_[A-Z]+|RDMAD_[A-Z_]+)=' | tail -n 40
 section "journal (rdmad, short)"
 journalctl -u rdmad --no-pager | tail -n 30
-
-section "apt remove with a live claim, then reinstall: the claim is reconciled"
-# a whole-device claim: veth0 moves into probe1 as net0
-systemctl start rdmad; kv pkg_start_rc $?
-out=$(rdmactl --json claim rxe0 probe1 --ifname net0 2>&1); kv pkg_claim_rc $?; echo "$out"
-jget() { python3 -c 'import json, sys; print(eval(sys.argv[1], {}, {"j": json.load(sys.stdin)}))' "$1"; }
-pkg_claim=$(jget 'j["id"]' <<<"$out" 2>&1)
-kv pkg_claim_id "$pkg_claim"
-apt-get remove -y -q rdmad; kv apt_remove_rc $?
-kv removed_active "$(systemctl is-active rdmad)"
-kv removed_netdev "$(ip netns exec probe1 ip -br link show net0 2>&1 | cut -d' ' -f1)"
-(cd /root && apt-get install -y -q ./rdmad_*.deb); kv apt_install_rc $?
-kv reinstalled_active "$(systemctl is-active rdmad)"
-out=$(rdmactl --json claims 2>&1); kv reinstalled_claims_rc $?; echo "$out"
-kv reinstalled_claim_ids "$(jget '" ".join(c["id"] for c in j)' <<<"$out" 2>&1)"
-kv reinstalled_device "$(rdmactl --json list 2>&1 | jget '[d["state"] for d in j if d["name"] == "rxe0"]')"
-rdmactl release "$pkg_claim"; kv pkg_release_rc $?
-kv released_netdev "$(ip -br link show veth0 2>&1 | cut -d' ' -f1)"
-systemctl stop rdmad
 
 kv uptime_end "$(cut -d' ' -f1 /proc/uptime)"
 kv "done" 1
