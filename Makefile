@@ -1,14 +1,25 @@
 # The two commands a fresh machine needs (see README.md):
 #   make demo   install everything, then walk through a claim's life on a real RDMA kernel
-#   make test   install everything, then lint, host tests and guest tests on both kernels
+#   make test   install everything, then lint, host tests and guest tests on both kernels,
+#               the Debian package, and rdmad installed from it under systemd in a guest
 VENV   := .venv
 PY     := $(VENV)/bin/python
 GUEST  := tests/guest/harness
 
-.PHONY: setup kernels lint test test-host test-guest test-guest-7.3 test-guest-6.1 test-systemd demo demo-host bench bench-smoke
+.PHONY: setup lock deb kernels lint test test-host test-guest test-guest-7.3 test-guest-6.1 test-systemd demo demo-host bench bench-smoke
 
 setup:
 	scripts/bootstrap.sh
+
+# Re-resolve the dependency locks (requirements/*.txt, with hashes) to the newest versions
+# pyproject.toml allows; commit the result. setup installs from requirements/dev.txt.
+lock: setup
+	requirements/lock.sh
+	scripts/bootstrap.sh --no-apt
+
+# build/deb/rdmad_<version>_<arch>.deb (debian/, lintian-checked); a no-op when unchanged
+deb: setup
+	scripts/build-deb.sh
 
 kernels: setup
 	$(GUEST)/prepare-kernel.sh all
@@ -29,12 +40,13 @@ test-guest-6.1: kernels
 
 test-guest: test-guest-7.3 test-guest-6.1
 
-# rdmad under systemd as PID 1 in a bookworm image: notify, bus policy, journald fields,
-# systemd-analyze security.
-test-systemd: kernels
+# rdmad installed from its .deb under systemd as PID 1 in a bookworm image: start at boot,
+# notify, bus policy (rdmactl as root and as nobody), journald fields, systemd-analyze
+# security, apt remove/reinstall under a live claim.
+test-systemd: kernels deb
 	$(GUEST)/run-systemd-check.sh
 
-test: lint test-host test-guest test-systemd bench-smoke
+test: lint test-host test-guest deb test-systemd bench-smoke
 
 demo: kernels
 	scripts/demo.sh --guest

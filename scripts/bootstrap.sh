@@ -9,7 +9,9 @@
 #
 # A second run is a fast no-op: installed packages are checked with one dpkg-query before
 # any `apt-get update` (which alone takes ~10 s), and the venv carries a stamp keyed on
-# pyproject.toml so pip is skipped when nothing changed.
+# the lock so pip is skipped when nothing changed.
+# Python packages come from the lock (requirements/dev.txt, hashes checked; `make lock`
+# updates it), then rdmad itself, editable, with no dependency or build step of its own.
 # The guest kernels are NOT fetched here: tests/guest/harness/prepare-kernel.sh does that.
 set -euo pipefail
 
@@ -36,9 +38,13 @@ done
 # bench: containernetworking-plugins (the macvlan CNI plugin, side by side with a shared claim).
 # rdmad-cni's tests: podman (4.3, CNI backend) with runc, Debian's CNI plugins (host-local
 #   IPAM, and host-device/macvlan for the benchmark), catatonit (podman's pod pause binary).
+# Debian package (make deb): debhelper + dh-virtualenv build it, help2man writes its man
+#   pages (debian/control's Build-Depends: these and the host build packages above, plus
+#   build-essential, which dpkg-buildpackage always requires), lintian checks it.
 PKGS=(libsystemd-dev pkg-config gcc python3-dev python3-venv dbus iproute2
       qemu-system-x86 kmod busybox-static udev ca-certificates containernetworking-plugins
-      podman runc catatonit)
+      podman runc catatonit
+      build-essential debhelper dh-virtualenv help2man lintian)
 
 missing_pkgs() {
     # one dpkg-query for all packages; anything not "installed" counts as missing
@@ -68,14 +74,15 @@ fi
 # ------------------------------------------------------------------ venv
 VENV="$ROOT/.venv"
 STAMP="$VENV/.rdmad-bootstrap"
-want_stamp=$(cat "$ROOT/pyproject.toml" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)
+LOCK="$ROOT/requirements/dev.txt"
+want_stamp=$(cat "$LOCK" "$ROOT/pyproject.toml" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)
 
 if [ ! -x "$VENV/bin/python" ]; then
     say "creating $VENV ($PYTHON)"
     "$PYTHON" -m venv "$VENV" || die "python venv failed (python3-venv installed?)"
 fi
 
-# Up to date = same pyproject + this script, and the editable install still points here
+# Up to date = same lock + pyproject + this script, and the editable install still points here
 # (a checkout moved/copied elsewhere keeps a stale .venv otherwise).
 up_to_date() {
     [ "${RDMAD_FORCE_PIP:-0}" != 1 ] || return 1
@@ -90,9 +97,12 @@ EOF
 if up_to_date; then
     say "venv up to date ($VENV)"
 else
-    say "pip install -e '.[dev,bench]' into $VENV"
-    "$VENV/bin/python" -m pip install -q -e "${ROOT}[dev,bench]" \
-        || die "pip install -e '.[dev,bench]' failed"
+    say "pip install --require-hashes -r requirements/dev.txt into $VENV"
+    "$VENV/bin/python" -m pip install -q --require-hashes -r "$LOCK" \
+        || die "pip install -r requirements/dev.txt failed"
+    # the lock holds every dependency and the build backend (setuptools)
+    "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$ROOT" \
+        || die "pip install -e . failed"
     echo "$want_stamp" > "$STAMP"
 fi
 say "done"

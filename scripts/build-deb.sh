@@ -1,0 +1,46 @@
+#!/bin/bash
+# build-deb.sh - build the Debian package (make deb) and check it with lintian.
+#
+#   scripts/build-deb.sh        prints the path of build/deb/rdmad_<version>_<arch>.deb
+#
+# Builds from the files the package is made of (PKG_FILES), as they are in the work tree
+# (uncommitted edits included), copied to build/deb/src so the build never writes into the
+# checkout. A second run with the same files is a no-op (a stamp keyed on them): editing
+# tests or docs does not rebuild. Needs debhelper, dh-virtualenv
+# and lintian (scripts/bootstrap.sh installs them) and the index the lock's packages are on.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=$ROOT/build/deb
+say() { echo "[deb] $*" >&2; }
+die() { echo "[deb] ERROR: $*" >&2; exit 1; }
+
+for tool in dpkg-buildpackage dh_virtualenv lintian; do
+    command -v "$tool" >/dev/null || die "$tool missing: run scripts/bootstrap.sh"
+done
+PKG_FILES=(pyproject.toml README.md rdmad systemd dbus debian requirements)
+mkdir -p "$OUT"
+src_tar=$(mktemp)
+trap 'rm -f "$src_tar"' EXIT
+(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard -- "${PKG_FILES[@]}" | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done \
+    | tar --null -T - -cf "$src_tar" --owner=0 --group=0 --mtime=@0 --sort=name)
+stamp=$(sha256sum < "$src_tar" | cut -d' ' -f1)
+version=$(cd "$ROOT" && dpkg-parsechangelog -S Version)
+deb=$OUT/rdmad_${version}_$(dpkg-architecture -qDEB_HOST_ARCH).deb
+
+if [ "$(cat "$OUT/.stamp" 2>/dev/null)" = "$stamp" ] && [ -f "$deb" ]; then
+    say "up to date: $deb"
+else
+    say "building rdmad $version (log: $OUT/build.log)"
+    rm -rf "$OUT/src" "$OUT"/*.deb "$OUT"/*.changes "$OUT"/*.buildinfo "$OUT/.stamp"
+    mkdir -p "$OUT/src"
+    tar -xmf "$src_tar" -C "$OUT/src"   # -m: files dated now, not 1970
+    (cd "$OUT/src" && dpkg-buildpackage -b -us -uc) >"$OUT/build.log" 2>&1 \
+        || { tail -n 40 "$OUT/build.log" >&2; die "dpkg-buildpackage failed: see $OUT/build.log"; }
+    [ -f "$deb" ] || die "no $deb after the build"
+    # each override in debian/rdmad.lintian-overrides says why it is there
+    lintian --fail-on error,warning --tag-display-limit 0 "$deb" >&2 \
+        || die "lintian found problems in $deb"
+    echo "$stamp" > "$OUT/.stamp"
+fi
+echo "$deb"
