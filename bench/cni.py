@@ -8,7 +8,7 @@ system time from wait4 (children included). rdmad's own CPU for the same operati
 measured apart, from the daemon's /proc counters over the whole column, and shown per
 operation. The four columns take turns, rotating which one goes first in each round.
 
-    sudo .venv/bin/python -m bench.cni [--reps 40] [--smoke] [--out bench/cni-results.md]
+    sudo .venv/bin/python -m bench.cni [--reps 40] [--smoke] [--out bench/out/cni-results.md]
 
 Not part of bench.run.
 """
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--smoke", action="store_true", help="3 rounds, print only")
-    parser.add_argument("--out", type=Path, default=BENCH_DIR / "cni-results.md")
+    parser.add_argument("--out", type=Path, default=BENCH_DIR / "out" / "cni-results.md")
     parser.add_argument(
         "--plugin", type=Path, default=RDMAD_CNI, help="rdmad-cni to run (e.g. a packaged one)"
     )
@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     text = report(asyncio.run(measure(reps, args.plugin)), reps, args.plugin)
     print(text)
     if not args.smoke:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
     return 0
 
