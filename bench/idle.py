@@ -23,7 +23,9 @@ from bench.common import (
     pid_of,
     rdmad,
 )
-from rdmad.kernel.rtnl_events import GROUPS
+from rdmad.kernel.rtnl_msgs import RTNLGRP_LINK, RTNLGRP_NSID
+
+GROUPS = (1 << (RTNLGRP_LINK - 1)) | (1 << (RTNLGRP_NSID - 1))  # what rdmad subscribes to
 
 N_DEVICES = 16
 

@@ -130,7 +130,7 @@ def setup_logging(
 
     target: "journal", "stderr" or "auto" (journal when stderr is the journal stream).
     The rdmad.* loggers get `level`; libraries stay at WARNING so that --log-level debug
-    shows rdmad's decisions, not pyroute2's packets. `stream`/`sender` are for tests.
+    shows rdmad's decisions, not a library's chatter. `stream`/`sender` are for tests.
     """
     if isinstance(level, str):
         level = logging.getLevelNamesMapping()[level.upper()]

@@ -1,4 +1,4 @@
-"""RdmaBackend over the kernel's RDMA netlink (rdma_nl codec + rdma_socket) and sysfs."""
+"""RdmaBackend over the kernel's RDMA netlink (rdma_nl codec on an NlChannel) and sysfs."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from rdmad.errors import (
     NotSupported,
     RdmadError,
     Unavailable,
-    from_errno,
 )
 from rdmad.kernel import rdma_nl as nl
+from rdmad.kernel.netlink import Build, Message, kernel_error
 from rdmad.kernel.netns import run_in_netns
-from rdmad.kernel.rdma_socket import Build, RdmaSocket, make_socket, transact
+from rdmad.kernel.nlsocket import NlChannel, open_socket, transact
 from rdmad.kernel.rdma_sysfs import sysfs_facts
 from rdmad.model import CharDev, ChardevKind, NetnsMode, Port, RdmaDevice
 
@@ -44,14 +44,10 @@ def _error(e: OSError, what: str) -> RdmadError:
     err = e.errno or errno.EIO
     if err in (errno.EPROTONOSUPPORT, errno.ECONNREFUSED):
         return _unavailable()
-    mapped = from_errno(err, what)
-    extack = getattr(e, "extack", "")
-    if extack:
-        mapped.args = (f"{mapped.args[0]}: {extack}",)
-    return mapped
+    return kernel_error(e, what)
 
 
-def _index_by_name(messages: list[nl.Message], name: str) -> int | None:
+def _index_by_name(messages: list[Message], name: str) -> int | None:
     return next((d.index for d in map(nl.dev_info, messages) if d.name == name), None)
 
 
@@ -70,21 +66,21 @@ class KernelRdma:
             if init_netns_fd is None
             else init_netns_fd
         )
-        self._sock: RdmaSocket | None = None
+        self._sock: NlChannel | None = None
 
     # -- plumbing ---------------------------------------------------------------------
 
-    def _socket(self) -> RdmaSocket:
+    def _socket(self) -> NlChannel:
         if self._sock is None or self._sock.closed:
             try:
-                self._sock = RdmaSocket.open()
+                self._sock = NlChannel.open(nl.NETLINK_RDMA)
             except OSError as e:
                 raise _error(e, "opening RDMA netlink") from e
         return self._sock
 
     async def _request(
-        self, build: Build, what: str, sock: RdmaSocket | None = None
-    ) -> list[nl.Message]:
+        self, build: Build, what: str, sock: NlChannel | None = None
+    ) -> list[Message]:
         s = sock or self._socket()
         try:
             return await s.request(build)
@@ -157,7 +153,7 @@ class KernelRdma:
         def in_source() -> None:
             # The kernel moves from the sending thread's netns and finds the device in the
             # socket's netns: both must be `source`, so create and send from in there.
-            with make_socket(blocking=True) as sock:
+            with open_socket(nl.NETLINK_RDMA, blocking=True) as sock:
                 index = _index_by_name(transact(sock, nl.get_dev, 1), name)
                 if index is None:
                     raise NoSuchDevice(f"no RDMA device {name} in {source.path or 'that netns'}")
@@ -196,9 +192,10 @@ class KernelRdma:
 
     # -- helpers ----------------------------------------------------------------------
 
-    async def _open_in(self, target: NetnsTarget) -> RdmaSocket:
+    async def _open_in(self, target: NetnsTarget) -> NlChannel:
         try:
-            return await RdmaSocket.open_in(target.fd)
+            sock = await run_in_netns(target.fd, functools.partial(open_socket, nl.NETLINK_RDMA))
+            return NlChannel(sock)
         except OSError as e:
             raise _error(e, f"opening RDMA netlink in {target.path or 'netns'}") from e
 
@@ -259,7 +256,7 @@ class KernelRdma:
         return nl.chardev_info(msg)
 
     async def _chardevs(
-        self, sock: RdmaSocket, device: RdmaDevice, kinds: tuple[ChardevKind, ...]
+        self, sock: NlChannel, device: RdmaDevice, kinds: tuple[ChardevKind, ...]
     ) -> tuple[CharDev, ...]:
         # Look the device up by name where we ask: never trust an index from before a move.
         listing = await self._request(nl.get_dev, "listing RDMA devices", sock)

@@ -1,4 +1,5 @@
-"""A pure codec for the kernel's RDMA netlink device interface (nldev).
+"""A pure codec for the kernel's RDMA netlink device interface (nldev), on the framing of
+rdmad.kernel.netlink.
 
 Bytes in, bytes out: no sockets here, so every message can be unit-tested from hand-built
 bytes. Numbers come from include/uapi/rdma/rdma_netlink.h; iproute2's rdma/ tool speaks the
@@ -8,31 +9,23 @@ same protocol and is the reference client.
 from __future__ import annotations
 
 import enum
-import os
-import struct
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rdmad.kernel.netlink import (
+    NLM_F_ACK,
+    NLM_F_DUMP,
+    Attrs,
+    Message,
+    attr_str,
+    attr_u8,
+    attr_u32,
+)
+from rdmad.kernel.netlink import encode as encode_msg
 
 NETLINK_RDMA = 20
 RDMA_NL_NLDEV = 5
 RDMA_NL_GROUP_NOTIFY = 4
-
-# netlink core (include/uapi/linux/netlink.h)
-NLMSG_NOOP = 1
-NLMSG_ERROR = 2
-NLMSG_DONE = 3
-NLMSG_OVERRUN = 4
-NLM_F_REQUEST = 0x1
-NLM_F_MULTI = 0x2
-NLM_F_ACK = 0x4
-NLM_F_DUMP = 0x300
-NLM_F_CAPPED = 0x100  # in an NLMSG_ERROR: the echoed request has no payload
-NLM_F_ACK_TLVS = 0x200  # in an NLMSG_ERROR: extended-ack attributes follow
-NLMSGERR_ATTR_MSG = 1
-NLA_TYPE_MASK = 0x3FFF  # strips NLA_F_NESTED and NLA_F_NET_BYTEORDER
-
-_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
-_NLATTR = struct.Struct("=HH")  # len, type
 
 
 class Cmd(enum.IntEnum):
@@ -120,175 +113,14 @@ def cmd_of(nlmsg_type: int) -> int | None:
     return nlmsg_type & 0x3FF
 
 
-def _align(n: int) -> int:
-    return (n + 3) & ~3
-
-
-# ---------------------------------------------------------------- attributes (encode)
-
-
-def attr(kind: int, payload: bytes) -> bytes:
-    """One nlattr, padded to 4 bytes (the length field excludes the padding)."""
-    size = _NLATTR.size + len(payload)
-    return _NLATTR.pack(size, kind) + payload + b"\0" * (_align(size) - size)
-
-
-def attr_u8(kind: int, value: int) -> bytes:
-    return attr(kind, struct.pack("=B", value))
-
-
-def attr_u32(kind: int, value: int) -> bytes:
-    return attr(kind, struct.pack("=I", value))
-
-
-def attr_u64(kind: int, value: int) -> bytes:
-    return attr(kind, struct.pack("=Q", value))
-
-
-def attr_str(kind: int, value: str) -> bytes:
-    """NUL-terminated, as mnl_attr_put_strz and the kernel's NLA_NUL_STRING expect."""
-    return attr(kind, value.encode() + b"\0")
+def attrs_of(msg: Message) -> Attrs:
+    """An nldev message's attributes: they start right after the netlink header."""
+    return Attrs.parse(msg.payload)
 
 
 def encode(cmd: int, attrs: Iterable[bytes] = (), *, seq: int, flags: int = 0) -> bytes:
-    """A request: nlmsghdr + attributes. NLM_F_REQUEST is always set; pid 0 is the kernel."""
-    body = b"".join(attrs)
-    header = _NLMSGHDR.pack(
-        _NLMSGHDR.size + len(body), msg_type(cmd), flags | NLM_F_REQUEST, seq, 0
-    )
-    return header + body
-
-
-# ---------------------------------------------------------------- attributes (decode)
-
-
-@dataclass(frozen=True)
-class Attrs:
-    """Decoded attributes of one message or nest: the last value of each type wins."""
-
-    raw: dict[int, bytes] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, data: bytes) -> Attrs:
-        return cls(dict(iter_attrs(data)))
-
-    def __contains__(self, kind: int) -> bool:
-        return kind in self.raw
-
-    def u8(self, kind: int, default: int = 0) -> int:
-        v = self.raw.get(kind)
-        return v[0] if v else default
-
-    def u32(self, kind: int, default: int = 0) -> int:
-        v = self.raw.get(kind)
-        return int(struct.unpack_from("=I", v)[0]) if v is not None and len(v) >= 4 else default
-
-    def u64(self, kind: int, default: int = 0) -> int:
-        v = self.raw.get(kind)
-        return int(struct.unpack_from("=Q", v)[0]) if v is not None and len(v) >= 8 else default
-
-    def string(self, kind: int, default: str = "") -> str:
-        v = self.raw.get(kind)
-        return v.split(b"\0", 1)[0].decode(errors="replace") if v is not None else default
-
-    def nested(self, kind: int) -> Attrs:
-        return Attrs.parse(self.raw.get(kind, b""))
-
-
-def iter_attrs(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """(type, payload) pairs; flag bits stripped, PAD skipped, a truncated tail ignored."""
-    offset = 0
-    while offset + _NLATTR.size <= len(data):
-        size, kind = _NLATTR.unpack_from(data, offset)
-        if size < _NLATTR.size or offset + size > len(data):
-            break
-        kind &= NLA_TYPE_MASK
-        if kind != Attr.PAD:
-            yield kind, data[offset + _NLATTR.size : offset + size]
-        offset += _align(size)
-
-
-# ---------------------------------------------------------------- messages
-
-
-@dataclass(frozen=True)
-class Message:
-    type: int
-    flags: int
-    seq: int
-    pid: int
-    payload: bytes
-
-    @property
-    def cmd(self) -> int | None:
-        return cmd_of(self.type)
-
-    @property
-    def attrs(self) -> Attrs:
-        return Attrs.parse(self.payload)
-
-
-def split(data: bytes) -> list[Message]:
-    """Every netlink message in one datagram (a dump packs several per read)."""
-    out: list[Message] = []
-    offset = 0
-    while offset + _NLMSGHDR.size <= len(data):
-        size, typ, flags, seq, pid = _NLMSGHDR.unpack_from(data, offset)
-        if size < _NLMSGHDR.size or offset + size > len(data):
-            raise ValueError(f"truncated netlink message at offset {offset}")
-        out.append(Message(typ, flags, seq, pid, data[offset + _NLMSGHDR.size : offset + size]))
-        offset += _align(size)
-    return out
-
-
-class NetlinkError(OSError):
-    """The kernel answered with a negative errno; `extack` is its extended-ack text, if any."""
-
-    def __init__(self, err: int, extack: str = "") -> None:
-        super().__init__(err, extack or os.strerror(err))
-        self.extack = extack
-
-
-def parse_error(msg: Message) -> tuple[int, str]:
-    """(errno, extack message) of an NLMSG_ERROR; errno 0 is an ACK."""
-    (code,) = struct.unpack_from("=i", msg.payload)
-    extack = ""
-    if msg.flags & NLM_F_ACK_TLVS:
-        # the echoed request: only its header when capped, else the whole message
-        echoed = _NLMSGHDR.unpack_from(msg.payload, 4)[0] if len(msg.payload) >= 20 else 0
-        skip = 4 + (_NLMSGHDR.size if msg.flags & NLM_F_CAPPED else _align(echoed))
-        extack = Attrs.parse(msg.payload[skip:]).string(NLMSGERR_ATTR_MSG)
-    return -code, extack
-
-
-@dataclass
-class Reply:
-    """Collects the answer to one request, fed message by message (any order of datagrams).
-
-    A doit request carries NLM_F_ACK, so it ends with an NLMSG_ERROR (errno 0 = ACK). A dump
-    ends with NLMSG_DONE, whose payload may carry an error of its own.
-    """
-
-    seq: int
-    messages: list[Message] = field(default_factory=list)
-    done: bool = False
-
-    def feed(self, msg: Message) -> bool:
-        """True once the reply is complete; raises NetlinkError for a kernel error."""
-        if msg.type == NLMSG_ERROR:
-            err, extack = parse_error(msg)
-            self.done = True
-            if err:
-                raise NetlinkError(err, extack)
-        elif msg.type == NLMSG_DONE:
-            self.done = True
-            if len(msg.payload) >= 4:
-                (code,) = struct.unpack_from("=i", msg.payload)
-                if code < 0:
-                    raise NetlinkError(-code)
-        elif msg.type not in (NLMSG_NOOP, NLMSG_OVERRUN):
-            self.messages.append(msg)
-        return self.done
+    """A request: nlmsghdr + attributes."""
+    return encode_msg(msg_type(cmd), b"".join(attrs), seq=seq, flags=flags)
 
 
 # ---------------------------------------------------------------- typed replies
@@ -358,7 +190,7 @@ class MonitorEvent:
 
 
 def dev_info(msg: Message) -> DevInfo:
-    a = msg.attrs
+    a = attrs_of(msg)
     return DevInfo(
         index=a.u32(Attr.DEV_INDEX),
         name=a.string(Attr.DEV_NAME),
@@ -370,7 +202,7 @@ def dev_info(msg: Message) -> DevInfo:
 
 
 def port_info(msg: Message) -> PortInfo:
-    a = msg.attrs
+    a = attrs_of(msg)
     return PortInfo(
         dev_index=a.u32(Attr.DEV_INDEX),
         dev_name=a.string(Attr.DEV_NAME),
@@ -383,7 +215,7 @@ def port_info(msg: Message) -> PortInfo:
 
 
 def sys_info(msg: Message) -> SysInfo:
-    a = msg.attrs
+    a = attrs_of(msg)
     return SysInfo(
         netns_shared=bool(a.u8(Attr.SYS_NETNS_MODE, 1)),
         copy_on_fork=bool(a.u8(Attr.SYS_COPY_ON_FORK)),
@@ -392,7 +224,7 @@ def sys_info(msg: Message) -> SysInfo:
 
 
 def chardev_info(msg: Message) -> ChardevInfo:
-    a = msg.attrs
+    a = attrs_of(msg)
     major, minor = decode_chardev(a.u64(Attr.CHARDEV))
     return ChardevInfo(
         name=a.string(Attr.CHARDEV_NAME),
@@ -404,7 +236,7 @@ def chardev_info(msg: Message) -> ChardevInfo:
 
 
 def monitor_event(msg: Message) -> MonitorEvent:
-    a = msg.attrs
+    a = attrs_of(msg)
     return MonitorEvent(
         event=a.u8(Attr.EVENT_TYPE),
         dev_index=a.u32(Attr.DEV_INDEX),

@@ -1,11 +1,10 @@
-"""rtnetlink: NetdevBackend over rtnl_msgs requests on NlSocket channels.
+"""rtnetlink: NetdevBackend over rtnl_msgs requests on NlChannels.
 
-One channel lives in init_net, with an AsyncIPRoute beside it for what pyroute2's
-high-level API builds (macvlan links, altname removal, nsid assignment). Work inside a
-claimant's netns goes through a netlink socket created there by a netns worker thread and
-closed right after the operation, so the daemon never keeps a claimed netns alive. Netns
-moves are sent by a worker thread too (rtnl_msgs.move_link_blocking): the kernel holds the
-sender in send() for 15-25 ms, which must not stall the event loop.
+One channel lives in init_net. Work inside a claimant's netns goes through a netlink socket
+created there by a netns worker thread and closed right after the operation, so the daemon
+never keeps a claimed netns alive. Netns moves are sent by a worker thread too
+(rtnl_msgs.move_link_blocking): the kernel holds the sender in send() for 15-25 ms, which
+must not stall the event loop.
 
 Kernel facts that shape this module (measured on 6.18):
 - A move with IFLA_NET_NS_FD + IFLA_IFNAME only renames *during* the move when the current
@@ -34,38 +33,32 @@ import logging
 import socket
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
-
-from pyroute2 import AsyncIPRoute
-from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
-from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl import RTM_GETLINK, RTM_GETNSID
-from pyroute2.netlink.rtnl.ifinfmsg import IFF_UP
-from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
 
 from rdmad.backend import NetnsTarget, Placement
-from rdmad.errors import InvalidArgs, InvalidNetns, RdmadError, from_errno
+from rdmad.errors import InvalidArgs, InvalidNetns, RdmadError
+from rdmad.kernel.netlink import NetlinkError, kernel_error
 from rdmad.kernel.netns import (
     KernelNetnsResolver,
     candidate_paths,
     run_in_netns,
     submit_in_netns,
 )
-from rdmad.kernel.nlsock import NlSocket, rtnl_socket
+from rdmad.kernel.nlsocket import NlChannel, open_socket
 from rdmad.kernel.rtnl_msgs import (
     Cidr,
-    LinkMsg,
+    Link,
     add_address,
     addresses,
+    assign_nsid,
     del_address,
+    del_altname,
     dellink,
     dump_links,
     getlink,
-    lean_links,
-    link_request,
+    live_nsids,
     move_link_blocking,
     netns_nsid,
-    rtnl_channel,
+    new_macvlan,
     setlink,
 )
 from rdmad.model import HostConfig, Netdev, netns_label
@@ -76,15 +69,9 @@ log = logging.getLogger(__name__)
 _RENAME_ATTEMPTS = 3
 
 
-def netdev_from_msg(msg: LinkMsg) -> Netdev:
+def netdev_from_link(link: Link) -> Netdev:
     """A Netdev from an RTM_NEWLINK message (dump or event)."""
-    return Netdev(
-        ifindex=int(msg["index"]),
-        name=msg.ifname,
-        mtu=msg.mtu,
-        up=bool(msg["flags"] & IFF_UP),
-        kind=msg.kind,
-    )
+    return Netdev(ifindex=link.index, name=link.ifname, mtu=link.mtu, up=link.up, kind=link.kind)
 
 
 def parse_cidrs(addresses: tuple[str, ...]) -> list[Cidr]:
@@ -104,17 +91,13 @@ def _no_step(_step: str) -> None:
     return None
 
 
-def _kernel_error(e: NetlinkError, what: str) -> RdmadError:
-    return from_errno(int(e.code), what)
-
-
 @contextlib.contextmanager
 def _op(what: str) -> Iterator[None]:
     """Translate a NetlinkError into the named error a caller sees, naming the operation."""
     try:
         yield
     except NetlinkError as e:
-        raise _kernel_error(e, what) from e
+        raise kernel_error(e, what) from e
 
 
 def _is_link_local(iface: Cidr) -> bool:
@@ -127,14 +110,15 @@ class _Opening:
     netns move: both happen while the move runs on another worker, not after it."""
 
     def __init__(self, netns_fd: int) -> None:
-        sock = submit_in_netns(netns_fd, rtnl_socket)  # a worker starts on it now
+        # a worker starts on it now
+        sock = submit_in_netns(netns_fd, functools.partial(open_socket, socket.NETLINK_ROUTE))
         self._ns = asyncio.ensure_future(self._wrap(sock))
 
     @staticmethod
-    async def _wrap(sock: Awaitable[socket.socket]) -> NlSocket:
-        return rtnl_channel(await sock)
+    async def _wrap(sock: Awaitable[socket.socket]) -> NlChannel:
+        return NlChannel(await sock)
 
-    async def channel(self) -> NlSocket:
+    async def channel(self) -> NlChannel:
         return await asyncio.shield(self._ns)
 
     async def close(self) -> None:
@@ -155,7 +139,7 @@ async def _opening_in_netns(netns_fd: int) -> AsyncIterator[_Opening]:
 
 
 @contextlib.asynccontextmanager
-async def _in_netns(netns_fd: int) -> AsyncIterator[NlSocket]:
+async def _in_netns(netns_fd: int) -> AsyncIterator[NlChannel]:
     async with _opening_in_netns(netns_fd) as opening:
         yield await opening.channel()
 
@@ -163,9 +147,8 @@ async def _in_netns(netns_fd: int) -> AsyncIterator[NlSocket]:
 class RtnlBackend:
     """Implements rdmad.backend.NetdevBackend. Build with `await RtnlBackend.create(resolver)`."""
 
-    def __init__(self, nl: NlSocket, ipr: AsyncIPRoute, resolver: KernelNetnsResolver) -> None:
-        self._nl = nl  # every request but the three below
-        self._ipr = ipr  # macvlan creation, altname removal, nsid assignment
+    def __init__(self, nl: NlChannel, resolver: KernelNetnsResolver) -> None:
+        self._nl = nl
         self._resolver = resolver
         # Crash-point seam (rdmad.daemon RDMAD_TEST_*): told the name of each finished step
         # inside a place/bring_home/restore, where the core's own steps cannot reach.
@@ -176,43 +159,36 @@ class RtnlBackend:
 
     @classmethod
     async def create(cls, resolver: KernelNetnsResolver) -> RtnlBackend:
-        ipr = lean_links(AsyncIPRoute(strict_check=True))
-        await ipr.setup_endpoint()
-        try:
-            return cls(rtnl_channel(rtnl_socket()), ipr, resolver)
-        except BaseException:
-            ipr.close()
-            raise
+        return cls(NlChannel.open(socket.NETLINK_ROUTE), resolver)
 
     async def close(self) -> None:
         self._nl.close()
-        self._ipr.close()
 
     # -- reading init_net -----------------------------------------------------------------
 
     async def list_netdevs(self) -> list[Netdev]:
         with _op("listing netdevs"):
-            return [netdev_from_msg(m) for m in await dump_links(self._nl)]
+            return [netdev_from_link(m) for m in await dump_links(self._nl)]
 
     async def _netdev(self, ifindex: int, what: str) -> Netdev:
         with _op(what + f": reading netdev {ifindex}"):
             msg = await getlink(self._nl, ifindex)
-        return netdev_from_msg(msg)
+        return netdev_from_link(msg)
 
     async def get_netdev(self, ifindex: int) -> Netdev | None:
         try:
             msg = await getlink(self._nl, ifindex)
         except NetlinkError as e:
-            if e.code == errno.ENODEV:
+            if e.errno == errno.ENODEV:
                 return None
-            raise _kernel_error(e, f"reading netdev {ifindex}") from e
-        return netdev_from_msg(msg)
+            raise kernel_error(e, f"reading netdev {ifindex}") from e
+        return netdev_from_link(msg)
 
     async def host_config(self, ifindex: int) -> HostConfig:
         with _op(f"reading netdev {ifindex}"):
             msg = await getlink(self._nl, ifindex)
             addrs = await addresses(self._nl, ifindex)
-            dev = netdev_from_msg(msg)
+            dev = netdev_from_link(msg)
         return HostConfig(
             ifindex=ifindex,
             name=dev.name,
@@ -242,9 +218,9 @@ class RtnlBackend:
                 await self._move(
                     self._resolver.init_fd,
                     ifindex,
-                    ("IFLA_NET_NS_FD", target.fd),
-                    ("IFLA_IFNAME", ifname),
-                    *((("IFLA_MTU", mtu),) if mtu is not None else ()),
+                    net_ns_fd=target.fd,
+                    ifname=ifname,
+                    mtu=mtu,
                     up=True,
                 )
             except NetlinkError as e:
@@ -268,7 +244,7 @@ class RtnlBackend:
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
     async def _rollback_place(
-        self, ns: NlSocket, ns_index: int, ifname: str, host: HostConfig, *or_names: str
+        self, ns: NlChannel, ns_index: int, ifname: str, host: HostConfig, *or_names: str
     ) -> None:
         """Move a placed netdev home and restore `host`; found by ns_index, else by the
         first of its possible names in the netns."""
@@ -280,12 +256,7 @@ class RtnlBackend:
                     ns_index = await _ifindex_in(ns, name, "its netns")
             if not ns_index:
                 raise InvalidArgs(f"none of {(ifname, *or_names)} is in the netns")
-            await setlink(
-                ns,
-                ns_index,
-                ("IFLA_NET_NS_FD", self._resolver.init_fd),
-                ("IFLA_IFNAME", host.name),
-            )
+            await setlink(ns, ns_index, net_ns_fd=self._resolver.init_fd, ifname=host.name)
             home = await self._ifindex_of(host.name)
             await self.restore(home, host)
         except Exception:
@@ -302,18 +273,8 @@ class RtnlBackend:
         cidrs = parse_cidrs(addresses)
         where = netns_label(target.inode)
         what = f"creating macvlan {ifname} of netdev {parent_ifindex} in {where}"
-        extra: dict[str, Any] = {} if mtu is None else {"mtu": mtu}
         try:
-            # created directly in the target: no moment where it exists in init_net
-            await self._ipr.link(
-                "add",
-                ifname=ifname,
-                kind="macvlan",
-                macvlan_mode="bridge",
-                link=parent_ifindex,
-                net_ns_fd=target.fd,
-                **extra,
-            )
+            await new_macvlan(self._nl, parent_ifindex, ifname, net_ns_fd=target.fd, mtu=mtu)
         except NetlinkError as e:
             raise self._name_error(e, what, ifname, where) from e
         self.step("macvlan-created")
@@ -354,9 +315,9 @@ class RtnlBackend:
             await self._move(
                 source.fd,
                 placement.ifindex,
-                ("IFLA_NET_NS_FD", self._resolver.init_fd),
-                ("IFLA_IFNAME", host.name),
-                *((("IFLA_MTU", host.mtu),) if host.mtu else ()),
+                net_ns_fd=self._resolver.init_fd,
+                ifname=host.name,
+                mtu=host.mtu or None,
                 up=host.up,
             )
         except NetlinkError as e:
@@ -366,7 +327,7 @@ class RtnlBackend:
                 opened.close()
         self.step("netdev-moved-home")
         with _op(f"finding {host.name} in init_net"):
-            cur = netdev_from_msg(await getlink(self._nl, name=host.name))
+            cur = netdev_from_link(await getlink(self._nl, name=host.name))
         if cur.up != host.up or (host.mtu and cur.mtu != host.mtu):
             await self.restore(cur.ifindex, host)  # something else changed it meanwhile
             return await self._netdev(cur.ifindex, what)
@@ -377,7 +338,7 @@ class RtnlBackend:
     async def restore(self, ifindex: int, host: HostConfig) -> None:
         cidrs = parse_cidrs(host.addresses)
         with _op(f"reading netdev {ifindex}"):
-            cur = netdev_from_msg(await getlink(self._nl, ifindex))
+            cur = netdev_from_link(await getlink(self._nl, ifindex))
         what = f"restoring {cur.name} (ifindex {ifindex}) as {host.name}"
         if cur.name != host.name:
             with _op(what + ": setting it down to rename"):
@@ -386,9 +347,9 @@ class RtnlBackend:
             self.step("host-renamed")
         await _sync_addresses(self._nl, ifindex, cidrs, what)
         # MTU and admin state in one message: one round trip less on every release.
-        mtu = (("IFLA_MTU", host.mtu),) if host.mtu and cur.mtu != host.mtu else ()
+        mtu = host.mtu if host.mtu and cur.mtu != host.mtu else None
         with _op(what + ": setting " + ("MTU and " if mtu else "") + "admin state"):
-            await setlink(self._nl, ifindex, *mtu, up=host.up)
+            await setlink(self._nl, ifindex, mtu=mtu, up=host.up)
 
     async def _rename_home(self, ifindex: int, name: str, what: str) -> None:
         """Rename a returned netdev to its host name. udev gives a netdev that comes back
@@ -399,10 +360,10 @@ class RtnlBackend:
         for _ in range(_RENAME_ATTEMPTS):
             self.step("host-renaming")
             try:
-                await setlink(self._nl, ifindex, ("IFLA_IFNAME", name))
+                await setlink(self._nl, ifindex, ifname=name)
                 return
             except NetlinkError as e:
-                if e.code != errno.EEXIST:
+                if e.errno != errno.EEXIST:
                     raise self._name_error(e, what, name, "init_net") from e
                 refused = e
             with _op(what + ": reading its altnames"):
@@ -410,7 +371,7 @@ class RtnlBackend:
             if name not in msg.altnames:
                 break  # another netdev holds the name: never take it
             with _op(what + f": dropping its altname {name}"):
-                await self._ipr.link("property_del", index=ifindex, altname=name)
+                await del_altname(self._nl, ifindex, name)
         raise self._name_error(refused, what, name, "init_net") from refused
 
     async def delete(self, placement: Placement) -> None:
@@ -423,26 +384,22 @@ class RtnlBackend:
             if not placement.ifindex:
                 return
         try:
-            await dellink(self._nl, placement.ifindex, ("IFLA_IF_NETNSID", placement.nsid))
+            await dellink(self._nl, placement.ifindex, target_nsid=placement.nsid)
         except NetlinkError as e:
-            if e.code == errno.ENODEV:
+            if e.errno == errno.ENODEV:
                 return
-            if e.code == errno.EINVAL and placement.nsid not in await self.live_nsids():
+            if e.errno == errno.EINVAL and placement.nsid not in await self.live_nsids():
                 return  # the netns died and took the netdev with it
-            raise _kernel_error(e, what) from e
+            raise kernel_error(e, what) from e
 
     async def _macvlan_by_name(self, placement: Placement) -> Placement:
-        msg = link_request(
-            0, ("IFLA_IFNAME", placement.ifname), ("IFLA_IF_NETNSID", placement.nsid)
-        )
         try:
-            request = await self._nl.nlm_request(msg, RTM_GETLINK, NLM_F_REQUEST)
-            replies = [m async for m in request]
+            found = await getlink(self._nl, name=placement.ifname, target_nsid=placement.nsid)
         except NetlinkError:
             return placement  # no such name there (or no such netns): nothing to delete
-        if not replies or netdev_from_msg(replies[0]).kind != "macvlan":
+        if found.kind != "macvlan":
             return placement
-        return Placement(placement.nsid, int(replies[0]["index"]), placement.ifname)
+        return Placement(placement.nsid, found.index, placement.ifname)
 
     # -- nsids -------------------------------------------------------------------------------
 
@@ -460,10 +417,10 @@ class RtnlBackend:
         if got >= 0:
             return got
         try:
-            await self._ipr.set_netnsid(fd=target.fd)  # NETNSA_NSID -1: the kernel picks
+            await assign_nsid(self._nl, target.fd)
         except NetlinkError as e:
-            if e.code != errno.EEXIST:  # raced with another assignment: fine
-                raise _kernel_error(e, f"assigning an nsid to {where}") from e
+            if e.errno != errno.EEXIST:  # raced with another assignment: fine
+                raise kernel_error(e, f"assigning an nsid to {where}") from e
         with _op(f"reading the nsid of {where}"):
             return await self._get_nsid(target.fd)
 
@@ -473,13 +430,7 @@ class RtnlBackend:
 
     async def live_nsids(self) -> set[int]:
         with _op("listing nsids"):
-            return {
-                int(m.get_attr("NETNSA_NSID"))
-                async for m in await self._nl.nlm_request(
-                    nsidmsg(), RTM_GETNSID, NLM_F_REQUEST | NLM_F_DUMP
-                )
-                if m.get_attr("NETNSA_NSID") is not None
-            }
+            return await live_nsids(self._nl)
 
     async def open_by_nsid(self, nsid: int) -> NetnsTarget | None:
         """Find and open the live netns init_net calls `nsid`, or None. The caller closes it."""
@@ -506,11 +457,20 @@ class RtnlBackend:
 
     @staticmethod
     async def _move(
-        from_fd: int, index: int, *attrs: tuple[str, Any], up: bool | None = None
+        from_fd: int,
+        index: int,
+        *,
+        net_ns_fd: int,
+        ifname: str,
+        mtu: int | None,
+        up: bool,
     ) -> None:
         """A netns move, sent from the netns open at `from_fd` by a worker thread, so the
         loop keeps serving (see move_link_blocking)."""
-        await run_in_netns(from_fd, functools.partial(move_link_blocking, index, *attrs, up=up))
+        move = functools.partial(
+            move_link_blocking, index, net_ns_fd=net_ns_fd, ifname=ifname, mtu=mtu, up=up
+        )
+        await run_in_netns(from_fd, move)
 
     async def _is_home(self, ifindex: int, name: str) -> bool:
         try:
@@ -524,18 +484,18 @@ class RtnlBackend:
 
     @staticmethod
     def _name_error(e: NetlinkError, what: str, name: str, where: str) -> RdmadError:
-        if e.code == errno.EEXIST:
+        if e.errno == errno.EEXIST:
             return InvalidArgs(f"{what}: the name {name} is already taken in {where}")
-        return _kernel_error(e, what)
+        return kernel_error(e, what)
 
 
-async def _ifindex_in(ipr: NlSocket, ifname: str, where: str) -> int:
+async def _ifindex_in(ch: NlChannel, ifname: str, where: str) -> int:
     with _op(f"finding {ifname} in {where}"):
-        return int((await getlink(ipr, name=ifname))["index"])
+        return (await getlink(ch, name=ifname)).index
 
 
 async def _configure_placed(
-    ns: NlSocket,
+    ns: NlChannel,
     ifname: str,
     cidrs: list[Cidr],
     where: str,
@@ -563,25 +523,25 @@ async def _configure_placed(
 
 
 async def _sync_addresses(
-    ipr: NlSocket,
+    ch: NlChannel,
     index: int,
     wanted: list[Cidr],
     what: str,
 ) -> None:
     with _op(what + ": reading addresses"):
-        current = await addresses(ipr, index)
+        current = await addresses(ch, index)
     for c in current:
         if c not in wanted and not _is_link_local(c):
             with _op(what + f": removing {c}"):
-                await del_address(ipr, index, c)
-    await _add_addresses(ipr, index, [c for c in wanted if c not in current], what)
+                await del_address(ch, index, c)
+    await _add_addresses(ch, index, [c for c in wanted if c not in current], what)
 
 
-async def _add_addresses(ipr: NlSocket, index: int, cidrs: list[Cidr], what: str) -> None:
+async def _add_addresses(ch: NlChannel, index: int, cidrs: list[Cidr], what: str) -> None:
     for c in cidrs:
         with _op(what + f": adding {c}"):
             try:
-                await add_address(ipr, index, c)
+                await add_address(ch, index, c)
             except NetlinkError as e:
-                if e.code != errno.EEXIST:  # already there: what we want
+                if e.errno != errno.EEXIST:  # already there: what we want
                     raise

@@ -1,15 +1,14 @@
-"""Lean rtnetlink messages for the claim and release hot paths.
+"""The rtnetlink messages rdmad sends and reads, on the framing of rdmad.kernel.netlink.
 
-pyroute2 decodes every attribute of an RTM_NEWLINK into objects: ~50 per netdev, about
-150 us a message on these hosts, where rdmad reads four (name, MTU, kind, altnames). A
-claim or release parses several link messages (its own requests and the events its move
-causes) while the caller waits, so rdmad's sockets decode links as `LinkMsg`: the header
-fields through pyroute2's own decode, the four attributes read straight from the buffer,
-the rest skipped. Addresses decode the same way (`AddrMsg`). Requests are built here as
-raw messages too, since pyroute2's high-level API spends more building a request (filters,
-defaults) than the kernel spends answering it. They go through any `Requester`: rdmad
-sends them on an NlSocket (`rtnl_channel`). A netns move is sent from a worker thread
-instead (move_link_blocking).
+Requests are built from the few fields each one needs, and replies decode only what rdmad
+reads: a link's index, flags, name, MTU, kind and altnames (a full decode is ~50 attributes
+a netdev), an address's CIDR, a netns's nsid. Numbers come from include/uapi/linux/
+rtnetlink.h, if_link.h, if_addr.h and net_namespace.h; iproute2 is the reference client.
+
+Every request goes through an NlChannel (rdmad.kernel.nlsocket), whose sockets check GET
+requests strictly (NETLINK_GET_STRICT_CHK): the kernel then filters a dump by the index in
+the request, so reading one netdev's addresses costs the same on a node with 10 or 10,000.
+A netns move is sent from a worker thread instead (move_link_blocking).
 """
 
 from __future__ import annotations
@@ -18,272 +17,333 @@ import errno
 import ipaddress
 import socket
 import struct
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass
 
-from pyroute2 import AsyncIPRoute
-from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST
-from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl import (
-    RTM_DELADDR,
-    RTM_DELLINK,
-    RTM_GETADDR,
-    RTM_GETLINK,
-    RTM_GETNSID,
-    RTM_NEWADDR,
-    RTM_NEWLINK,
-    RTM_NEWNSID,
-    RTM_SETLINK,
+from rdmad.kernel.netlink import (
+    NLM_F_ACK,
+    NLM_F_CREATE,
+    NLM_F_DUMP,
+    NLM_F_EXCL,
+    Attrs,
+    Build,
+    Message,
+    NetlinkError,
+    attr,
+    attr_i32,
+    attr_nest,
+    attr_str,
+    attr_u32,
+    encode,
+    iter_attrs,
 )
-from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
-from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
-from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
+from rdmad.kernel.nlsocket import NlChannel, open_socket, transact
 
-from rdmad.kernel.nlsock import NlSocket, Requester
-
+# include/uapi/linux/rtnetlink.h
+RTM_NEWLINK = 16
+RTM_DELLINK = 17
+RTM_GETLINK = 18
+RTM_SETLINK = 19
+RTM_NEWADDR = 20
+RTM_DELADDR = 21
+RTM_GETADDR = 22
+RTM_NEWNSID = 88
+RTM_DELNSID = 89
+RTM_GETNSID = 90
+RTM_DELLINKPROP = 109
+RTNLGRP_LINK = 1
+RTNLGRP_NSID = 28
 # include/uapi/linux/if_link.h
 IFLA_IFNAME = 3
 IFLA_MTU = 4
+IFLA_LINK = 5
 IFLA_LINKINFO = 18
 IFLA_INFO_KIND = 1
+IFLA_INFO_DATA = 2
+IFLA_NET_NS_FD = 28
+IFLA_EXT_MASK = 29
+IFLA_TARGET_NETNSID = 46
 IFLA_PROP_LIST = 52
 IFLA_ALT_IFNAME = 53
+IFLA_MACVLAN_MODE = 1
+MACVLAN_MODE_BRIDGE = 4
+RTEXT_FILTER_SKIP_STATS = 1 << 3  # no counters in GETLINK replies: nothing here reads them
+IFF_UP = 1
 # include/uapi/linux/if_addr.h
 IFA_ADDRESS = 1
 IFA_LOCAL = 2
-RTEXT_FILTER_SKIP_STATS = 1 << 3  # no counters in GETLINK replies: nothing here reads them
-NSID_NOT_ASSIGNED = 0xFFFFFFFF  # NETNSA_NSID -1, as the u32 pyroute2 decodes
-# include/uapi/linux/netlink.h: the top two bits of nla_type are flags
-_NLA_TYPE_MASK = 0x3FFF
-_NLA = struct.Struct("=HH")
-_U32 = struct.Struct("=I")
-_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
-_NLMSG_ERROR = 2
+# include/uapi/linux/net_namespace.h
+NETNSA_NSID = 1
+NETNSA_FD = 3
+NETNSA_NSID_NOT_ASSIGNED = -1
+
+_IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change
+_IFADDRMSG = struct.Struct("=BBBBI")  # family, prefixlen, flags, scope, index
+_RTGENMSG = struct.Struct("=Bxxx")
+_U32 = struct.Struct("=I")  # family, padded to 4 as the kernel aligns it
 # A move waits for RCU in the kernel (tens of ms); this only bounds a wedged kernel.
 MOVE_TIMEOUT_S = 30.0
 
 Cidr = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
 
-def _attrs(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """(type, payload start, payload end) of each netlink attribute in data[start:end]."""
-    while start + 4 <= end:
-        length, kind = _NLA.unpack_from(data, start)
-        if length < 4 or start + length > end:
-            return  # malformed: stop rather than read another attribute's bytes
-        yield kind & _NLA_TYPE_MASK, start + 4, start + length
-        start += (length + 3) & ~3
+# -- replies -----------------------------------------------------------------------------------
 
 
-def _asciiz(data: bytes, start: int, end: int) -> str:
-    return bytes(data[start:end]).split(b"\0", 1)[0].decode(errors="replace")
+@dataclass(frozen=True)
+class Link:
+    """An RTM_NEWLINK/RTM_DELLINK: what rdmad reads of a netdev."""
+
+    index: int
+    flags: int  # IFF_*
+    ifname: str
+    mtu: int
+    kind: str  # IFLA_INFO_KIND: veth, macvlan, "" for physical
+    altnames: frozenset[str]
+
+    @property
+    def up(self) -> bool:
+        return bool(self.flags & IFF_UP)
 
 
-class LinkMsg(ifinfmsg):  # type: ignore[misc]  # pyroute2 is untyped
-    """An RTM_NEWLINK/RTM_DELLINK with only what rdmad reads decoded. `msg["index"]`,
-    `msg["flags"]` and `msg["header"]` are pyroute2's; the attributes are fields."""
-
-    ifname: str = ""
-    mtu: int = 0
-    kind: str = ""  # IFLA_INFO_KIND: veth, macvlan, "" for physical
-    altnames: frozenset[str] = frozenset()
-
-    def decode_nlas(self, offset: int) -> None:
-        data, end = self.data, self.offset + self.length
-        for kind, start, stop in _attrs(data, offset, end):
-            if kind == IFLA_IFNAME:
-                self.ifname = _asciiz(data, start, stop)
-            elif kind == IFLA_MTU and stop - start >= 4:
-                self.mtu = _U32.unpack_from(data, start)[0]
-            elif kind == IFLA_LINKINFO:
-                for sub, s, e in _attrs(data, start, stop):
-                    if sub == IFLA_INFO_KIND:
-                        self.kind = _asciiz(data, s, e)
-            elif kind == IFLA_PROP_LIST:
-                self.altnames = frozenset(
-                    _asciiz(data, s, e)
-                    for sub, s, e in _attrs(data, start, stop)
-                    if sub == IFLA_ALT_IFNAME
-                )
+def link_from(msg: Message) -> Link:
+    _family, _type, index, flags, _change = _IFINFOMSG.unpack_from(msg.payload)
+    ifname, mtu, kind, altnames = "", 0, "", frozenset[str]()
+    for key, value in iter_attrs(msg.payload[_IFINFOMSG.size :]):
+        if key == IFLA_IFNAME:
+            ifname = _asciiz(value)
+        elif key == IFLA_MTU and len(value) >= 4:
+            mtu = _U32.unpack_from(value)[0]
+        elif key == IFLA_LINKINFO:
+            kind = Attrs.parse(value).string(IFLA_INFO_KIND)
+        elif key == IFLA_PROP_LIST:
+            altnames = frozenset(_asciiz(v) for k, v in iter_attrs(value) if k == IFLA_ALT_IFNAME)
+    return Link(index, flags, ifname, mtu, kind, altnames)
 
 
-class AddrMsg(ifaddrmsg):  # type: ignore[misc]  # pyroute2 is untyped
-    """An RTM_NEWADDR with only the address decoded, as LinkMsg for links: pyroute2's full
-    decode (cache info, flags, label) costs ~0.1 ms an address where rdmad reads one."""
-
-    local: str = ""  # IFA_LOCAL: the address itself
-    address: str = ""  # IFA_ADDRESS: the peer's on point-to-point links, else the same
-
-    def decode_nlas(self, offset: int) -> None:
-        data, end = self.data, self.offset + self.length
-        for kind, start, stop in _attrs(data, offset, end):
-            if kind in (IFA_LOCAL, IFA_ADDRESS) and stop - start in (4, 16):
-                text = str(ipaddress.ip_address(bytes(data[start:stop])))
-                if kind == IFA_LOCAL:
-                    self.local = text
-                else:
-                    self.address = text
+def _asciiz(value: bytes) -> str:
+    return value.split(b"\0", 1)[0].decode(errors="replace")
 
 
-def lean_links(ipr: AsyncIPRoute) -> AsyncIPRoute:
-    """Make `ipr` decode link messages as LinkMsg (pyroute2's per-socket policy map)."""
-    ipr.register_policy({RTM_NEWLINK: LinkMsg, RTM_DELLINK: LinkMsg})
-    return ipr
+@dataclass(frozen=True)
+class Addr:
+    """An RTM_NEWADDR: a netdev's address."""
+
+    index: int
+    cidr: Cidr | None  # None: neither IFA_LOCAL nor IFA_ADDRESS (never seen)
 
 
-RTNL_DECODERS: dict[int, type[Any]] = {
-    RTM_NEWLINK: LinkMsg,
-    RTM_DELLINK: LinkMsg,
-    RTM_NEWADDR: AddrMsg,
-    RTM_DELADDR: AddrMsg,
-    RTM_NEWNSID: nsidmsg,
-}
+def addr_from(msg: Message) -> Addr:
+    _family, prefixlen, _flags, _scope, index = _IFADDRMSG.unpack_from(msg.payload)
+    a = Attrs.parse(msg.payload[_IFADDRMSG.size :])
+    # IFA_LOCAL is the address itself; IFA_ADDRESS is the peer's on point-to-point links
+    # and IPv6 sends only it.
+    raw = a.raw.get(IFA_LOCAL) or a.raw.get(IFA_ADDRESS)
+    if raw is None or len(raw) not in (4, 16):
+        return Addr(index, None)
+    return Addr(index, ipaddress.ip_interface((ipaddress.ip_address(raw), prefixlen)))
 
 
-def rtnl_channel(sock: socket.socket) -> NlSocket:
-    """Requests on `sock` (a NETLINK_ROUTE socket, in whatever netns it was made in);
-    `sock` is closed if the channel cannot be set up on it."""
-    try:
-        return NlSocket(sock, RTNL_DECODERS)
-    except BaseException:
-        sock.close()
-        raise
-
-
-def link_request(index: int = 0, *attrs: tuple[str, Any], up: bool | None = None) -> ifinfmsg:
-    """An ifinfmsg for RTM_GETLINK/SETLINK/DELLINK: by index, or by IFLA_IFNAME if 0."""
-    msg = ifinfmsg()
-    msg["index"] = index
-    msg["attrs"] = list(attrs)
-    if up is not None:
-        msg["change"] = 1  # IFF_UP
-        msg["flags"] = 1 if up else 0
-    return msg
-
-
-def addr_request(index: int = 0, cidr: Cidr | None = None) -> ifaddrmsg:
-    """An ifaddrmsg: for RTM_GETADDR dumps (all families) or to add/delete `cidr`."""
-    msg = ifaddrmsg()
-    msg["index"] = index
-    if cidr is not None:
-        ip = str(cidr.ip)
-        msg["family"] = socket.AF_INET if cidr.version == 4 else socket.AF_INET6
-        msg["prefixlen"] = cidr.network.prefixlen
-        # IFA_LOCAL is the address itself; IFA_ADDRESS equal to it means "no peer"
-        msg["attrs"] = [("IFA_LOCAL", ip), ("IFA_ADDRESS", ip)]
-    return msg
-
-
-def cidr_from_addr_msg(msg: AddrMsg) -> Cidr | None:
-    addr = msg.local or msg.address
-    if not addr:
+def nsid_from(msg: Message) -> int | None:
+    """The nsid of an RTM_NEWNSID/RTM_DELNSID; None if it has none."""
+    a = Attrs.parse(msg.payload[_RTGENMSG.size :])
+    if NETNSA_NSID not in a:
         return None
-    return ipaddress.ip_interface(f"{addr}/{msg['prefixlen']}")
+    nsid = a.i32(NETNSA_NSID)
+    return None if nsid == NETNSA_NSID_NOT_ASSIGNED else nsid
 
 
-# -- requests ------------------------------------------------------------------------------
+# -- request bodies ------------------------------------------------------------------------------
 
 
-async def _ack(ipr: Requester, msg: Any, kind: int, flags: int = 0) -> None:
-    async for _ in await ipr.nlm_request(msg, kind, NLM_F_REQUEST | NLM_F_ACK | flags):
-        pass
+def _request(msg_type: int, body: bytes, flags: int = NLM_F_ACK) -> Build:
+    return lambda seq: encode(msg_type, body, seq=seq, flags=flags)
 
 
-async def setlink(
-    ipr: Requester, index: int, *attrs: tuple[str, Any], up: bool | None = None
-) -> None:
-    """One RTM_SETLINK. The kernel applies a netns move first, then MTU, then the name, then
-    the admin state (do_setlink), so one message can do all four."""
-    await _ack(ipr, link_request(index, *attrs, up=up), RTM_SETLINK)
+def _link_body(
+    index: int,
+    attrs: Iterable[bytes] = (),
+    *,
+    up: bool | None = None,
+) -> bytes:
+    change = flags = 0
+    if up is not None:
+        change, flags = IFF_UP, IFF_UP if up else 0
+    return _IFINFOMSG.pack(socket.AF_UNSPEC, 0, index, flags, change) + b"".join(attrs)
 
 
-async def getlink(ipr: Requester, index: int = 0, name: str = "") -> LinkMsg:
-    """One netdev, by index or else by name; NetlinkError(ENODEV) if there is none."""
-    attrs: list[tuple[str, Any]] = [("IFLA_EXT_MASK", RTEXT_FILTER_SKIP_STATS)]
-    if not index:
-        attrs.append(("IFLA_IFNAME", name))
-    request = await ipr.nlm_request(link_request(index, *attrs), RTM_GETLINK, NLM_F_REQUEST)
-    replies: list[LinkMsg] = [m async for m in request]
-    (msg,) = replies
-    return msg
-
-
-async def dump_links(ipr: Requester) -> list[LinkMsg]:
-    msg = link_request(0, ("IFLA_EXT_MASK", RTEXT_FILTER_SKIP_STATS))
-    request = await ipr.nlm_request(msg, RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP)
-    return [m async for m in request]
-
-
-async def addresses(ipr: Requester, index: int) -> list[Cidr]:
-    """The addresses of netdev `index`, all families. The kernel filters the dump by index
-    on a strict-checking socket (NETLINK_GET_STRICT_CHK); on others it dumps every
-    netdev's, so filter here as well."""
-    request = await ipr.nlm_request(addr_request(), RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP)
+def _link_attrs(
+    *,
+    ifname: str | None = None,
+    mtu: int | None = None,
+    net_ns_fd: int | None = None,
+    target_nsid: int | None = None,
+) -> list[bytes]:
     out = []
-    async for m in request:
-        if m["index"] == index:
-            cidr = cidr_from_addr_msg(m)
-            if cidr is not None:
-                out.append(cidr)
+    if net_ns_fd is not None:
+        out.append(attr_u32(IFLA_NET_NS_FD, net_ns_fd))
+    if target_nsid is not None:
+        out.append(attr_i32(IFLA_TARGET_NETNSID, target_nsid))
+    if ifname is not None:
+        out.append(attr_str(IFLA_IFNAME, ifname))
+    if mtu is not None:
+        out.append(attr_u32(IFLA_MTU, mtu))
     return out
 
 
-async def add_address(ipr: Requester, index: int, cidr: Cidr) -> None:
-    await _ack(ipr, addr_request(index, cidr), RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL)
+def setlink_request(
+    index: int,
+    *,
+    net_ns_fd: int | None = None,
+    ifname: str | None = None,
+    mtu: int | None = None,
+    up: bool | None = None,
+) -> Build:
+    """One RTM_SETLINK. The kernel applies a netns move first, then MTU, then the name, then
+    the admin state (do_setlink), so one message can do all four."""
+    attrs = _link_attrs(ifname=ifname, mtu=mtu, net_ns_fd=net_ns_fd)
+    return _request(RTM_SETLINK, _link_body(index, attrs, up=up))
 
 
-async def del_address(ipr: Requester, index: int, cidr: Cidr) -> None:
-    await _ack(ipr, addr_request(index, cidr), RTM_DELADDR)
+def _addr_body(index: int, cidr: Cidr | None = None) -> bytes:
+    if cidr is None:  # a dump: every family, filtered by index on a strict socket
+        return _IFADDRMSG.pack(socket.AF_UNSPEC, 0, 0, 0, index)
+    family = socket.AF_INET if cidr.version == 4 else socket.AF_INET6
+    packed = cidr.ip.packed
+    # IFA_LOCAL is the address itself; IFA_ADDRESS equal to it means "no peer"
+    return _IFADDRMSG.pack(family, cidr.network.prefixlen, 0, 0, index) + b"".join(
+        (attr(IFA_LOCAL, packed), attr(IFA_ADDRESS, packed))
+    )
 
 
-async def dellink(ipr: Requester, index: int, *attrs: tuple[str, Any], name: str = "") -> None:
-    """Delete a netdev, by index or else by name; `attrs` as IFLA_IF_NETNSID select it."""
-    by_name = () if index else (("IFLA_IFNAME", name),)
-    await _ack(ipr, link_request(index, *by_name, *attrs), RTM_DELLINK)
+def _nsid_body(*attrs: bytes) -> bytes:
+    return _RTGENMSG.pack(socket.AF_UNSPEC) + b"".join(attrs)
 
 
-async def netns_nsid(ipr: Requester, fd: int) -> int | None:
-    """The nsid the socket's netns gives the netns open at `fd`; None if it has none."""
-    msg = nsidmsg()
-    msg["attrs"] = [("NETNSA_FD", fd)]
-    async for reply in await ipr.nlm_request(msg, RTM_GETNSID, NLM_F_REQUEST):
-        nsid = reply.get_attr("NETNSA_NSID")
-        return None if nsid is None or nsid == NSID_NOT_ASSIGNED else int(nsid)
-    return None
+# -- requests ----------------------------------------------------------------------------------
 
 
-def move_link_blocking(index: int, *attrs: tuple[str, Any], up: bool | None = None) -> None:
+async def setlink(
+    ch: NlChannel,
+    index: int,
+    *,
+    net_ns_fd: int | None = None,
+    ifname: str | None = None,
+    mtu: int | None = None,
+    up: bool | None = None,
+) -> None:
+    await ch.request(setlink_request(index, net_ns_fd=net_ns_fd, ifname=ifname, mtu=mtu, up=up))
+
+
+async def getlink(
+    ch: NlChannel, index: int = 0, name: str = "", *, target_nsid: int | None = None
+) -> Link:
+    """One netdev, by index or else by name, in the channel's netns or the one
+    `target_nsid` names; NetlinkError(ENODEV) if there is none."""
+    attrs = [attr_u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)]
+    attrs += _link_attrs(ifname=None if index else name, target_nsid=target_nsid)
+    (msg,) = await ch.request(_request(RTM_GETLINK, _link_body(index, attrs)))
+    return link_from(msg)
+
+
+async def dump_links(ch: NlChannel) -> list[Link]:
+    body = _link_body(0, [attr_u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)])
+    return [link_from(m) for m in await ch.request(_request(RTM_GETLINK, body, NLM_F_DUMP))]
+
+
+async def dellink(
+    ch: NlChannel, index: int, *, name: str = "", target_nsid: int | None = None
+) -> None:
+    """Delete a netdev, by index or else by name, in the channel's netns or the one
+    `target_nsid` names."""
+    attrs = _link_attrs(ifname=None if index else name, target_nsid=target_nsid)
+    await ch.request(_request(RTM_DELLINK, _link_body(index, attrs)))
+
+
+async def new_macvlan(
+    ch: NlChannel, parent: int, ifname: str, *, net_ns_fd: int, mtu: int | None = None
+) -> None:
+    """A bridge-mode macvlan of `parent` (in the channel's netns), created directly in the
+    netns open at `net_ns_fd`: there is no moment where it exists in the parent's."""
+    info = attr_nest(
+        IFLA_LINKINFO,
+        (
+            attr_str(IFLA_INFO_KIND, "macvlan"),
+            attr_nest(IFLA_INFO_DATA, (attr_u32(IFLA_MACVLAN_MODE, MACVLAN_MODE_BRIDGE),)),
+        ),
+    )
+    attrs = _link_attrs(ifname=ifname, mtu=mtu, net_ns_fd=net_ns_fd)
+    attrs += [attr_u32(IFLA_LINK, parent), info]
+    flags = NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
+    await ch.request(_request(RTM_NEWLINK, _link_body(0, attrs), flags))
+
+
+async def del_altname(ch: NlChannel, index: int, name: str) -> None:
+    prop = attr_nest(IFLA_PROP_LIST, (attr_str(IFLA_ALT_IFNAME, name),))
+    await ch.request(_request(RTM_DELLINKPROP, _link_body(index, [prop])))
+
+
+def addr_request(index: int) -> Build:
+    """An RTM_GETADDR dump, every family, of netdev `index` (0: of every netdev). The kernel
+    filters it by the index (strict checking): it sends that netdev's messages and no others."""
+    return _request(RTM_GETADDR, _addr_body(index), NLM_F_DUMP)
+
+
+async def addresses(ch: NlChannel, index: int) -> list[Cidr]:
+    """The addresses of netdev `index`, all families."""
+    msgs = await ch.request(addr_request(index))
+    return [a.cidr for a in map(addr_from, msgs) if a.cidr is not None]
+
+
+async def add_address(ch: NlChannel, index: int, cidr: Cidr) -> None:
+    flags = NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
+    await ch.request(_request(RTM_NEWADDR, _addr_body(index, cidr), flags))
+
+
+async def del_address(ch: NlChannel, index: int, cidr: Cidr) -> None:
+    await ch.request(_request(RTM_DELADDR, _addr_body(index, cidr)))
+
+
+async def netns_nsid(ch: NlChannel, fd: int) -> int | None:
+    """The nsid the channel's netns gives the netns open at `fd`; None if it has none."""
+    (msg,) = await ch.request(_request(RTM_GETNSID, _nsid_body(attr_u32(NETNSA_FD, fd))))
+    return nsid_from(msg)
+
+
+async def assign_nsid(ch: NlChannel, fd: int) -> None:
+    """Have the kernel pick an nsid for the netns open at `fd` (EEXIST if it has one)."""
+    body = _nsid_body(attr_u32(NETNSA_FD, fd), attr_i32(NETNSA_NSID, NETNSA_NSID_NOT_ASSIGNED))
+    await ch.request(_request(RTM_NEWNSID, body))
+
+
+async def live_nsids(ch: NlChannel) -> set[int]:
+    """Every nsid the channel's netns has assigned (to live netns)."""
+    msgs = await ch.request(_request(RTM_GETNSID, _nsid_body(), NLM_F_DUMP))
+    return {nsid for nsid in map(nsid_from, msgs) if nsid is not None}
+
+
+def move_link_blocking(
+    index: int,
+    *,
+    net_ns_fd: int,
+    ifname: str | None = None,
+    mtu: int | None = None,
+    up: bool | None = None,
+) -> None:
     """One RTM_SETLINK that moves a netdev between netns, sent from the calling thread's
     netns on a socket of its own: run it on a worker thread (rdmad.kernel.netns).
 
-    Why not AsyncIPRoute: a netlink request runs in the sender's send() call, and a move
+    Why not on the loop: a netlink request runs in the sender's send() call, and a move
     waits there for RCU (15-25 ms here). On the loop thread that stalls every other client,
-    and the move's own events pile up to be parsed after it; off the loop, they are handled
+    and the move's own events pile up to be handled after it; off the loop, they are handled
     while it runs. This is the one request that blocks that long, so it is the one sent
-    this way. NetlinkError as pyroute2 raises it."""
-    msg = link_request(index, *attrs, up=up)
-    msg["header"]["type"] = RTM_SETLINK
-    msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
-    msg["header"]["sequence_number"] = seq = 1
-    msg.encode()
+    this way. NetlinkError if the kernel refused it, or never answered."""
+    build = setlink_request(index, net_ns_fd=net_ns_fd, ifname=ifname, mtu=mtu, up=up)
     try:
-        with socket.socket(
-            socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
-        ) as sock:
+        with open_socket(socket.NETLINK_ROUTE, blocking=True) as sock:
             sock.settimeout(MOVE_TIMEOUT_S)
-            sock.bind((0, 0))
-            sock.send(msg.data)
-            code = _ack_code(sock, seq)
+            transact(sock, build)
+    except NetlinkError:
+        raise
     except OSError as e:  # the socket itself failed, or the kernel never answered
         raise NetlinkError(e.errno or errno.ETIMEDOUT, str(e)) from e
-    if code:
-        raise NetlinkError(-code)
-
-
-def _ack_code(sock: socket.socket, seq: int) -> int:
-    """The error code of the NLMSG_ERROR answering `seq` (0: done)."""
-    while True:  # only our ack can arrive: the socket joined no multicast group
-        reply = sock.recv(65536)
-        _len, kind, _flags, got_seq, _pid = _NLMSGHDR.unpack_from(reply, 0)
-        if kind == _NLMSG_ERROR and got_seq == seq:
-            return int(struct.unpack_from("=i", reply, _NLMSGHDR.size)[0])

@@ -19,7 +19,8 @@ from rdmad.backend import EventSink
 from rdmad.errors import NotSupported
 from rdmad.events import RdmaChanged, Resync
 from rdmad.kernel import rdma_nl as nl
-from rdmad.kernel.rdma_socket import RdmaSocket
+from rdmad.kernel.netlink import Message
+from rdmad.kernel.nlsocket import NlChannel, NlSubscription, open_socket
 
 # infiniband: the devices; infiniband_verbs/_mad: their uverbs/umad/issm char devices.
 # Netdevs are rtnetlink's business, so "net" is not subscribed.
@@ -101,14 +102,14 @@ class RdmaMonitorEvents:
     """
 
     def __init__(self) -> None:
-        self._sock: RdmaSocket | None = None
+        self._sub: NlSubscription | None = None
         self._sink: EventSink | None = None
 
     @staticmethod
     async def supported() -> bool:
         """Whether the kernel has MONITOR (SYS_GET carries SYS_ATTR_MONITOR_MODE)."""
         try:
-            sock = RdmaSocket.open()
+            sock = NlChannel.open(nl.NETLINK_RDMA)
         except OSError:
             return False
         try:
@@ -121,19 +122,19 @@ class RdmaMonitorEvents:
         if not await self.supported():
             raise NotSupported("this kernel has no RDMA netlink monitor")
         self._sink = sink
-        self._sock = RdmaSocket.open(
-            (nl.RDMA_NL_GROUP_NOTIFY,),
-            on_notify=self._notified,
-            on_overrun=lambda: sink(Resync("rdma-monitor")),
+        self._sub = NlSubscription(
+            open_socket(nl.NETLINK_RDMA, (nl.RDMA_NL_GROUP_NOTIFY,)),
+            self._notified,
+            lambda: sink(Resync("rdma-monitor")),
         )
 
     async def stop(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        if self._sub is not None:
+            self._sub.close()
+            self._sub = None
 
-    def _notified(self, msg: nl.Message) -> None:
-        if msg.cmd != nl.Cmd.MONITOR or self._sink is None:
+    def _notified(self, msg: Message) -> None:
+        if nl.cmd_of(msg.type) != nl.Cmd.MONITOR or self._sink is None:
             return
         ev = nl.monitor_event(msg)
         kind = nl.EventType(ev.event).name if ev.event < len(nl.EventType) else str(ev.event)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from rdmad.kernel.netns import KernelNetnsResolver
-from rdmad.kernel.nlsock import NlSocket, rtnl_socket
+from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rtnl import RtnlBackend
-from rdmad.kernel.rtnl_msgs import rtnl_channel
 from tests.support.net import VethPair, require_root, temp_netns, temp_veth
 
 
@@ -19,9 +19,9 @@ def _root() -> None:
 
 
 @pytest.fixture
-def channel() -> Iterator[NlSocket]:
-    """The daemon's rtnetlink channel in init_net: lean decoders, strict checking."""
-    c = rtnl_channel(rtnl_socket())
+def channel() -> Iterator[NlChannel]:
+    """An rtnetlink channel in init_net, as the daemon opens it (strict checking)."""
+    c = NlChannel.open(socket.NETLINK_ROUTE)
     try:
         yield c
     finally:

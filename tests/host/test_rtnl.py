@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import subprocess
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
 
 from rdmad.backend import Placement
 from rdmad.errors import InvalidArgs, InvalidNetns, KernelError
+from rdmad.kernel.netlink import Build, Message
 from rdmad.kernel.netns import KernelNetnsResolver
+from rdmad.kernel.nlsocket import NlChannel, open_socket
 from rdmad.kernel.rtnl import RtnlBackend
+from rdmad.kernel.rtnl_msgs import RTM_NEWADDR, RTM_NEWLINK, addr_from, link_from
 from rdmad.model import HostConfig
-from tests.support.net import VethPair, addresses, ip, is_up, link, temp_netns
+from tests.support.net import VethPair, addresses, ip, is_up, link, temp_netns, unique_name
 
 
 def _host(veth: VethPair, mtu: int = 1500, addrs: tuple[str, ...] = ()) -> HostConfig:
@@ -36,6 +43,64 @@ async def test_host_config_reads_name_mtu_state_and_addresses(
     rtnl: RtnlBackend, configured: HostConfig
 ) -> None:
     assert await rtnl.host_config(configured.ifindex) == configured
+
+
+class _Recording(NlChannel):
+    """A channel that keeps every message the kernel answered with."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock)
+        self.received: list[Message] = []
+
+    async def request(self, build: Build) -> list[Message]:
+        replies = await super().request(build)
+        self.received += replies
+        return replies
+
+
+@contextlib.contextmanager
+def _addressed_netdevs(n: int) -> Iterator[list[str]]:
+    """`n` other veth pairs, up, one end with an IPv4 address, both with the IPv6
+    link-local an up netdev gets: what a node with pods, VFs and VLANs has around a claimed
+    netdev."""
+    prefix = unique_name("ad")
+    names = [f"{prefix}d{i}" for i in range(n)]
+    batch = "".join(
+        f"link add {name} type veth peer name {name}p\n"
+        f"link set {name} up\nlink set {name}p up\n"
+        f"addr add 10.{200 + i // 65536}.{i // 256 % 256}.{i % 256 + 1}/32 dev {name}\n"
+        for i, name in enumerate(names)
+    )
+    try:
+        subprocess.run(["ip", "-batch", "-"], input=batch, text=True, check=True)
+        yield names
+    finally:
+        subprocess.run(
+            ["ip", "-force", "-batch", "-"],
+            input="".join(f"link del {name}\n" for name in names),
+            text=True,
+            capture_output=True,
+        )
+
+
+async def test_host_config_reads_only_its_own_netdevs_messages(
+    resolver: KernelNetnsResolver, configured: HostConfig
+) -> None:
+    # A claim reads its netdev's host config: on a node with many addressed netdevs, the
+    # kernel must filter the address dump (strict checking, the ifindex in the request),
+    # so the claim's cost does not grow with the node.
+    with _addressed_netdevs(64):
+        channel = _Recording(open_socket(socket.NETLINK_ROUTE))
+        backend = RtnlBackend(channel, resolver)
+        try:
+            assert await backend.host_config(configured.ifindex) == configured
+        finally:
+            await backend.close()
+    links = [link_from(m) for m in channel.received if m.type == RTM_NEWLINK]
+    addrs = [addr_from(m) for m in channel.received if m.type == RTM_NEWADDR]
+    assert [x.index for x in links] == [configured.ifindex]
+    assert addrs and {a.index for a in addrs} == {configured.ifindex}
+    assert len(channel.received) == len(links) + len(addrs)
 
 
 async def test_place_moves_renames_and_configures_inside_netns(

@@ -79,7 +79,7 @@ def test_levels(logger: logging.Logger) -> None:
     out = io.StringIO()
     journal.setup_logging("warning", target="stderr", stream=out)
     logger.info("hidden")
-    logging.getLogger("pyroute2").info("library noise")
+    logging.getLogger("dbus_fast").info("library noise")
     logger.warning("shown")
     assert "hidden" not in out.getvalue()
     assert "noise" not in out.getvalue()

@@ -8,6 +8,7 @@ import struct
 
 import pytest
 
+from rdmad.kernel import netlink
 from rdmad.kernel import rdma_nl as nl
 
 
@@ -34,7 +35,7 @@ def u64(v: int) -> bytes:
 
 def error(seq: int, code: int, flags: int = 0, tlvs: bytes = b"") -> bytes:
     echoed = hdr(16, nl.msg_type(nl.Cmd.SET), 5, seq)
-    return msg(nl.NLMSG_ERROR, flags, seq, struct.pack("=i", code) + echoed + tlvs)
+    return msg(netlink.NLMSG_ERROR, flags, seq, struct.pack("=i", code) + echoed + tlvs)
 
 
 # ---------------------------------------------------------------- requests
@@ -89,56 +90,58 @@ def test_newlink_is_rdma_link_add() -> None:
 
 
 def test_split_reads_every_message_of_a_datagram() -> None:
-    a = msg(5121, nl.NLM_F_MULTI, 5, nla(1, u32(0)) + nla(2, b"rxe0\0"))
-    b = msg(5121, nl.NLM_F_MULTI, 5, nla(1, u32(1)) + nla(2, b"mlx5_0\0"))
-    names = [m.attrs.string(nl.Attr.DEV_NAME) for m in nl.split(a + b)]
+    a = msg(5121, netlink.NLM_F_MULTI, 5, nla(1, u32(0)) + nla(2, b"rxe0\0"))
+    b = msg(5121, netlink.NLM_F_MULTI, 5, nla(1, u32(1)) + nla(2, b"mlx5_0\0"))
+    names = [nl.attrs_of(m).string(nl.Attr.DEV_NAME) for m in netlink.split(a + b)]
     assert names == ["rxe0", "mlx5_0"]
 
 
 def test_split_refuses_a_truncated_message() -> None:
     with pytest.raises(ValueError, match="truncated"):
-        nl.split(msg(5121, 0, 1, nla(1, u32(0)))[:-2])
+        netlink.split(msg(5121, 0, 1, nla(1, u32(0)))[:-2])
 
 
 def test_multipart_dump_completes_at_done() -> None:
-    reply = nl.Reply(seq=5)
-    parts = nl.split(
+    reply = netlink.Reply(seq=5)
+    parts = netlink.split(
         msg(5121, 2, 5, nla(2, b"a\0")) + msg(5121, 2, 5, nla(2, b"b\0")) + msg(3, 2, 5, u32(0))
     )
     assert [reply.feed(m) for m in parts] == [False, False, True]
-    assert [m.attrs.string(2) for m in reply.messages] == ["a", "b"]
+    assert [nl.attrs_of(m).string(2) for m in reply.messages] == ["a", "b"]
 
 
 def test_done_with_a_negative_payload_is_an_error() -> None:
-    with pytest.raises(nl.NetlinkError) as e:
-        nl.Reply(seq=5).feed(nl.split(msg(3, 2, 5, struct.pack("=i", -errno.EINVAL)))[0])
+    with pytest.raises(netlink.NetlinkError) as e:
+        netlink.Reply(seq=5).feed(netlink.split(msg(3, 2, 5, struct.pack("=i", -errno.EINVAL)))[0])
     assert e.value.errno == errno.EINVAL
 
 
 def test_doit_completes_at_the_ack() -> None:
-    reply = nl.Reply(seq=1)
-    data, ack = nl.split(msg(5126, 0, 1, nla(66, b"\1")) + error(1, 0, flags=nl.NLM_F_CAPPED))
+    reply = netlink.Reply(seq=1)
+    data, ack = netlink.split(
+        msg(5126, 0, 1, nla(66, b"\1")) + error(1, 0, flags=netlink.NLM_F_CAPPED)
+    )
     assert not reply.feed(data)
     assert reply.feed(ack)
     assert reply.messages == [data]
 
 
 def test_nlmsg_error_carries_the_errno() -> None:
-    (err,) = nl.split(error(4, -errno.EBUSY, flags=nl.NLM_F_CAPPED))
-    with pytest.raises(nl.NetlinkError) as e:
-        nl.Reply(seq=4).feed(err)
+    (err,) = netlink.split(error(4, -errno.EBUSY, flags=netlink.NLM_F_CAPPED))
+    with pytest.raises(netlink.NetlinkError) as e:
+        netlink.Reply(seq=4).feed(err)
     assert (e.value.errno, e.value.extack) == (errno.EBUSY, "")
 
 
 def test_nlmsg_error_carries_the_extended_ack_message() -> None:
-    flags = nl.NLM_F_CAPPED | nl.NLM_F_ACK_TLVS
-    (err,) = nl.split(error(4, -errno.EOPNOTSUPP, flags, nla(1, b"no netns change\0")))
-    assert nl.parse_error(err) == (errno.EOPNOTSUPP, "no netns change")
+    flags = netlink.NLM_F_CAPPED | netlink.NLM_F_ACK_TLVS
+    (err,) = netlink.split(error(4, -errno.EOPNOTSUPP, flags, nla(1, b"no netns change\0")))
+    assert netlink.parse_error(err) == (errno.EOPNOTSUPP, "no netns change")
 
 
 def test_attributes_skip_pad_and_strip_flag_bits() -> None:
     nested = struct.pack("=HH", 8, 0x8000 | 52) + u32(7)  # NLA_F_NESTED set
-    attrs = nl.Attrs.parse(nla(0, u32(0)) + nested + nla(72, u64(1)))
+    attrs = netlink.Attrs.parse(nla(0, u32(0)) + nested + nla(72, u64(1)))
     assert 0 not in attrs
     assert attrs.nested(52).raw == {}  # a u32 payload holds no further attributes
     assert attrs.u64(72) == 1
@@ -146,7 +149,7 @@ def test_attributes_skip_pad_and_strip_flag_bits() -> None:
 
 def test_nested_attributes_decode() -> None:
     inner = nla(54, b"name\0") + nla(55, u32(3))
-    attrs = nl.Attrs.parse(nla(53, inner))
+    attrs = netlink.Attrs.parse(nla(53, inner))
     assert attrs.nested(53).string(54) == "name"
     assert attrs.nested(53).u32(55) == 3
 
@@ -172,7 +175,7 @@ def test_dev_info_from_a_get_reply() -> None:
         + nla(6, u64(0x002413FFFEC5518F))
         + nla(67, b"roce\0")
     )
-    info = nl.dev_info(nl.split(msg(5121, 2, 1, body))[0])
+    info = nl.dev_info(netlink.split(msg(5121, 2, 1, body))[0])
     assert info == nl.DevInfo(0, "rxe0", 1, "0024:13ff:fec5:518f", "", "roce")
 
 
@@ -186,7 +189,7 @@ def test_port_info_names_states_like_rdma_link() -> None:
         + nla(50, u32(3))
         + nla(51, b"veth0\0")
     )
-    port = nl.port_info(nl.split(msg(5125, 2, 1, body))[0])
+    port = nl.port_info(netlink.split(msg(5125, 2, 1, body))[0])
     assert (port.state, port.phys_state, port.netdev, port.netdev_index) == (
         "ACTIVE",
         "LINK_UP",
@@ -197,17 +200,17 @@ def test_port_info_names_states_like_rdma_link() -> None:
 
 def test_sys_info_reads_netns_mode_and_monitor_support() -> None:
     body = nla(66, b"\0") + nla(93, b"\1") + nla(103, b"\1")
-    assert nl.sys_info(nl.split(msg(5126, 0, 1, body))[0]) == nl.SysInfo(False, True, True)
+    assert nl.sys_info(netlink.split(msg(5126, 0, 1, body))[0]) == nl.SysInfo(False, True, True)
 
 
 def test_chardev_info_from_a_get_chardev_reply() -> None:
     body = nla(72, u64((231 << 8) | 192)) + nla(71, u64(6)) + nla(70, b"uverbs0\0")
     body += nla(73, u64(nl.DRIVER_ID_RXE))
-    info = nl.chardev_info(nl.split(msg(5135, 0, 1, body))[0])
+    info = nl.chardev_info(netlink.split(msg(5135, 0, 1, body))[0])
     assert info == nl.ChardevInfo("uverbs0", 231, 192, 6, nl.DRIVER_ID_RXE)
 
 
 def test_monitor_event_from_a_notification() -> None:
     body = nla(102, b"\0") + nla(1, u32(2)) + nla(2, b"rxe1\0")
-    ev = nl.monitor_event(nl.split(msg(5120 + 28, 0, 0, body, pid=0))[0])
+    ev = nl.monitor_event(netlink.split(msg(5120 + 28, 0, 0, body, pid=0))[0])
     assert (ev.event, ev.dev_index, ev.dev_name) == (nl.EventType.REGISTER, 2, "rxe1")

@@ -1,4 +1,4 @@
-"""RdmaSocket against a fake kernel on a socketpair: requests go out one at a time.
+"""NlChannel against a fake kernel on a socketpair: requests go out one at a time.
 
 The kernel runs one dump per netlink socket and answers a second, concurrent one with EBUSY
 (seen in the guest: a claim's char-device lookup racing an inventory refresh).
@@ -11,11 +11,12 @@ import socket
 import struct
 
 from rdmad.kernel import rdma_nl as nl
-from rdmad.kernel.rdma_socket import RdmaSocket
+from rdmad.kernel.netlink import NLMSG_DONE
+from rdmad.kernel.nlsocket import NlChannel
 
 
 def done(seq: int) -> bytes:
-    return struct.pack("=IHHII", 20, nl.NLMSG_DONE, 2, seq, 0) + struct.pack("=i", 0)
+    return struct.pack("=IHHII", 20, NLMSG_DONE, 2, seq, 0) + struct.pack("=i", 0)
 
 
 def seq_of(request: bytes) -> int:
@@ -26,7 +27,7 @@ async def test_a_second_request_waits_for_the_first_reply() -> None:
     ours, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     ours.setblocking(False)
     kernel.setblocking(False)
-    rs = RdmaSocket(ours)
+    rs = NlChannel(ours)
     try:
         first = asyncio.ensure_future(rs.request(nl.get_dev))
         second = asyncio.ensure_future(rs.request(nl.get_dev))

@@ -1,0 +1,176 @@
+"""Netlink sockets for every family rdmad speaks: requests on the event loop, requests from a
+worker thread, and multicast subscriptions. Replies are checked by rdmad.kernel.netlink.Reply.
+
+A netlink socket keeps the netns it was created in, and the kernel looks devices up in the
+*socket's* netns; it takes the *sending thread's* netns as the source of a netns move. So a
+socket for another netns is created by a worker thread inside it (rdmad.kernel.netns), and
+a request that must also be *sent* from there goes through `transact` on that thread.
+
+Why requests are not read by a reader callback: the kernel answers a request inside the
+send() itself, so the reply is already queued when send() returns. Each request here is a
+send(), a recv() that does not wait, and a decode, with no future or loop round trip between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import itertools
+import logging
+import socket
+from collections.abc import Callable
+
+from rdmad.kernel.netlink import Build, Message, Reply, split
+
+log = logging.getLogger(__name__)
+
+# include/uapi/linux/netlink.h
+SOL_NETLINK = 270
+NETLINK_ADD_MEMBERSHIP = 1
+NETLINK_CAP_ACK = 10  # errors echo only the request's header
+NETLINK_EXT_ACK = 11  # errors carry the kernel's text (NLMSGERR_ATTR_MSG)
+NETLINK_GET_STRICT_CHK = 12  # rtnetlink dumps are filtered by the request's fields (ifindex)
+# A dump part is at most 32 KiB (netlink_recvmsg caps max_recvmsg_len there); a 64 KiB read
+# takes a whole one, and keeps a 1024-netdev dump to a few dozen recv() calls.
+RECV_SIZE = 65536
+
+
+def open_socket(
+    family: int,
+    groups: tuple[int, ...] = (),
+    *,
+    blocking: bool = False,
+    rcvbuf: int | None = None,
+) -> socket.socket:
+    """A netlink socket of `family` (NETLINK_ROUTE, NETLINK_RDMA) in the calling thread's
+    netns, joined to the multicast `groups` (group numbers, not masks).
+
+    Raises OSError(EPROTONOSUPPORT) for a family the kernel lacks (no ib_core: no RDMA).
+    """
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, family)
+    try:
+        if rcvbuf is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sock.bind((0, 0))
+        sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
+        sock.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
+        sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
+        for group in groups:
+            sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, group)
+        sock.setblocking(blocking)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _feed(reply: Reply, data: bytes) -> bool:
+    """Feed `reply` the messages of one datagram that answer it (others are left over from a
+    request given up on); True once it is complete. NetlinkError if the kernel refused."""
+    return any(msg.seq == reply.seq and reply.feed(msg) for msg in split(data))
+
+
+def transact(sock: socket.socket, build: Build, seq: int = 1) -> list[Message]:
+    """Send one request on a blocking socket, from the calling (worker) thread, and return
+    its data messages. NetlinkError if the kernel refused it."""
+    sock.sendall(build(seq))
+    reply = Reply(seq)
+    while not _feed(reply, sock.recv(RECV_SIZE)):
+        pass
+    return reply.messages
+
+
+class NlChannel:
+    """Requests on one non-blocking netlink socket, served by the event loop, one at a time:
+    the kernel runs one dump per socket and answers a second with EBUSY while the first is in
+    progress (netlink_dump_start), so concurrent callers queue on a lock."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self._sock = sock
+        self._seq = itertools.count(1)
+        self._one_at_a_time = asyncio.Lock()
+        # Set when a request's replies were not all read (its caller was cancelled):
+        # they are read and dropped before the next request goes out.
+        self._dirty = False
+
+    @classmethod
+    def open(cls, family: int) -> NlChannel:
+        """A channel in the calling thread's netns (the daemon's: init_net)."""
+        return cls(open_socket(family))
+
+    @property
+    def closed(self) -> bool:
+        return self._sock.fileno() < 0
+
+    def close(self) -> None:
+        self._sock.close()
+
+    async def request(self, build: Build) -> list[Message]:
+        """Send a request and return its data messages; NetlinkError if the kernel refused."""
+        loop = asyncio.get_running_loop()
+        async with self._one_at_a_time:
+            if self._dirty:
+                self._drain()
+            reply = Reply(next(self._seq))
+            await loop.sock_sendall(self._sock, build(reply.seq))
+            try:
+                while not _feed(reply, await loop.sock_recv(self._sock, RECV_SIZE)):
+                    pass
+            except BaseException:
+                # The kernel's refusal ends its answer; anything else may leave parts unread.
+                self._dirty = not reply.done
+                raise
+            return reply.messages
+
+    def _drain(self) -> None:
+        # Each recv() also makes the kernel produce a dump's next part, so this reads an
+        # unfinished dump to its end without waiting.
+        while True:
+            try:
+                self._sock.recv(RECV_SIZE)
+            except BlockingIOError:
+                break
+        self._dirty = False
+
+
+class NlSubscription:
+    """A netlink socket joined to multicast groups, read by the event loop (loop.add_reader):
+    each message goes to `on_message`, a receive-queue overrun (ENOBUFS: messages were
+    dropped) to `on_overrun`. The socket keeps working after an overrun."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        on_message: Callable[[Message], None],
+        on_overrun: Callable[[], None],
+    ) -> None:
+        sock.setblocking(False)
+        self._sock = sock
+        self._on_message = on_message
+        self._on_overrun = on_overrun
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(sock.fileno(), self._readable)
+
+    def close(self) -> None:
+        if self._sock.fileno() >= 0:
+            self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+
+    def _readable(self) -> None:
+        while True:
+            try:
+                data = self._sock.recv(RECV_SIZE)
+            except BlockingIOError:
+                return
+            except OSError as e:
+                if e.errno != errno.ENOBUFS:
+                    log.error("netlink subscription: recv failed: %s", e)
+                    return
+                self._on_overrun()
+                continue
+            for msg in split(data):
+                try:
+                    self._on_message(msg)
+                except Exception:  # a faulty handler must not stop the stream
+                    log.exception("netlink subscription: handling %r failed", msg)
