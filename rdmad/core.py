@@ -436,8 +436,13 @@ class Core:
             log.warning("%s has not come back from %s yet", claim.device, claim.netns)
 
     async def _rdma_home(self, device: str) -> bool:
-        """Whether init_net sees `device` (a release killed after its move home finishes)."""
-        return device in {d.name for d in await self._rdma.list_devices()}
+        """Whether init_net sees `device` (a release killed after its move home finishes).
+        Asked by its index (kept across netns moves), not by listing every device."""
+        known = self._inv.devices.get(device)
+        if known is None:
+            return device in {d.name for d in await self._rdma.list_devices()}
+        found = await self._rdma.get_device(known.index)
+        return found is not None and found.name == device
 
     async def _bring_netdev_home(self, claim: Claim) -> None:
         assert claim.host is not None or claim.shared

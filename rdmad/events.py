@@ -36,6 +36,9 @@ class RdmaChanged:
     netlink monitor): the core re-reads the RDMA inventory."""
 
     hint: str = ""
+    # The one device it concerns, when the kernel says so and the device stays what it was
+    # (its netdev attached, detached or renamed): re-reading that device is enough.
+    device: str = ""
 
 
 @dataclass(frozen=True)

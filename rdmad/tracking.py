@@ -199,7 +199,8 @@ class InventoryTracker:
             for claim in [c for c in self._book.claims.values() if c.nsid == event.nsid]:
                 self._spawn(self._keeper.end_claim(claim, ReleaseReason.NETNS_GONE))
         elif isinstance(event, RdmaChanged):
-            self.schedule_refresh()
+            known = event.device in self._inv.devices
+            self.schedule_refresh({event.device} if known else None)
         elif isinstance(event, Resync):
             log_event(
                 log,

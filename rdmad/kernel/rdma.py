@@ -258,12 +258,8 @@ class KernelRdma:
     async def _chardevs(
         self, sock: NlChannel, device: RdmaDevice, kinds: tuple[ChardevKind, ...]
     ) -> tuple[CharDev, ...]:
-        # Look the device up by name where we ask: never trust an index from before a move.
-        listing = await self._request(nl.get_dev, "listing RDMA devices", sock)
-        index = _index_by_name(listing, device.name)
-        if index is None:
-            raise NoSuchDevice(f"RDMA device {device.name} is not visible there")
-        nports = next(d.ports for d in map(nl.dev_info, listing) if d.index == index)
+        there = await self._find(sock, device)
+        index, nports = there.index, there.ports
         out: list[CharDev] = []
         for kind in kinds:
             for index_arg, port in self._chardev_args(kind, index, nports):
@@ -281,6 +277,27 @@ class KernelRdma:
                 info = nl.chardev_info(msg)
                 out.append(CharDev(kind, f"{DEV_DIR}/{info.name}", info.major, info.minor))
         return tuple(out)
+
+    async def _find(self, sock: NlChannel, device: RdmaDevice) -> nl.DevInfo:
+        """`device` as the netns `sock` is in sees it. Asked by the index we know, and taken
+        only if the name matches: never trust an index from before a move. Else (or if the
+        kernel does not know it there) looked up by name in a listing of every device there,
+        which on a node with many devices costs a message each."""
+        try:
+            (msg,) = await self._request(
+                functools.partial(nl.get_dev, index=device.index), "reading RDMA devices", sock
+            )
+            info = nl.dev_info(msg)
+            if info.name == device.name:
+                return info
+        except RdmadError as e:
+            if getattr(e, "errno", None) not in _GONE:
+                raise
+        listing = await self._request(nl.get_dev, "listing RDMA devices", sock)
+        found = next((d for d in map(nl.dev_info, listing) if d.name == device.name), None)
+        if found is None:
+            raise NoSuchDevice(f"RDMA device {device.name} is not visible there")
+        return found
 
     @staticmethod
     def _chardev_args(

@@ -27,6 +27,14 @@ from rdmad.kernel.nlsocket import NlChannel, NlSubscription, open_socket
 RDMA_SUBSYSTEMS = ("infiniband", "infiniband_verbs", "infiniband_mad")
 UDEV_CONTROL = "/run/udev/control"
 
+# Monitor events after which the device is the same device under the same name: a claim's
+# netdev leaving init_net detaches it, so a re-read of that device is all they need.
+_ONE_DEVICE_EVENTS = {
+    nl.EventType.NETDEV_ATTACH,
+    nl.EventType.NETDEV_DETACH,
+    nl.EventType.NETDEV_RENAME,
+}
+
 MonitorFactory = Callable[[str], Any]  # source -> a started-able pyudev.Monitor look-alike
 
 
@@ -138,4 +146,7 @@ class RdmaMonitorEvents:
             return
         ev = nl.monitor_event(msg)
         kind = nl.EventType(ev.event).name if ev.event < len(nl.EventType) else str(ev.event)
-        self._sink(RdmaChanged(f"{kind.lower()} {ev.dev_name or ev.dev_index}"))
+        one = ev.event in _ONE_DEVICE_EVENTS
+        self._sink(
+            RdmaChanged(f"{kind.lower()} {ev.dev_name or ev.dev_index}", ev.dev_name if one else "")
+        )
