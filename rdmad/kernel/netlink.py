@@ -65,10 +65,6 @@ def attr_i32(kind: int, value: int) -> bytes:
     return attr(kind, _I32.pack(value))
 
 
-def attr_u64(kind: int, value: int) -> bytes:
-    return attr(kind, struct.pack("=Q", value))
-
-
 def attr_str(kind: int, value: str) -> bytes:
     """NUL-terminated, as mnl_attr_put_strz and the kernel's NLA_NUL_STRING expect."""
     return attr(kind, value.encode() + b"\0")
