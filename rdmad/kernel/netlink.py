@@ -12,7 +12,7 @@ import errno
 import os
 import struct
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from rdmad.errors import RdmadError, from_errno
 
@@ -96,11 +96,15 @@ def iter_attrs(data: bytes) -> Iterator[tuple[int, bytes]]:
         offset += align(size)
 
 
-@dataclass(frozen=True)
 class Attrs:
-    """Decoded attributes of one message or nest: the last value of each type wins."""
+    """Decoded attributes of one message or nest: the last value of each type wins.
+    (Plain classes here, not dataclasses: importing dataclasses costs the CNI plugin,
+    a process per pod start, more than the rest of its netlink side.)"""
 
-    raw: dict[int, bytes] = field(default_factory=dict)
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: dict[int, bytes] | None = None) -> None:
+        self.raw: dict[int, bytes] = {} if raw is None else raw
 
     @classmethod
     def parse(cls, data: bytes) -> Attrs:
@@ -136,8 +140,7 @@ class Attrs:
 # ---------------------------------------------------------------- messages
 
 
-@dataclass(frozen=True)
-class Message:
+class Message(NamedTuple):
     type: int
     flags: int
     seq: int
@@ -178,7 +181,6 @@ def parse_error(msg: Message) -> tuple[int, str]:
     return -code, extack
 
 
-@dataclass
 class Reply:
     """Collects the answer to one request, fed message by message (any order of datagrams).
 
@@ -187,9 +189,12 @@ class Reply:
     may carry an error of its own.
     """
 
-    seq: int
-    messages: list[Message] = field(default_factory=list)
-    done: bool = False
+    __slots__ = ("done", "messages", "seq")
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+        self.messages: list[Message] = []
+        self.done = False
 
     def feed(self, msg: Message) -> bool:
         """True once the reply is complete; raises NetlinkError for a kernel error."""
