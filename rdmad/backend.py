@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rdmad.events import Event
-from rdmad.model import CharDev, ChardevKind, HostConfig, Netdev, NetnsMode, RdmaDevice
+from rdmad.model import CharDev, ChardevKind, Gid, HostConfig, Netdev, NetnsMode, RdmaDevice
 
 
 class NetnsTarget(Protocol):
@@ -190,6 +190,14 @@ class RdmaBackend(Protocol):
     ) -> tuple[CharDev, ...]:
         """Ask the kernel (GET_CHARDEV) for the char devices of `device`, from inside
         `inside` when the device lives there. Never reuse values from before a move."""
+        ...
+
+    async def gids(
+        self, device: str, inside: NetnsTarget | None, netdev: Placement | None
+    ) -> tuple[Gid, ...]:
+        """The entries of `device`'s GID table a claim gets, as `inside` (a claimant's netns;
+        None: init_net) sees the device: every entry, or with `netdev` (a netdev placed in
+        `inside`) the entries made for that netdev's addresses."""
         ...
 
     async def close(self) -> None: ...

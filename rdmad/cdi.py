@@ -12,7 +12,7 @@ import json
 import logging
 from pathlib import Path
 
-from rdmad.model import Claim, ReleaseReason
+from rdmad.model import ROCE_V2, Claim, Gid, ReleaseReason
 from rdmad.observer import CoreObserver
 from rdmad.swapfile import spare_of, write_swapped
 
@@ -20,16 +20,43 @@ CDI_KIND = "rdmad.io/rdma"
 # podman 4.3 and containerd 1.6 read CDI specs up to 0.5.0 and refuse newer ones; 0.6.0
 # would add per-device annotations, which rdmad does not need.
 CDI_VERSION = "0.5.0"
+_IPV4_MAPPED = "0000:0000:0000:0000:0000:ffff:"
 
 log = logging.getLogger("rdmad.cdi")
 
 
+def preferred_gid(gids: tuple[Gid, ...]) -> Gid | None:
+    """The entry NCCL and perftest should use: RoCE v2 over IPv4 routes anywhere the
+    netns's address does; then any RoCE v2 entry; then the first (InfiniBand)."""
+    v2 = [g for g in gids if g.type == ROCE_V2]
+    v4 = [g for g in v2 if g.gid.startswith(_IPV4_MAPPED)]
+    return next(iter(v4 or v2 or gids), None)
+
+
+def claim_env(claim: Claim) -> list[str]:
+    """Environment naming the claim's device and GID, so that NCCL (NCCL_IB_HCA,
+    NCCL_IB_GID_INDEX) and perftest (-d $RDMAD_DEVICE -x $RDMAD_GID_INDEX) need no
+    per-pod configuration."""
+    env = [f"RDMAD_DEVICE={claim.device}"]
+    gid = preferred_gid(claim.gids)
+    if gid is None:
+        return [*env, f"NCCL_IB_HCA=={claim.device}"]
+    return [
+        *env,
+        f"RDMAD_PORT={gid.port}",
+        f"RDMAD_GID_INDEX={gid.index}",
+        f"NCCL_IB_HCA=={claim.device}:{gid.port}",  # "=": this name exactly, not a prefix
+        f"NCCL_IB_GID_INDEX={gid.index}",
+    ]
+
+
 def spec_for(claim: Claim) -> dict[str, object]:
     edits = {
+        "env": claim_env(claim),
         "deviceNodes": [
             {"path": c.path, "type": "c", "major": c.major, "minor": c.minor}
             for c in claim.chardevs
-        ]
+        ],
     }
     names = [claim.id, claim.cdi_name] if claim.cdi_name else [claim.id]
     return {
@@ -57,6 +84,9 @@ class CdiWriter(CoreObserver):
         except OSError as exc:
             # The claim stands (the kernel part is done); runtimes can still use CharDevices.
             log.error("cannot write CDI spec %s: %s", path, exc)
+
+    def claim_changed(self, claim: Claim) -> None:
+        self.claimed(claim)  # its GIDs changed: the env follows
 
     def released(self, claim: Claim, reason: ReleaseReason) -> None:
         path = self.path_for(claim.id)

@@ -9,7 +9,8 @@ Output: aligned tables by default; with --json, stable JSON on stdout:
             pci_address, numa_node, char_devices, state, netns, claims), "path"}
   claim    {every Claim property in snake_case (id, device, netns, netns_path,
             interface_name, shared, owner, char_devices: [{"path", "major", "minor"}],
-            cdi_device, created_at), "path"}
+            cdi_device, created_at, gids: [{"port", "index", "gid", "type", "netdev"}]),
+            "path"}
   status   {"version", "netns_mode", "devices", "claims"}
   mode     {"netns_mode"}
   release  {"released": ID}
@@ -106,6 +107,9 @@ def claim_json(props: dict[str, Any], path: str) -> dict[str, Any]:
     out["char_devices"] = [
         {"path": c[0], "major": c[1], "minor": c[2]} for c in out.get("char_devices", [])
     ]
+    if "gids" in out:
+        keys = ("port", "index", "gid", "type", "netdev")
+        out["gids"] = [dict(zip(keys, g, strict=True)) for g in out["gids"]]
     out["path"] = path
     return out
 

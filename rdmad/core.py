@@ -44,6 +44,7 @@ from rdmad.model import (
     ClaimOptions,
     ClaimPhase,
     DeviceView,
+    Gid,
     HostConfig,
     Netdev,
     NetnsMode,
@@ -328,6 +329,7 @@ class Core:
             claim.chardevs = await self._rdma.chardevs(
                 dev, opts.chardevs, target if claim.rdma_moved else None
             )
+            claim.gids = await self._claim_gids(claim, target, placed)
             claim.phase = ClaimPhase.ACTIVE
             self._save()
             self._step("active-written")
@@ -338,6 +340,21 @@ class Core:
         await self._tracker.reread_device(dev.name)  # its port's netdev left init_net
         self._tracker.announce(self._tracker.view(self._inv.devices.get(dev.name, dev)))
         return claim
+
+    async def _claim_gids(
+        self, claim: Claim, target: NetnsTarget, placed: Placement
+    ) -> tuple[Gid, ...]:
+        """The GID entries a claim's user picks from: a shared claim's are its child's, a
+        whole claim's are the device's. Without them the claim still works: a failed read
+        costs the user the hint, not the device."""
+        inside = target if claim.shared or claim.rdma_moved else None
+        try:
+            return await self._rdma.gids(claim.device, inside, placed if claim.shared else None)
+        except RdmadError as exc:
+            log.warning(
+                "claim %s: cannot read the GID table of %s: %s", claim.id, claim.device, exc
+            )
+            return ()
 
     async def _host_config(self, netdev: Netdev | None) -> HostConfig | None:
         """What to restore on release, for a claim that moves the device's netdev."""
@@ -549,6 +566,25 @@ class Core:
             self._drop(claim)
             self._save()
         self._finish_release(claim, reason)
+
+    async def reread_gids(self, claim: Claim) -> None:
+        """The addresses in a claim's netns changed: read its GIDs again, and tell observers
+        (the CDI spec, the bus) when they differ."""
+        async with self._book.lock(claim.device):
+            if self._book.claims.get(claim.id) is not claim or claim.phase != ClaimPhase.ACTIVE:
+                return
+            target = self._resolver.reopen(claim.netns_inode, claim.netns_path)
+            if target is None:
+                return  # dying: NetnsGone ends the claim
+            try:
+                gids = await self._claim_gids(claim, target, self._placement(claim))
+            finally:
+                target.close()
+            if gids == claim.gids:
+                return
+            claim.gids = gids
+            self._save()
+        self._observers.claim_changed(claim)
 
     # ------------------------------------------------------------------ persistence
     def _save(self) -> None:

@@ -26,6 +26,7 @@ from rdmad.config import Config, ConfigError, load
 from rdmad.core import Core
 from rdmad.errors import RdmadError
 from rdmad.eventlog import EventLog
+from rdmad.kernel.addr_events import AddrEventSource
 from rdmad.kernel.netns import KernelNetnsResolver
 from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_events import RtnlEventSource
@@ -64,7 +65,7 @@ def _rdma_backend(cfg: Config, resolver: KernelNetnsResolver) -> RdmaBackend:
 def _event_sources(cfg: Config) -> list[EventSource]:
     from rdmad.kernel.udev import RdmaMonitorEvents, UdevEvents
 
-    sources: list[EventSource] = [RtnlEventSource(), UdevEvents()]
+    sources: list[EventSource] = [RtnlEventSource(), UdevEvents(), AddrEventSource()]
     if not cfg.sim_devices:
         sources.append(RdmaMonitorEvents())
     return sources

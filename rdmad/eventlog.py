@@ -51,6 +51,17 @@ class EventLog(CoreObserver):
             claim=claim.id,
         )
 
+    def claim_changed(self, claim: Claim) -> None:
+        gids = ", ".join(f"{g.index}={g.gid} ({g.type})" for g in claim.gids) or "none"
+        logfields.log_event(
+            log,
+            logfields.MESSAGE_GIDS_CHANGED,
+            f"{claim.device}: the GIDs of claim {claim.id} in {claim.netns} are now {gids}",
+            device=claim.device,
+            netns=claim.netns,
+            claim=claim.id,
+        )
+
     def released(self, claim: Claim, reason: ReleaseReason) -> None:
         logfields.log_event(
             log,

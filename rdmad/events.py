@@ -31,6 +31,15 @@ class NetnsGone:
 
 
 @dataclass(frozen=True)
+class AddressChanged:
+    """An address came or went on netdev `ifindex` inside the netns init_net knows as `nsid`
+    (RTM_NEWADDR/RTM_DELADDR): the GIDs of a claim there may follow."""
+
+    nsid: int
+    ifindex: int
+
+
+@dataclass(frozen=True)
 class RdmaChanged:
     """Something in the RDMA subsystem changed (udev infiniband/verbs/mad events, RDMA
     netlink monitor): the core re-reads the RDMA inventory."""
@@ -48,4 +57,4 @@ class Resync:
     source: str
 
 
-Event = LinkChanged | LinkRemoved | NetnsGone | RdmaChanged | Resync
+Event = LinkChanged | LinkRemoved | NetnsGone | AddressChanged | RdmaChanged | Resync

@@ -65,6 +65,20 @@ class CharDev:
 
 
 @dataclass(frozen=True)
+class Gid:
+    """One entry of a port's GID table, as the kernel lists it (sysfs gids, gid_attrs)."""
+
+    port: int
+    index: int
+    gid: str  # as sysfs spells it: eight groups of four hex digits
+    type: str  # "IB/RoCE v1" or "RoCE v2"
+    netdev: str  # the netdev the entry was made for, "" if none (InfiniBand)
+
+
+ROCE_V2 = "RoCE v2"
+
+
+@dataclass(frozen=True)
 class RdmaDevice:
     """One RDMA device as the kernel reports it (RDMA netlink + sysfs)."""
 
@@ -148,6 +162,7 @@ class Claim:
     rdma_moved: bool = False
     host: HostConfig | None = None  # whole-device claims that moved the netdev
     chardevs: tuple[CharDev, ...] = ()
+    gids: tuple[Gid, ...] = ()  # the entries of the GID table that are the claim's
     cdi_device: str = ""
     chardev_kinds: tuple[ChardevKind, ...] = DEFAULT_CHARDEVS
     # the ifindex inside the netns (macvlan child, or the moved netdev); 0 if unknown

@@ -30,6 +30,9 @@ class CoreObserver:
     def claimed(self, claim: Claim) -> None:
         """A claim is made: the kernel part is done and the claim is on disk."""
 
+    def claim_changed(self, claim: Claim) -> None:
+        """A live claim's GIDs changed (an address in its netns came or went)."""
+
     def released(self, claim: Claim, reason: ReleaseReason) -> None:
         """A claim ended: what it took is back, and it is off disk."""
 
@@ -65,6 +68,9 @@ class Observers(CoreObserver):
 
     def claimed(self, claim: Claim) -> None:
         self._each(lambda o: o.claimed(claim))
+
+    def claim_changed(self, claim: Claim) -> None:
+        self._each(lambda o: o.claim_changed(claim))
 
     def released(self, claim: Claim, reason: ReleaseReason) -> None:
         self._each(lambda o: o.released(claim, reason))

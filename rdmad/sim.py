@@ -9,7 +9,9 @@ guest:
   the socket's netns (EINVAL otherwise);
 - in exclusive mode a moved device disappears from init_net's view;
 - every move re-creates the char devices with new minors;
-- when the netns dies the device is back in init_net (rdma_dev_exit_net).
+- when the netns dies the device is back in init_net (rdma_dev_exit_net);
+- the GID table (docs/kernel-notes.md): a default GID pair (RoCE v1, v2) for the device's
+  netdev, and a pair for each address of a netdev on it, in the first free entries.
 Every netdev stays real: the sim only reads init_net netdevs, and never touches them.
 """
 
@@ -21,11 +23,12 @@ import hashlib
 import itertools
 import socket
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from rdmad.backend import NetnsResolver, NetnsTarget, netns_reachable
+from rdmad.backend import NetnsResolver, NetnsTarget, Placement, netns_reachable
 from rdmad.errors import KernelError, ModeBusy, NotSupported, from_errno
-from rdmad.model import CharDev, ChardevKind, NetnsMode, Port, RdmaDevice
+from rdmad.kernel.rdma_gids import addresses_in, gid_of
+from rdmad.model import ROCE_V2, CharDev, ChardevKind, Gid, NetnsMode, Port, RdmaDevice
 
 UVERBS_MAJOR = 231  # the kernel's IB_UVERBS_MAJOR
 UVERBS_BASE_MINOR = 192
@@ -44,6 +47,8 @@ class _SimDevice:
     uverbs_minor: int = 0
     umad_minor: int = 0
     pci_address: str = ""  # as given: NAME=NETDEV@PCI (selectors and deviceID match on it)
+    # GID table entries past the default pair: (gid, netns inode) -> index of its v1 entry
+    gid_slots: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 def parse_sim_devices(spec: str) -> list[tuple[str, str]]:
@@ -178,6 +183,26 @@ class SimRdma:
                 out.append(CharDev(kind, f"/dev/infiniband/issm{n}", UVERBS_MAJOR, minor))
             else:
                 out.append(CharDev(kind, "/dev/infiniband/rdma_cm", RDMA_CM_MAJOR, RDMA_CM_MINOR))
+        return tuple(out)
+
+    async def gids(
+        self, device: str, inside: NetnsTarget | None, netdev: Placement | None
+    ) -> tuple[Gid, ...]:
+        dev = self._devs.get(device)
+        if dev is None:
+            raise KernelError(errno.ENODEV, f"GID table of {device}")
+        default = "fe80:0000:0000:0000:" + self._describe(dev).node_guid
+        if netdev is None:
+            types = ("IB/RoCE v1", ROCE_V2)
+            return tuple(Gid(1, i, default, t, dev.netdev) for i, t in enumerate(types))
+        assert inside is not None
+        out: list[Gid] = []
+        for cidr in await addresses_in(inside, netdev.ifindex):
+            gid = gid_of(cidr)
+            slots = dev.gid_slots
+            index = slots.setdefault((gid, inside.inode), 2 + 2 * len(slots))
+            out.append(Gid(1, index, gid, "IB/RoCE v1", netdev.ifname))
+            out.append(Gid(1, index + 1, gid, ROCE_V2, netdev.ifname))
         return tuple(out)
 
     async def close(self) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rdmad.errors import KernelError
-from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, HostConfig
+from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, Gid, HostConfig
 from rdmad.swapfile import write_swapped
 
 SCHEMA_VERSION = 1
@@ -116,6 +116,7 @@ def _claim_from(raw: dict[str, Any]) -> Claim:
     raw["chardevs"] = tuple(
         CharDev(ChardevKind(c["kind"]), c["path"], c["major"], c["minor"]) for c in raw["chardevs"]
     )
+    raw["gids"] = tuple(Gid(**g) for g in raw.get("gids", ()))  # absent before GIDs were kept
     raw["chardev_kinds"] = tuple(ChardevKind(k) for k in raw["chardev_kinds"])
     raw["phase"] = ClaimPhase(raw["phase"])
     return Claim(**raw)

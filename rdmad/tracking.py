@@ -18,7 +18,15 @@ from typing import Protocol, TypeVar
 from rdmad.backend import NetdevBackend, RdmaBackend
 from rdmad.claims import ClaimBook
 from rdmad.errors import RdmadError
-from rdmad.events import Event, LinkChanged, LinkRemoved, NetnsGone, RdmaChanged, Resync
+from rdmad.events import (
+    AddressChanged,
+    Event,
+    LinkChanged,
+    LinkRemoved,
+    NetnsGone,
+    RdmaChanged,
+    Resync,
+)
 from rdmad.inventory import Inventory
 from rdmad.logfields import MESSAGE_RESYNC, log_event
 from rdmad.model import Claim, ClaimPhase, DeviceView, Netdev, NetnsMode, RdmaDevice, ReleaseReason
@@ -38,6 +46,10 @@ class ClaimKeeper(Protocol):
 
     async def end_claim(self, claim: Claim, reason: ReleaseReason) -> None:
         """End a claim the kernel ended for us (netns death, device removal)."""
+        ...
+
+    async def reread_gids(self, claim: Claim) -> None:
+        """Read a claim's GIDs again (its netns's addresses changed)."""
         ...
 
 
@@ -73,6 +85,7 @@ class InventoryTracker:
         self._stale: set[str] | None = set()
         self._sync_task: asyncio.Task[None] | None = None
         self._pump: asyncio.Task[None] | None = None
+        self._gids_due: set[str] = set()  # claims whose GIDs are about to be read again
 
     def start(self) -> None:
         """Take the current views as announced, then start applying the queued events."""
@@ -198,6 +211,11 @@ class InventoryTracker:
         if isinstance(event, NetnsGone):
             for claim in [c for c in self._book.claims.values() if c.nsid == event.nsid]:
                 self._spawn(self._keeper.end_claim(claim, ReleaseReason.NETNS_GONE))
+        elif isinstance(event, AddressChanged):
+            for claim in list(self._book.claims.values()):
+                there = claim.phase == ClaimPhase.ACTIVE and claim.nsid == event.nsid
+                if there and (not claim.shared or claim.ns_ifindex == event.ifindex):
+                    self._reread_gids(claim)
         elif isinstance(event, RdmaChanged):
             known = event.device in self._inv.devices
             self.schedule_refresh({event.device} if known else None)
@@ -210,6 +228,18 @@ class InventoryTracker:
             )
             self._spawn(self._resync())
         return set()
+
+    def _reread_gids(self, claim: Claim) -> None:
+        """One re-read per claim at a time: a burst of address events costs one more."""
+        if claim.id in self._gids_due:
+            return
+        self._gids_due.add(claim.id)
+
+        async def reread() -> None:
+            self._gids_due.discard(claim.id)  # an event from now on asks again
+            await self._keeper.reread_gids(claim)
+
+        self._spawn(reread())
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)

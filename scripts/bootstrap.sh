@@ -41,9 +41,12 @@ done
 # Debian package (make deb): debhelper + dh-virtualenv build it, help2man writes its man
 #   pages (debian/control's Build-Depends: these and the host build packages above, plus
 #   build-essential, which dpkg-buildpackage always requires), lintian checks it.
+# RDMA traffic in the guest (it shares this root): ibverbs-utils (ibv_rc_pingpong,
+#   ibv_devices), rdmacm-utils (rping), perftest (ib_write_bw), ibverbs-providers (rxe's
+#   userspace driver); crun runs the CDI test's container (runc killed the guest, issue 19).
 PKGS=(libsystemd-dev pkg-config gcc python3-dev python3-venv dbus iproute2
       qemu-system-x86 kmod busybox-static udev ca-certificates containernetworking-plugins
-      podman runc catatonit
+      podman runc catatonit ibverbs-utils rdmacm-utils perftest ibverbs-providers crun
       build-essential debhelper dh-virtualenv help2man lintian)
 
 missing_pkgs() {

@@ -94,6 +94,35 @@ for c in claim["char_devices"]:
     print(f"  {path:28} claim {want:8} /dev {have}")
 PYEOF
 
+if [ "$mode" = guest ]; then
+    step "RDMA traffic through the claim: ib_write_bw inside the netns"
+    echo "the claim's CDI spec gives a container this environment:"
+    "$PY" - "$work/claim.json" "$work/cdi" > "$work/claim.env" <<'PYEOF'
+import json, shlex, sys
+claim = json.load(open(sys.argv[1]))
+spec = json.load(open(f"{sys.argv[2]}/rdmad.io-rdma-{claim['id']}.json"))
+for kv in spec["devices"][0]["containerEdits"]["env"]:
+    key, _, value = kv.partition("=")
+    print(f"export {key}={shlex.quote(value)}")
+PYEOF
+    sed 's/^export /  /' "$work/claim.env"
+    . "$work/claim.env"
+    ip -n "$ns" link set lo up  # server and client meet over 127.0.0.1, as in a pod
+    bw=(ib_write_bw -F -d "$RDMAD_DEVICE" -x "$RDMAD_GID_INDEX" -n 2000)
+    echo "counters of $RDMAD_DEVICE before:"
+    run rdma statistic show link "$RDMAD_DEVICE/$RDMAD_PORT"
+    ip netns exec "$ns" "${bw[@]}" > "$work/bw-server.log" 2>&1 & server=$!
+    echo "$ ip netns exec $ns ${bw[*]} 127.0.0.1   (server: the same, without the address)"
+    # the server prints nothing when it listens: start the client until it gets through
+    until ip netns exec "$ns" "${bw[@]}" 127.0.0.1 > "$work/bw-client.log" 2>&1 \
+        || ! grep -q "Couldn't connect" "$work/bw-client.log"; do sleep 0.2; done
+    wait "$server" || { cat "$work/bw-server.log" "$work/bw-client.log"; exit 1; }
+    grep -A1 '#bytes' "$work/bw-client.log" | sed 's/^/  /'
+    grep -q '#bytes' "$work/bw-server.log" || { echo "demo FAILED: the server saw no traffic"; exit 1; }
+    echo "counters of $RDMAD_DEVICE after:"
+    run rdma statistic show link "$RDMAD_DEVICE/$RDMAD_PORT"
+fi
+
 step "the netns dies: rdmad ends the claim by itself"
 run ip netns del "$ns"
 for _ in $(seq 200); do grep -q netns-gone "$work/monitor.log" && break; sleep 0.05; done

@@ -184,6 +184,13 @@ DEVICE_PROPERTIES: PropertyTable[DeviceView] = PropertyTable(
     Prop("Claims", "ao", lambda v: [claim_path(c) for c in v.claims]),
 )
 
+GidRow = tuple[int, int, str, str, str]
+
+
+def gid_rows(claim: Claim) -> list[GidRow]:
+    return [(g.port, g.index, g.gid, g.type, g.netdev) for g in claim.gids]
+
+
 CLAIM_PROPERTIES: PropertyTable[Claim] = PropertyTable(
     Prop("Id", "s", lambda c: c.id),
     Prop("Device", "s", lambda c: c.device),
@@ -195,6 +202,7 @@ CLAIM_PROPERTIES: PropertyTable[Claim] = PropertyTable(
     Prop("CharDevices", "a(suu)", lambda c: [(d.path, d.major, d.minor) for d in c.chardevs]),
     Prop("CdiDevice", "s", lambda c: c.cdi_device),
     Prop("CreatedAt", "t", lambda c: c.created_at_us),
+    Prop("Gids", "a(uusss)", lambda c: gid_rows(c)),
 )
 
 

@@ -31,7 +31,13 @@ from rdmad.bus.names import (
     claim_path,
     device_path,
 )
-from rdmad.bus.objects import ClaimInterface, CoreAPI, DeviceInterface, ManagerInterface
+from rdmad.bus.objects import (
+    ClaimInterface,
+    CoreAPI,
+    DeviceInterface,
+    ManagerInterface,
+    gid_rows,
+)
 from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver
 
@@ -208,6 +214,11 @@ class Service(CoreObserver):
         path = self._export_claim(claim)
         if fresh:
             self.manager.Claimed(claim.id, claim.device, path)
+
+    def claim_changed(self, claim: Claim) -> None:
+        obj = self._claims.get(claim.id)
+        if obj is not None:
+            obj.emit_properties_changed({"Gids": gid_rows(claim)})
 
     def released(self, claim: Claim, reason: ReleaseReason) -> None:
         if self._claims.pop(claim.id, None) is not None:

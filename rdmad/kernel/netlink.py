@@ -146,17 +146,22 @@ class Message(NamedTuple):
     seq: int
     pid: int
     payload: bytes
+    # The netns it came from, for a socket listening to all (NETLINK_LISTEN_ALL_NSID);
+    # None for the socket's own netns.
+    nsid: int | None = None
 
 
-def split(data: bytes) -> list[Message]:
-    """Every netlink message in one datagram (a dump packs several per read)."""
+def split(data: bytes, nsid: int | None = None) -> list[Message]:
+    """Every netlink message in one datagram (a dump packs several per read), from the
+    netns `nsid` (see Message.nsid)."""
     out: list[Message] = []
     offset = 0
     while offset + HEADER.size <= len(data):
         size, typ, flags, seq, pid = HEADER.unpack_from(data, offset)
         if size < HEADER.size or offset + size > len(data):
             raise ValueError(f"truncated netlink message at offset {offset}")
-        out.append(Message(typ, flags, seq, pid, data[offset + HEADER.size : offset + size]))
+        payload = data[offset + HEADER.size : offset + size]
+        out.append(Message(typ, flags, seq, pid, payload, nsid))
         offset += align(size)
     return out
 

@@ -18,6 +18,7 @@ import errno
 import itertools
 import logging
 import socket
+import struct
 from collections.abc import Callable
 
 from rdmad.kernel.netlink import Build, Message, Reply, split
@@ -27,12 +28,14 @@ log = logging.getLogger(__name__)
 # include/uapi/linux/netlink.h
 SOL_NETLINK = 270
 NETLINK_ADD_MEMBERSHIP = 1
+NETLINK_LISTEN_ALL_NSID = 8  # also hear the netns init_net has an nsid for, tagged with it
 NETLINK_CAP_ACK = 10  # errors echo only the request's header
 NETLINK_EXT_ACK = 11  # errors carry the kernel's text (NLMSGERR_ATTR_MSG)
 NETLINK_GET_STRICT_CHK = 12  # rtnetlink dumps are filtered by the request's fields (ifindex)
 # A dump part is at most 32 KiB (netlink_recvmsg caps max_recvmsg_len there); a 64 KiB read
 # takes a whole one, and keeps a 1024-netdev dump to a few dozen recv() calls.
 RECV_SIZE = 65536
+_NSID = struct.Struct("=i")
 
 
 def open_socket(
@@ -41,9 +44,11 @@ def open_socket(
     *,
     blocking: bool = False,
     rcvbuf: int | None = None,
+    all_nsid: bool = False,
 ) -> socket.socket:
     """A netlink socket of `family` (NETLINK_ROUTE, NETLINK_RDMA) in the calling thread's
-    netns, joined to the multicast `groups` (group numbers, not masks).
+    netns, joined to the multicast `groups` (group numbers, not masks); with `all_nsid`,
+    their messages from every netns with an nsid too (Message.nsid says which).
 
     Raises OSError(EPROTONOSUPPORT) for a family the kernel lacks (no ib_core: no RDMA).
     """
@@ -57,6 +62,8 @@ def open_socket(
         sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
         for group in groups:
             sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, group)
+        if all_nsid:
+            sock.setsockopt(SOL_NETLINK, NETLINK_LISTEN_ALL_NSID, 1)
         sock.setblocking(blocking)
     except BaseException:
         sock.close()
@@ -160,7 +167,9 @@ class NlSubscription:
     def _readable(self) -> None:
         while True:
             try:
-                data = self._sock.recv(RECV_SIZE)
+                data, ancillary, _flags, _addr = self._sock.recvmsg(
+                    RECV_SIZE, socket.CMSG_SPACE(_NSID.size)
+                )
             except BlockingIOError:
                 return
             except OSError as e:
@@ -169,8 +178,16 @@ class NlSubscription:
                     return
                 self._on_overrun()
                 continue
-            for msg in split(data):
+            for msg in split(data, _nsid_of(ancillary)):
                 try:
                     self._on_message(msg)
                 except Exception:  # a faulty handler must not stop the stream
                     log.exception("netlink subscription: handling %r failed", msg)
+
+
+def _nsid_of(ancillary: list[tuple[int, int, bytes]]) -> int | None:
+    """The nsid a NETLINK_LISTEN_ALL_NSID socket tags a datagram from another netns with."""
+    for level, kind, data in ancillary:
+        if level == SOL_NETLINK and kind == NETLINK_LISTEN_ALL_NSID and len(data) >= _NSID.size:
+            return int(_NSID.unpack_from(data)[0])
+    return None

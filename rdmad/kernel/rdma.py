@@ -6,7 +6,7 @@ import errno
 import functools
 import os
 
-from rdmad.backend import NetnsTarget
+from rdmad.backend import NetnsTarget, Placement
 from rdmad.errors import (
     InvalidArgs,
     ModeBusy,
@@ -19,8 +19,9 @@ from rdmad.kernel import rdma_nl as nl
 from rdmad.kernel.netlink import Build, Message, kernel_error
 from rdmad.kernel.netns import run_in_netns
 from rdmad.kernel.nlsocket import NlChannel, open_socket, transact
+from rdmad.kernel.rdma_gids import claim_gids
 from rdmad.kernel.rdma_sysfs import sysfs_facts
-from rdmad.model import CharDev, ChardevKind, NetnsMode, Port, RdmaDevice
+from rdmad.model import CharDev, ChardevKind, Gid, NetnsMode, Port, RdmaDevice
 
 DEV_DIR = "/dev/infiniband"
 _SOFTWARE_DRIVERS = {nl.DRIVER_ID_RXE: "rxe", nl.DRIVER_ID_SIW: "siw"}
@@ -181,6 +182,11 @@ class KernelRdma:
         finally:
             if sock is not self._sock:
                 sock.close()
+
+    async def gids(
+        self, device: str, inside: NetnsTarget | None, netdev: Placement | None
+    ) -> tuple[Gid, ...]:
+        return await claim_gids(device, inside, netdev, self._sysfs)
 
     async def close(self) -> None:
         if self._sock is not None:

@@ -79,6 +79,12 @@ def test_claim_json_spells_char_devices_out() -> None:
     }
 
 
+def test_claim_json_spells_gids_out() -> None:
+    gid = "0000:0000:0000:0000:0000:ffff:c000:020a"
+    out = claim_json({"Id": "c1", "Gids": [(1, 3, gid, "RoCE v2", "net1")]}, "/c")
+    assert out["gids"] == [{"port": 1, "index": 3, "gid": gid, "type": "RoCE v2", "netdev": "net1"}]
+
+
 @pytest.mark.parametrize(
     ("name", "key"),
     [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -296,3 +297,93 @@ def _identity(path: str) -> tuple[int, int]:
     except OSError:
         return (0, 0)
     return (st.st_dev, st.st_ino)
+
+
+async def test_shared_claim_lists_the_gids_of_its_childs_address(rig: Rig, netns: str) -> None:
+    path = await claim(
+        rig,
+        "sim0",
+        netns,
+        shared=Variant("b", True),
+        ifname=Variant("s", "net1"),
+        addresses=Variant("as", ["192.0.2.10/24"]),
+    )
+    gids = await rig.client.prop(path, CLAIM_IFACE, "Gids")
+    mapped = "0000:0000:0000:0000:0000:ffff:c000:020a"  # ::ffff:192.0.2.10
+    assert [(g[2], g[3], g[4]) for g in gids] == [
+        (mapped, "IB/RoCE v1", "net1"),
+        (mapped, "RoCE v2", "net1"),
+    ]
+
+
+async def test_cdi_spec_names_the_device_and_its_roce_v2_gid_index(rig: Rig, netns: str) -> None:
+    path = await claim(
+        rig,
+        "sim0",
+        netns,
+        shared=Variant("b", True),
+        addresses=Variant("as", ["192.0.2.10/24"]),
+    )
+    v2 = [g for g in await rig.client.prop(path, CLAIM_IFACE, "Gids") if g[3] == "RoCE v2"]
+    cid = await claim_id(rig, path)
+    spec = json.loads((rig.daemon.cdi_dir / f"rdmad.io-rdma-{cid}.json").read_text())
+    assert spec["cdiVersion"] == "0.5.0", "podman 4.3 parses up to 0.5.0"
+    env = spec["devices"][0]["containerEdits"]["env"]
+    assert f"NCCL_IB_GID_INDEX={v2[0][1]}" in env
+    assert f"RDMAD_GID_INDEX={v2[0][1]}" in env
+    assert "NCCL_IB_HCA==sim0:1" in env and "RDMAD_DEVICE=sim0" in env
+
+
+async def test_whole_device_claim_lists_the_devices_gids(rig: Rig, netns: str) -> None:
+    path = await claim(rig, "sim0", netns)
+    gids = await rig.client.prop(path, CLAIM_IFACE, "Gids")
+    assert [(g[0], g[1], g[3]) for g in gids] == [(1, 0, "IB/RoCE v1"), (1, 1, "RoCE v2")]
+
+
+async def test_an_address_added_in_the_netns_joins_the_claims_gids_and_its_cdi_spec(
+    rig: Rig, netns: str
+) -> None:
+    path = await claim(
+        rig,
+        "sim0",
+        netns,
+        shared=Variant("b", True),
+        ifname=Variant("s", "net1"),
+        addresses=Variant("as", ["192.0.2.10/24"]),
+    )
+    cid = await claim_id(rig, path)
+    mark = rig.client.mark()
+    ip("addr", "add", "198.51.100.5/24", "dev", "net1", netns=netns)
+    added = "0000:0000:0000:0000:0000:ffff:c633:6405"  # ::ffff:198.51.100.5
+    body = await rig.client.wait_signal(
+        "PropertiesChanged",
+        lambda b: "Gids" in b[1] and added in {g[2] for g in b[1]["Gids"].value},
+        since=mark,
+    )
+    assert {g[2] for g in body[1]["Gids"].value} == {
+        "0000:0000:0000:0000:0000:ffff:c000:020a",
+        added,
+    }
+    spec = json.loads((rig.daemon.cdi_dir / f"rdmad.io-rdma-{cid}.json").read_text())
+    env = spec["devices"][0]["containerEdits"]["env"]
+    assert any(e.startswith("NCCL_IB_GID_INDEX=") for e in env)
+
+
+async def test_the_claims_address_removed_leaves_its_gids_and_its_cdi_spec(
+    rig: Rig, netns: str
+) -> None:
+    path = await claim(
+        rig,
+        "sim0",
+        netns,
+        shared=Variant("b", True),
+        ifname=Variant("s", "net1"),
+        addresses=Variant("as", ["192.0.2.10/24"]),
+    )
+    cid = await claim_id(rig, path)
+    mark = rig.client.mark()
+    ip("addr", "del", "192.0.2.10/24", "dev", "net1", netns=netns)
+    await rig.client.wait_property(path, "Gids", [], since=mark)
+    spec = json.loads((rig.daemon.cdi_dir / f"rdmad.io-rdma-{cid}.json").read_text())
+    env = spec["devices"][0]["containerEdits"]["env"]
+    assert not any(e.startswith("NCCL_IB_GID_INDEX=") for e in env)

@@ -18,7 +18,7 @@ import pytest
 from dbus_fast import Variant
 
 from rdmad.events import Event
-from tests.support.daemon import Client, DBusCallError
+from tests.support.daemon import Client, DBusCallError, RdmadProcess
 from tests.support.net import ip, link, netns_inode
 from tests.support.rdma import (
     CLAIM_IFACE,
@@ -33,6 +33,17 @@ from tests.support.rdma import (
     set_netns_mode,
     stat_rdev,
     until,
+)
+from tests.support.traffic import (
+    PINGPONG_ITERS,
+    WRITE_BW_ITERS,
+    cdi_env,
+    ibv_devices,
+    pingpong,
+    pingpong_iters,
+    sysfs_gid,
+    write_bw,
+    write_bw_iters,
 )
 
 pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
@@ -170,3 +181,53 @@ async def test_claim_without_netdev_is_not_supported_with_the_kernels_reason(
     assert await client.manager("ListClaims") == []
     props = await device_props(client, exclusive_rxe.name)
     assert (props["State"], props["Netns"], props["Claims"]) == ("available", "init", [])
+
+
+# ---------------------------------------------------------------- traffic through the claim
+
+
+@only_73
+async def test_ibv_rc_pingpong_runs_over_the_claimed_device_inside_the_netns(
+    client: Client, rdmad: RdmadProcess, netns: str, exclusive_rxe: Rxe
+) -> None:
+    claim = await claim_rdma_only(client, exclusive_rxe, netns)
+    env = cdi_env(rdmad.cdi_dir, str(claim["Id"]))
+    assert env["RDMAD_DEVICE"] == exclusive_rxe.name
+    run = await pingpong(netns, env["RDMAD_DEVICE"], int(env["RDMAD_GID_INDEX"]))
+    assert run.both(pingpong_iters) == (PINGPONG_ITERS, PINGPONG_ITERS), run
+
+
+@only_73
+async def test_ib_write_bw_runs_over_the_claimed_device_inside_the_netns(
+    client: Client, rdmad: RdmadProcess, netns: str, exclusive_rxe: Rxe
+) -> None:
+    claim = await claim_rdma_only(client, exclusive_rxe, netns)
+    env = cdi_env(rdmad.cdi_dir, str(claim["Id"]))
+    run = await write_bw(netns, env["RDMAD_DEVICE"], int(env["RDMAD_GID_INDEX"]))
+    assert run.both(write_bw_iters) == (WRITE_BW_ITERS, WRITE_BW_ITERS), run
+
+
+@only_73
+async def test_the_claims_gids_are_the_devices_table_as_the_netns_reads_it(
+    client: Client, netns: str, exclusive_rxe: Rxe
+) -> None:
+    claim = await claim_rdma_only(client, exclusive_rxe, netns)
+    gids = claim["Gids"]
+    assert isinstance(gids, list) and gids
+    for port, index, gid, _type, netdev in gids:
+        assert sysfs_gid(exclusive_rxe.name, index, netns, port) == gid
+        assert netdev == exclusive_rxe.netdev, "the netdev stayed in init_net"
+
+
+@only_73
+async def test_after_release_the_old_netns_has_no_rdma_device_to_use(
+    client: Client, rdmad: RdmadProcess, netns: str, exclusive_rxe: Rxe
+) -> None:
+    claim = await claim_rdma_only(client, exclusive_rxe, netns)
+    env = cdi_env(rdmad.cdi_dir, str(claim["Id"]))
+    assert ibv_devices(netns) == {exclusive_rxe.name}
+    await client.manager("Release", "s", claim["Id"])
+    assert ibv_devices(netns) == set()
+    run = await pingpong(netns, exclusive_rxe.name, int(env["RDMAD_GID_INDEX"]))
+    assert run.both(pingpong_iters) == (None, None), run
+    assert f"IB device {exclusive_rxe.name} not found" in run.client.out, run

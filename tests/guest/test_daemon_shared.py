@@ -14,10 +14,11 @@ from collections.abc import AsyncIterator
 import pytest
 from dbus_fast import Variant
 
-from tests.support.daemon import Client, DBusCallError
+from tests.support.daemon import Client, DBusCallError, RdmadProcess
 from tests.support.net import addresses, ip, is_up, link, netns_inode
 from tests.support.rdma import (
     CLAIM_IFACE,
+    WAIT,
     Rxe,
     all_props,
     device_props,
@@ -27,6 +28,19 @@ from tests.support.rdma import (
     listed,
     rdma_dev_names,
     stat_rdev,
+)
+from tests.support.traffic import (
+    PINGPONG_ITERS,
+    RPING_COUNT,
+    WRITE_BW_ITERS,
+    cdi_env,
+    pingpong,
+    pingpong_iters,
+    rping,
+    rping_count,
+    sysfs_gid,
+    write_bw,
+    write_bw_iters,
 )
 
 pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
@@ -128,3 +142,90 @@ async def test_netns_deletion_ends_the_claim_and_the_device_stays_available(
     assert (await listed(client))[shared_rxe.name][0] == "available"
     assert shared_rxe.name in rdma_dev_names()
     assert link(shared_rxe.netdev) is not None
+
+
+# ---------------------------------------------------------------- traffic through the claim
+
+
+async def claim_env(
+    client: Client, rdmad: RdmadProcess, rxe: Rxe, netns: str
+) -> tuple[dict[str, object], dict[str, str]]:
+    """A shared claim with an address: (its properties, the env its CDI spec gives a
+    container)."""
+    _, claim = await shared_claim(client, rxe, netns)
+    return claim, cdi_env(rdmad.cdi_dir, str(claim["Id"]))
+
+
+async def test_the_claims_gids_are_the_childs_entries_as_the_netns_reads_them(
+    client: Client, rdmad: RdmadProcess, netns: str, shared_rxe: Rxe
+) -> None:
+    claim, env = await claim_env(client, rdmad, shared_rxe, netns)
+    gids = claim["Gids"]
+    assert isinstance(gids, list) and gids
+    assert {g[4] for g in gids} == {IFNAME}
+    for port, index, gid, _type, _netdev in gids:
+        assert sysfs_gid(shared_rxe.name, index, netns, port) == gid
+    mapped = "0000:0000:0000:0000:0000:ffff:c000:020a"  # ::ffff:192.0.2.10
+    v2 = [g for g in gids if g[2] == mapped and g[3] == "RoCE v2"]
+    assert len(v2) == 1
+    assert env["NCCL_IB_GID_INDEX"] == env["RDMAD_GID_INDEX"] == str(v2[0][1])
+    assert env["RDMAD_DEVICE"] == shared_rxe.name
+    assert env["NCCL_IB_HCA"] == f"={shared_rxe.name}:1"
+
+
+async def test_ibv_rc_pingpong_runs_over_the_claims_gid_inside_the_netns(
+    client: Client, rdmad: RdmadProcess, netns: str, shared_rxe: Rxe
+) -> None:
+    _, env = await claim_env(client, rdmad, shared_rxe, netns)
+    run = await pingpong(netns, env["RDMAD_DEVICE"], int(env["RDMAD_GID_INDEX"]))
+    assert run.both(pingpong_iters) == (PINGPONG_ITERS, PINGPONG_ITERS), run
+
+
+async def test_ib_write_bw_runs_over_the_claims_gid_inside_the_netns(
+    client: Client, rdmad: RdmadProcess, netns: str, shared_rxe: Rxe
+) -> None:
+    _, env = await claim_env(client, rdmad, shared_rxe, netns)
+    run = await write_bw(netns, env["RDMAD_DEVICE"], int(env["RDMAD_GID_INDEX"]))
+    assert run.both(write_bw_iters) == (WRITE_BW_ITERS, WRITE_BW_ITERS), run
+
+
+async def test_rping_runs_over_the_claims_address_inside_the_netns(
+    client: Client, rdmad: RdmadProcess, netns: str, shared_rxe: Rxe
+) -> None:
+    await claim_env(client, rdmad, shared_rxe, netns)
+    run = await rping(netns, ADDRESS.split("/")[0])
+    counts = (rping_count(run.server.out, server=True), rping_count(run.client.out, server=False))
+    assert counts == (RPING_COUNT, RPING_COUNT), run
+
+
+async def test_after_release_the_claims_gid_is_gone_and_a_pingpong_on_it_fails(
+    client: Client, rdmad: RdmadProcess, netns: str, shared_rxe: Rxe
+) -> None:
+    claim, env = await claim_env(client, rdmad, shared_rxe, netns)
+    index = int(env["RDMAD_GID_INDEX"])
+    gid = sysfs_gid(shared_rxe.name, index, netns)
+    await client.manager("Release", "s", claim["Id"])
+    # The kernel drops the entry from a workqueue once the child is gone; nothing announces it.
+    await eventually(lambda: sysfs_gid(shared_rxe.name, index, netns) != gid)
+    run = await pingpong(netns, shared_rxe.name, index)
+    assert run.both(pingpong_iters) == (None, None), run
+    assert run.client.rc != 0, run
+
+
+async def test_an_address_added_in_the_netns_joins_the_claims_gids(
+    client: Client, netns: str, shared_rxe: Rxe
+) -> None:
+    path, _ = await shared_claim(client, shared_rxe, netns)
+    mark = client.mark()
+    ip("addr", "add", "198.51.100.5/24", "dev", IFNAME, netns=netns)
+    added = "0000:0000:0000:0000:0000:ffff:c633:6405"  # ::ffff:198.51.100.5
+    body = await client.wait_signal(
+        "PropertiesChanged",
+        lambda b: "Gids" in b[1] and added in {g[2] for g in b[1]["Gids"].value},
+        since=mark,
+        timeout=WAIT,
+    )
+    entries = [g for g in body[1]["Gids"].value if g[2] == added]
+    for port, index, gid, _type, _netdev in entries:
+        assert sysfs_gid(shared_rxe.name, index, netns, port) == gid
+    assert added in {g[2] for g in await client.prop(path, CLAIM_IFACE, "Gids")}

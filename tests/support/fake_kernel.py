@@ -48,6 +48,7 @@ from rdmad.events import Event, LinkChanged, LinkRemoved, NetnsGone, RdmaChanged
 from rdmad.model import (
     CharDev,
     ChardevKind,
+    Gid,
     HostConfig,
     Netdev,
     NetnsMode,
@@ -641,6 +642,11 @@ class FakeRdma:
                 path = f"/dev/infiniband/{kind.value}{dev.index - 1}"
                 out.append(CharDev(kind, path, UVERBS_MAJOR, UVERBS_BASE_MINOR + dev.minor))
         return tuple(out)
+
+    async def gids(
+        self, device: str, inside: NetnsTarget | None, netdev: Placement | None
+    ) -> tuple[Gid, ...]:
+        return ()  # the fake kernel keeps no GID table (the simulator and the guest do)
 
     async def close(self) -> None:
         return None

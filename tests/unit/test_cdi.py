@@ -36,9 +36,10 @@ def test_spec_names_the_claim_id() -> None:
         {
             "name": "c0ffee",
             "containerEdits": {
+                "env": ["RDMAD_DEVICE=mlx5_0", "NCCL_IB_HCA==mlx5_0"],  # no GIDs: no index
                 "deviceNodes": [
                     {"path": "/dev/infiniband/uverbs0", "type": "c", "major": 231, "minor": 192}
-                ]
+                ],
             },
         }
     ]

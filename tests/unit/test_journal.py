@@ -36,6 +36,7 @@ def test_message_ids_are_fixed_distinct_uuids() -> None:
         "MESSAGE_NETNS_GONE",
         "MESSAGE_MODE_CHANGED",
         "MESSAGE_RECONCILED",
+        "MESSAGE_GIDS_CHANGED",
         "MESSAGE_RESYNC",
         "MESSAGE_START",
         "MESSAGE_STOP",

@@ -1,0 +1,57 @@
+"""Reading a netns's sysfs and addresses without entering or keeping it (rdmad.kernel.rdma_gids).
+
+The host kernel has no RDMA: the infiniband class is read in the guest (tests/guest); here
+the same netns-tagged sysfs mount is checked on the net class, which is tagged the same way.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+
+from rdmad.kernel.netns import KernelNetnsResolver, run_in_netns
+from rdmad.kernel.rdma_gids import addresses_in, gid_of, mount_sysfs
+from tests.support.net import ip, link
+
+
+def _net_class_of_own_sysfs() -> list[str]:
+    root = mount_sysfs()
+    try:
+        fd = os.open("class/net", os.O_RDONLY | os.O_DIRECTORY, dir_fd=root)
+        try:
+            return sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
+    finally:
+        os.close(root)
+
+
+async def test_a_sysfs_mounted_from_inside_a_netns_shows_that_netns(
+    netns: str, resolver: KernelNetnsResolver
+) -> None:
+    ip("link", "add", "gidt0", "type", "veth", "peer", "name", "gidt1", netns=netns)
+    with resolver.open(netns) as target:
+        seen = await run_in_netns(target.fd, _net_class_of_own_sysfs)
+    assert seen == ["gidt0", "gidt1", "lo"]
+    assert link("gidt0") is None
+
+
+async def test_addresses_are_read_from_inside_the_netns(
+    netns: str, resolver: KernelNetnsResolver
+) -> None:
+    ip("link", "add", "gidt0", "type", "veth", "peer", "name", "gidt1", netns=netns)
+    ip("addr", "add", "192.0.2.10/24", "dev", "gidt0", netns=netns)
+    ifindex = int(ip("-o", "link", "show", "gidt0", netns=netns).split(":")[0])
+    with resolver.open(netns) as target:
+        found = await addresses_in(target, ifindex)
+    assert ipaddress.ip_interface("192.0.2.10/24") in found
+
+
+def test_an_ipv4_address_maps_to_the_gid_sysfs_shows() -> None:
+    cidr = ipaddress.ip_interface("192.0.2.10/24")
+    assert gid_of(cidr) == "0000:0000:0000:0000:0000:ffff:c000:020a"
+
+
+def test_an_ipv6_address_is_its_own_gid() -> None:
+    cidr = ipaddress.ip_interface("fe80::5054:ff:fe12:3456/64")
+    assert gid_of(cidr) == "fe80:0000:0000:0000:5054:00ff:fe12:3456"
