@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rdmad.events import Event
-from rdmad.model import CharDev, ChardevKind, Gid, HostConfig, Netdev, NetnsMode, RdmaDevice
+from rdmad.model import (
+    CharDev,
+    ChardevKind,
+    Gid,
+    HostConfig,
+    Netdev,
+    NetnsMode,
+    PortCounters,
+    RdmaDevice,
+)
 
 
 class NetnsTarget(Protocol):
@@ -198,6 +207,15 @@ class RdmaBackend(Protocol):
         """The entries of `device`'s GID table a claim gets, as `inside` (a claimant's netns;
         None: init_net) sees the device: every entry, or with `netdev` (a netdev placed in
         `inside`) the entries made for that netdev's addresses."""
+        ...
+
+    async def counters(
+        self, device: RdmaDevice, inside: NetnsTarget | None
+    ) -> tuple[PortCounters, ...]:
+        """Read every port's counters now, from inside `inside` when the device lives there.
+
+        Raises NoSuchDevice when the device is gone before or during the read.
+        """
         ...
 
     async def close(self) -> None: ...

@@ -43,15 +43,19 @@ from rdmad.model import (
     Claim,
     ClaimOptions,
     ClaimPhase,
+    Counters,
+    CounterScope,
     DeviceView,
     Gid,
     HostConfig,
     Netdev,
     NetnsMode,
+    PortCounters,
     RdmaDevice,
     ReleaseReason,
 )
 from rdmad.observer import CoreObserver, Observers
+from rdmad.opstats import OpStats
 from rdmad.options import check_device_name
 from rdmad.store import CorruptState, State, Store
 from rdmad.tracking import InventoryTracker
@@ -91,6 +95,7 @@ class Core:
         # Released(reconciled) found at start, announced once observers are attached.
         self._startup_releases: list[Claim] = []
         self.startup_notes: list[str] = []
+        self.stats = OpStats()
 
     # ------------------------------------------------------------------ mode, observers
     @property
@@ -143,6 +148,33 @@ class Core:
                 yield
         finally:
             self._tracker.schedule_view_sync({device})
+
+    # ------------------------------------------------------------------ counters
+    async def device_counters(self, name: str) -> Counters:
+        """Every port's counters of a device, read from the kernel now: device-wide."""
+        dev = self.device(name).device
+        whole = next((c for c in self._book.of(dev.name) if not c.shared), None)
+        return Counters(CounterScope.DEVICE, await self._read_counters(dev, whole))
+
+    async def claim_counters(self, claim_id: str) -> Counters:
+        """A whole-device claim's counters are its own; a shared claim sees its device's."""
+        claim = self.get_claim(claim_id)
+        dev = self.device(claim.device).device
+        if claim.shared:
+            return Counters(CounterScope.DEVICE, await self._read_counters(dev, None))
+        return Counters(CounterScope.CLAIM, await self._read_counters(dev, claim))
+
+    async def _read_counters(
+        self, dev: RdmaDevice, holder: Claim | None
+    ) -> tuple[PortCounters, ...]:
+        """Where a whole-device claim took the device, read it in the claim's netns, opened
+        for this read only."""
+        target = self._resolver.reopen(holder.netns_inode, holder.netns_path) if holder else None
+        try:
+            return await self._rdma.counters(dev, target)
+        finally:
+            if target is not None:
+                target.close()
 
     # ------------------------------------------------------------------ start
     async def start(self) -> None:
@@ -218,6 +250,16 @@ class Core:
     # ------------------------------------------------------------------ claim
     async def claim(self, device: str, target: NetnsTarget, options: ClaimOptions) -> Claim:
         """Claim `device` for `target`; `target` is closed before this returns."""
+        started = time.monotonic()
+        try:
+            claim = await self._claim(device, target, options)
+        except RdmadError as e:
+            self.stats.failed("claim", e.dbus_name)
+            raise
+        self.stats.claimed(time.monotonic() - started)
+        return claim
+
+    async def _claim(self, device: str, target: NetnsTarget, options: ClaimOptions) -> Claim:
         try:
             if self.netns_mode == NetnsMode.UNAVAILABLE:
                 raise Unavailable("no RDMA subsystem is present (is ib_core loaded?)")
@@ -396,6 +438,15 @@ class Core:
 
     # ------------------------------------------------------------------ release
     async def release(self, claim_id: str, reason: ReleaseReason = ReleaseReason.REQUESTED) -> None:
+        started = time.monotonic()
+        try:
+            await self._release(claim_id, reason)
+        except RdmadError as e:
+            self.stats.failed("release", e.dbus_name)
+            raise
+        self.stats.release_seconds.observe(time.monotonic() - started)
+
+    async def _release(self, claim_id: str, reason: ReleaseReason) -> None:
         claim = self.get_claim(claim_id)
         async with self._operating_on(claim.device):
             if self._book.claims.get(claim_id) is not claim:
@@ -411,6 +462,7 @@ class Core:
         self._finish_release(claim, reason)
 
     def _finish_release(self, claim: Claim, reason: ReleaseReason) -> None:
+        self.stats.released(reason)
         self._observers.released(claim, reason)
         dev = self._inv.devices.get(claim.device)
         if dev is not None:

@@ -54,6 +54,27 @@ class Port:
     netdev: str  # "" when the port has no netdev in the daemon's netns
 
 
+class CounterScope(enum.StrEnum):
+    """Whose traffic a device's counters count."""
+
+    DEVICE = "device"  # everything on the device: shared by all its shared claims
+    CLAIM = "claim"  # the claim's own: it holds the whole device
+
+
+@dataclass(frozen=True)
+class PortCounters:
+    """One port's counters, read from the kernel on demand (names as the kernel spells them)."""
+
+    port: int
+    counters: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Counters:
+    scope: CounterScope
+    ports: tuple[PortCounters, ...]
+
+
 @dataclass(frozen=True)
 class CharDev:
     """A char device a claimant may open, read from the kernel after any move."""

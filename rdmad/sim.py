@@ -26,9 +26,19 @@ import struct
 from dataclasses import dataclass, field
 
 from rdmad.backend import NetnsResolver, NetnsTarget, Placement, netns_reachable
-from rdmad.errors import KernelError, ModeBusy, NotSupported, from_errno
+from rdmad.errors import KernelError, ModeBusy, NoSuchDevice, NotSupported, from_errno
+from rdmad.kernel.netns import run_in_netns
 from rdmad.kernel.rdma_gids import addresses_in, gid_of
-from rdmad.model import ROCE_V2, CharDev, ChardevKind, Gid, NetnsMode, Port, RdmaDevice
+from rdmad.model import (
+    ROCE_V2,
+    CharDev,
+    ChardevKind,
+    Gid,
+    NetnsMode,
+    Port,
+    PortCounters,
+    RdmaDevice,
+)
 
 UVERBS_MAJOR = 231  # the kernel's IB_UVERBS_MAJOR
 UVERBS_BASE_MINOR = 192
@@ -205,6 +215,24 @@ class SimRdma:
             out.append(Gid(1, index + 1, gid, ROCE_V2, netdev.ifname))
         return tuple(out)
 
+    async def counters(
+        self, device: RdmaDevice, inside: NetnsTarget | None
+    ) -> tuple[PortCounters, ...]:
+        """A simulated device's traffic is its real netdev's: its packet counts, read where
+        the netdev is now (init_net, else the claim's netns)."""
+        dev = self._devs.get(device.name)
+        where = inside.inode if inside is not None else 0
+        if dev is None or (self._mode == NetnsMode.EXCLUSIVE and dev.netns_inode != where):
+            raise NoSuchDevice(f"RDMA device {device.name} went away while its counters were read")
+        name = self._names.name_of(dev.ifindex)
+        if name:
+            stats = _netdev_packets(name)
+        elif inside is not None:
+            stats = await run_in_netns(inside.fd, lambda: _netdev_packets(dev.ifindex))
+        else:
+            stats = {}
+        return (PortCounters(1, stats),)
+
     async def close(self) -> None:
         self._names.close()
 
@@ -216,6 +244,23 @@ class SimRdma:
 SIOCGIFNAME, SIOCGIFINDEX = 0x8910, 0x8933
 IFNAMSIZ = 16
 _IFREQ = struct.Struct("16si20x")  # struct ifreq: the name, then ifr_ifindex in the union
+
+
+def _netdev_packets(netdev: str | int) -> dict[str, int]:
+    """sent_pkts/rcvd_pkts (rxe's names) of a netdev in the calling thread's netns, by name
+    or ifindex; {} if it is not there."""
+    try:
+        name = socket.if_indextoname(netdev) if isinstance(netdev, int) else netdev
+        with open("/proc/thread-self/net/dev") as f:
+            lines = f.readlines()[2:]
+    except OSError:
+        return {}
+    for line in lines:
+        ifname, _, fields = line.partition(":")
+        if ifname.strip() == name:
+            values = fields.split()  # rx: bytes packets ... (8 fields), then tx: bytes packets
+            return {"sent_pkts": int(values[9]), "rcvd_pkts": int(values[1])}
+    return {}
 
 
 class _IfNames:

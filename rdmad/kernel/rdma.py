@@ -16,12 +16,13 @@ from rdmad.errors import (
     Unavailable,
 )
 from rdmad.kernel import rdma_nl as nl
+from rdmad.kernel import rdma_stats
 from rdmad.kernel.netlink import Build, Message, kernel_error
 from rdmad.kernel.netns import run_in_netns
 from rdmad.kernel.nlsocket import NlChannel, open_socket, transact
 from rdmad.kernel.rdma_gids import claim_gids
 from rdmad.kernel.rdma_sysfs import sysfs_facts
-from rdmad.model import CharDev, ChardevKind, Gid, NetnsMode, Port, RdmaDevice
+from rdmad.model import CharDev, ChardevKind, Gid, NetnsMode, Port, PortCounters, RdmaDevice
 
 DEV_DIR = "/dev/infiniband"
 _SOFTWARE_DRIVERS = {nl.DRIVER_ID_RXE: "rxe", nl.DRIVER_ID_SIW: "siw"}
@@ -46,6 +47,10 @@ def _error(e: OSError, what: str) -> RdmadError:
     if err in (errno.EPROTONOSUPPORT, errno.ECONNREFUSED):
         return _unavailable()
     return kernel_error(e, what)
+
+
+def _gone(name: str) -> NoSuchDevice:
+    return NoSuchDevice(f"RDMA device {name} went away while its counters were read")
 
 
 def _index_by_name(messages: list[Message], name: str) -> int | None:
@@ -188,6 +193,22 @@ class KernelRdma:
     ) -> tuple[Gid, ...]:
         return await claim_gids(device, inside, netdev, self._sysfs)
 
+    async def counters(
+        self, device: RdmaDevice, inside: NetnsTarget | None
+    ) -> tuple[PortCounters, ...]:
+        # In init_net when it is there (a whole-device claim in shared mode leaves it), where
+        # sysfs shows it too; else in the claim's netns (exclusive mode moved it there).
+        try:
+            return await self._counters(self._socket(), device, in_init_net=True)
+        except NoSuchDevice:
+            if inside is None:
+                raise
+        sock = await self._open_in(inside)
+        try:
+            return await self._counters(sock, device, in_init_net=False)
+        finally:
+            sock.close()
+
     async def close(self) -> None:
         if self._sock is not None:
             self._sock.close()
@@ -304,6 +325,38 @@ class KernelRdma:
         if found is None:
             raise NoSuchDevice(f"RDMA device {device.name} is not visible there")
         return found
+
+    async def _counters(
+        self, sock: NlChannel, device: RdmaDevice, *, in_init_net: bool
+    ) -> tuple[PortCounters, ...]:
+        try:
+            info = await self._find(sock, device)
+        except NoSuchDevice as e:
+            raise _gone(device.name) from e
+        out = []
+        for port in range(1, info.ports + 1):
+            build = functools.partial(rdma_stats.get_port_stats, index=info.index, port=port)
+            try:
+                what = f"reading the counters of {device.name}"
+                (msg,) = await self._request(build, what, sock)
+                counters = rdma_stats.port_stats(msg).counters
+            except RdmadError as e:
+                # EINVAL also means "this port has no hw counters": tell it from "gone".
+                if not isinstance(e, NotSupported) and getattr(e, "errno", None) not in _GONE:
+                    raise
+                try:
+                    again = await self._find(sock, device)
+                except NoSuchDevice:
+                    raise _gone(device.name) from e
+                if again.index != info.index:
+                    raise _gone(device.name) from e
+                counters = {}
+            # This process's sysfs shows init_net's devices only (the class is netns-tagged).
+            if in_init_net:
+                sysfs = rdma_stats.sysfs_port_counters(device.name, port, self._sysfs)
+                counters = sysfs | counters
+            out.append(PortCounters(port, counters))
+        return tuple(out)
 
     @staticmethod
     def _chardev_args(

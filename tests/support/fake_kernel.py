@@ -39,6 +39,7 @@ from rdmad.errors import (
     InvalidNetns,
     KernelError,
     ModeBusy,
+    NoSuchDevice,
     NotSupported,
     RdmadError,
     Unavailable,
@@ -53,6 +54,7 @@ from rdmad.model import (
     Netdev,
     NetnsMode,
     Port,
+    PortCounters,
     RdmaDevice,
 )
 
@@ -103,6 +105,7 @@ class FakeRdmaDevice:
     virtual: bool = False  # rxe/siw
     netns: int = INIT
     minor: int = 0
+    counters: dict[str, int] = field(default_factory=dict)  # port 1's, set by a test
 
 
 @dataclass
@@ -647,6 +650,16 @@ class FakeRdma:
         self, device: str, inside: NetnsTarget | None, netdev: Placement | None
     ) -> tuple[Gid, ...]:
         return ()  # the fake kernel keeps no GID table (the simulator and the guest do)
+
+    async def counters(
+        self, device: RdmaDevice, inside: NetnsTarget | None
+    ) -> tuple[PortCounters, ...]:
+        await self._k.enter("counters", self._p)
+        dev = self._k.rdma.get(device.name)
+        where = _ns_of(inside).inode if inside is not None else INIT
+        if dev is None or (self._k.mode == NetnsMode.EXCLUSIVE and dev.netns != where):
+            raise NoSuchDevice(f"RDMA device {device.name} went away while its counters were read")
+        return (PortCounters(1, dict(dev.counters)),)
 
     async def close(self) -> None:
         return None
