@@ -21,18 +21,23 @@ from rdmad.bus.mapping import bus_errors
 from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE, MANAGER_IFACE, claim_path, device_path
 from rdmad.bus.properties import Prop, PropertyTable
 from rdmad.errors import InvalidArgs
-from rdmad.model import Claim, ClaimOptions, DeviceView, NetnsMode, ReleaseReason
+from rdmad.model import Claim, ClaimOptions, Counters, DeviceView, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver
+from rdmad.opstats import Histogram, OpStats
 from rdmad.options import parse_claim_options, parse_netns_mode
 
 DeviceRow = tuple[str, str, str, str]
 ClaimRow = tuple[str, str, str, str, str, str]
+# GetCounters: scope ("device" or "claim"), then per port: index, counter name -> value
+COUNTERS_SIGNATURE = "sa(ua{st})"
+CountersReply = list[object]
 
 
 class CoreAPI(Protocol):
     """What the bus edge needs from rdmad.core.Core (which satisfies it structurally)."""
 
     netns_mode: NetnsMode
+    stats: OpStats
 
     def add_observer(self, observer: CoreObserver) -> None: ...
 
@@ -51,6 +56,29 @@ class CoreAPI(Protocol):
     ) -> None: ...
 
     async def set_netns_mode(self, mode: NetnsMode) -> None: ...
+
+    async def device_counters(self, name: str) -> Counters: ...
+
+    async def claim_counters(self, claim_id: str) -> Counters: ...
+
+
+def counters_reply(counters: Counters) -> CountersReply:
+    return [str(counters.scope), [[p.port, dict(p.counters)] for p in counters.ports]]
+
+
+def _histogram(h: Histogram) -> Variant:
+    return Variant("(a(dt)dt)", [[list(b) for b in h.cumulative()], h.sum, h.count])
+
+
+def statistics(stats: OpStats) -> dict[str, Variant]:
+    """Manager.GetStatistics: the a{sv} documented in io.rdmad1.Manager.xml."""
+    return {
+        "claims": Variant("t", stats.claims),
+        "releases": Variant("a{st}", dict(stats.releases)),
+        "errors": Variant("a(sst)", [[op, name, n] for (op, name), n in stats.errors.items()]),
+        "claim_latency": _histogram(stats.claim_seconds),
+        "release_latency": _histogram(stats.release_seconds),
+    }
 
 
 def claim_options(raw: dict[str, Variant]) -> ClaimOptions:
@@ -81,6 +109,11 @@ class ManagerInterface(ServiceInterface):
             (v.device.name, str(v.state), v.device.netdev, device_path(v.device.name))
             for v in self._core.devices()
         ]
+
+    @dbus_method()
+    @bus_errors
+    async def GetStatistics(self) -> Annotated[dict[str, Variant], DBusSignature("a{sv}")]:
+        return statistics(self._core.stats)
 
     @dbus_method()
     @bus_errors
@@ -207,9 +240,10 @@ CLAIM_PROPERTIES: PropertyTable[Claim] = PropertyTable(
 
 
 class DeviceInterface(ServiceInterface):
-    def __init__(self, view: DeviceView) -> None:
+    def __init__(self, view: DeviceView, core: CoreAPI) -> None:
         super().__init__(DEVICE_IFACE)
         self._view = view
+        self._core = core
 
     def update(self, view: DeviceView) -> dict[str, object]:
         """Take a new view; returns the properties whose values changed."""
@@ -220,6 +254,11 @@ class DeviceInterface(ServiceInterface):
     def all_properties(self) -> dict[str, Variant]:
         """For ObjectManager.InterfacesAdded."""
         return DEVICE_PROPERTIES.variants(self._view)
+
+    @dbus_method()
+    @bus_errors
+    async def GetCounters(self) -> Annotated[CountersReply, DBusSignature(COUNTERS_SIGNATURE)]:
+        return counters_reply(await self._core.device_counters(self._view.device.name))
 
 
 DEVICE_PROPERTIES.export_on(DeviceInterface, lambda self: self._view)
@@ -241,6 +280,11 @@ class ClaimInterface(ServiceInterface):
     async def Release(self) -> None:
         await self._credentials.require_privileged("Release")
         await self._core.release(self.claim.id, ReleaseReason.REQUESTED)
+
+    @dbus_method()
+    @bus_errors
+    async def GetCounters(self) -> Annotated[CountersReply, DBusSignature(COUNTERS_SIGNATURE)]:
+        return counters_reply(await self._core.claim_counters(self.claim.id))
 
 
 CLAIM_PROPERTIES.export_on(ClaimInterface, lambda self: self.claim)

@@ -174,7 +174,7 @@ class Service(CoreObserver):
         if name in self._devices:
             self._update_device(view)
             return False
-        self._devices[name] = DeviceInterface(view)
+        self._devices[name] = DeviceInterface(view, self.core)
         self.bus.export(device_path(name), self._devices[name])
         return True
 

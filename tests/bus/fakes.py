@@ -13,14 +13,18 @@ from rdmad.model import (
     ChardevKind,
     Claim,
     ClaimOptions,
+    Counters,
+    CounterScope,
     DeviceState,
     DeviceView,
     NetnsMode,
     Port,
+    PortCounters,
     RdmaDevice,
     ReleaseReason,
 )
 from rdmad.observer import CoreObserver
+from rdmad.opstats import OpStats
 from tests.support.fake_kernel import FakeKernel
 
 MLX = RdmaDevice(
@@ -54,6 +58,8 @@ class FakeCore:
         self.claims_by_id: dict[str, Claim] = {}
         self.fail_with: BaseException | None = None  # raised by the next mutating call
         self.last_options: ClaimOptions | None = None
+        self.stats = OpStats()
+        self.port_counters: dict[str, int] = {}  # port 1 of every device
         self._n = 0
 
     def _maybe_fail(self) -> None:
@@ -79,6 +85,15 @@ class FakeCore:
 
     def claims(self) -> list[Claim]:
         return list(self.claims_by_id.values())
+
+    async def device_counters(self, name: str) -> Counters:
+        self.device(name)
+        return Counters(CounterScope.DEVICE, (PortCounters(1, dict(self.port_counters)),))
+
+    async def claim_counters(self, claim_id: str) -> Counters:
+        claim = self.get_claim(claim_id)
+        scope = CounterScope.DEVICE if claim.shared else CounterScope.CLAIM
+        return Counters(scope, (PortCounters(1, dict(self.port_counters)),))
 
     def get_claim(self, claim_id: str) -> Claim:
         if claim_id not in self.claims_by_id:

@@ -31,6 +31,7 @@ async def test_root_may_claim_under_the_shipped_policy(live_policy: Live) -> Non
         (MANAGER_IFACE, "ListDevices", "", "[]"),
         (MANAGER_IFACE, "GetDevice", "s", "['mlx5_0']"),
         (MANAGER_IFACE, "ListClaims", "", "[]"),
+        (MANAGER_IFACE, "GetStatistics", "", "[]"),
         (PROPERTIES_IFACE, "GetAll", "s", f"['{MANAGER_IFACE}']"),
         ("org.freedesktop.DBus.Introspectable", "Introspect", "", "[]"),
         ("org.freedesktop.DBus.ObjectManager", "GetManagedObjects", "", "[]"),
