@@ -14,6 +14,7 @@ Output: aligned tables by default; with --json, stable JSON on stdout:
   status   {"version", "netns_mode", "devices", "claims"}
   mode     {"netns_mode"}
   release  {"released": ID}
+  stats    counters of devices and claims and rdmad's own statistics (rdmad/cli_stats.py)
   monitor  one object per line: {"signal", "path", "args": {...}}; for PropertiesChanged
            "args" is {"interface", "changed": {snake_case: value}, "invalidated": [...]}
 Exit codes: 0 ok, 1 the daemon said no (one line on stderr, "rdmactl: ERROR-NAME: text"),
@@ -45,6 +46,7 @@ from rdmad.bus.names import (
     MANAGER_PATH,
     PROPERTIES_IFACE,
 )
+from rdmad.cli_stats import cmd_stats, stats_arguments
 from rdmad.model import ChardevKind, NetnsMode
 
 EXIT_FAILED, EXIT_UNREACHABLE = 1, 3  # 2: a usage error, from argparse
@@ -437,6 +439,15 @@ COMMANDS: dict[str, Command] = {
         "show or set the kernel's RDMA netns mode (setting: root or the allowed group)",
         _mode_arguments,
     ),
+    "stats": Command(
+        cmd_stats,
+        "counters of every device and claim (or one), read from the kernel now",
+        stats_arguments,
+        "Print each port's counters of DEVICE or CLAIM (default: every device and claim, "
+        "and rdmad's own claim/release/error counts). Scope 'device' counts everything on "
+        "the device (a shared claim shares it); 'claim' counts a whole-device claim's own "
+        "traffic. --watch refreshes in place with per-second rates, like top.",
+    ),
     "monitor": Command(
         cmd_monitor,
         "print rdmad's signals as they happen, until Ctrl-C",
@@ -523,7 +534,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return asyncio.run(run(args))
     except KeyboardInterrupt:
-        return 0 if args.command == "monitor" else EXIT_INTERRUPTED  # monitor ends this way
+        # monitor and stats --watch end this way
+        return 0 if args.command == "monitor" or getattr(args, "watch", False) else EXIT_INTERRUPTED
     except Unreachable as exc:
         print(f"rdmactl: daemon unreachable: {exc} (hint: {HINT})", file=sys.stderr)
         return EXIT_UNREACHABLE

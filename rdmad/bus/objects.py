@@ -6,8 +6,9 @@ DBusSignature), which also keeps mypy and ruff happy without string signatures. 
 are not written out here: each interface's are one table (rdmad.bus.properties).
 """
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated, Protocol
 
 from dbus_fast import Variant
@@ -20,7 +21,7 @@ from rdmad.bus.credentials import Credentials
 from rdmad.bus.mapping import bus_errors
 from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE, MANAGER_IFACE, claim_path, device_path
 from rdmad.bus.properties import Prop, PropertyTable
-from rdmad.errors import InvalidArgs
+from rdmad.errors import InvalidArgs, RdmadError
 from rdmad.model import Claim, ClaimOptions, Counters, DeviceView, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver
 from rdmad.opstats import Histogram, OpStats
@@ -81,6 +82,17 @@ def statistics(stats: OpStats) -> dict[str, Variant]:
     }
 
 
+@contextlib.contextmanager
+def counted(stats: OpStats, operation: str) -> Iterator[None]:
+    """Count the errors a call meets before the core takes it (access, arguments, netns):
+    the core counts its own."""
+    try:
+        yield
+    except RdmadError as e:
+        stats.failed(operation, e.dbus_name)
+        raise
+
+
 def claim_options(raw: dict[str, Variant]) -> ClaimOptions:
     """a{sv} as received → validated ClaimOptions (InvalidArgs on anything wrong)."""
     return parse_claim_options({k: (v.signature, v.value) for k, v in raw.items()})
@@ -131,9 +143,10 @@ class ManagerInterface(ServiceInterface):
     @dbus_method()
     @bus_errors
     async def Claim(self, device: DBusStr, netns: DBusStr, options: DBusDict) -> DBusObjectPath:
-        await self._credentials.require_privileged("Claim")
-        parsed = claim_options(options)  # before opening anything
-        target = self._resolver.open(netns)
+        with counted(self._core.stats, "claim"):
+            await self._credentials.require_privileged("Claim")
+            parsed = claim_options(options)  # before opening anything
+            target = self._resolver.open(netns)
         claim = await self._core.claim(device, target, parsed)
         return self._claim_exported(claim)
 
@@ -143,11 +156,12 @@ class ManagerInterface(ServiceInterface):
         self, device: DBusStr, netns: DBusUnixFd, options: DBusDict
     ) -> DBusObjectPath:
         try:
-            await self._credentials.require_privileged("ClaimFd")
-            if not self._fds_negotiated:
-                raise InvalidArgs("this connection of rdmad cannot receive file descriptors")
-            parsed = claim_options(options)
-            target = self._resolver.adopt_fd(netns)  # dup'ed: ours is closed below
+            with counted(self._core.stats, "claim"):
+                await self._credentials.require_privileged("ClaimFd")
+                if not self._fds_negotiated:
+                    raise InvalidArgs("this connection of rdmad cannot receive file descriptors")
+                parsed = claim_options(options)
+                target = self._resolver.adopt_fd(netns)  # dup'ed: ours is closed below
         finally:
             if self._fds_negotiated:
                 os.close(netns)  # dbus-fast hands received fds over and never closes them
@@ -157,7 +171,8 @@ class ManagerInterface(ServiceInterface):
     @dbus_method()
     @bus_errors
     async def Release(self, claim_id: DBusStr) -> None:
-        await self._credentials.require_privileged("Release")
+        with counted(self._core.stats, "release"):
+            await self._credentials.require_privileged("Release")
         await self._core.release(claim_id, ReleaseReason.REQUESTED)
 
     @dbus_method()
@@ -278,7 +293,8 @@ class ClaimInterface(ServiceInterface):
     @dbus_method()
     @bus_errors
     async def Release(self) -> None:
-        await self._credentials.require_privileged("Release")
+        with counted(self._core.stats, "release"):
+            await self._credentials.require_privileged("Release")
         await self._core.release(self.claim.id, ReleaseReason.REQUESTED)
 
     @dbus_method()

@@ -1,0 +1,104 @@
+"""`rdmactl stats` against the real rdmad with the simulated backend, whose devices count
+their real veth's packets: frames sent with a packet socket show up in the counters."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from tests.e2e.conftest import Rig
+from tests.e2e.test_rdmactl import rdmactl
+from tests.support.net import ip
+
+FRAMES = 25
+
+
+def send_frames(ifname: str, n: int = FRAMES) -> None:
+    """n broadcast Ethernet frames out of `ifname` (an ethertype nobody answers)."""
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+        s.bind((ifname, 0))
+        frame = b"\xff" * 6 + b"\x02\x00\x00\x00\x00\x01" + b"\x88\xb5" + b"\0" * 46
+        for _ in range(n):
+            s.send(frame)
+
+
+def port1(entry: dict[str, Any]) -> dict[str, int]:
+    (port,) = entry["ports"]
+    assert port["port"] == 1
+    counters: dict[str, int] = port["counters"]
+    return counters
+
+
+async def stats_json(rig: Rig, *args: str) -> dict[str, Any]:
+    data: dict[str, Any] = (await rdmactl(rig, "--json", "stats", *args)).json()
+    return data
+
+
+async def test_device_counters_rise_by_what_its_netdev_sent_and_received(rig: Rig) -> None:
+    pair = rig.nics["sim0"]
+    for end in (pair.host, pair.peer):
+        ip("link", "set", end, "up")
+    (before,) = (await stats_json(rig, "sim0"))["devices"]
+    send_frames(pair.host)
+    send_frames(pair.peer)
+    data = await stats_json(rig, "sim0")
+    (after,) = data["devices"]
+    assert after["scope"] == "device" and data["claims"] == []
+    assert port1(after)["sent_pkts"] - port1(before)["sent_pkts"] >= FRAMES
+    assert port1(after)["rcvd_pkts"] - port1(before)["rcvd_pkts"] >= FRAMES
+
+
+async def test_stats_without_a_target_lists_devices_claims_and_operations(rig: Rig) -> None:
+    await rdmactl(rig, "claim", "sim1", "pid:1", "--shared")  # refused: init_net
+    data = await stats_json(rig)
+    assert [d["device"] for d in data["devices"]] == ["sim0", "sim1"]
+    assert data["operations"]["claims"] == 0
+    assert data["operations"]["errors"] == [
+        {"operation": "claim", "error": "io.rdmad1.Error.InvalidNetns", "count": 1}
+    ]
+
+
+async def test_a_shared_claim_shows_its_devices_counters(rig: Rig, netns: str) -> None:
+    claim = (await rdmactl(rig, "--json", "claim", "sim0", netns, "--shared")).json()
+    (entry,) = (await stats_json(rig, claim["id"]))["claims"]
+    assert (entry["claim"], entry["device"], entry["scope"]) == (claim["id"], "sim0", "device")
+    assert set(port1(entry)) == {"sent_pkts", "rcvd_pkts"}
+
+
+async def test_a_whole_claim_in_exclusive_mode_is_read_inside_its_netns(
+    exclusive_rig: Rig, netns: str
+) -> None:
+    rig = exclusive_rig
+    claim = (await rdmactl(rig, "--json", "claim", "sim0", netns, "--ifname", "net0")).json()
+    ip("link", "set", rig.nics["sim0"].peer, "up")  # a veth sends only with its peer up
+    ip("netns", "exec", netns, "ip", "link", "set", "net0", "up")
+    (before,) = (await stats_json(rig, claim["id"]))["claims"]
+    ip("netns", "exec", netns, "python3", "-c", SEND_IN_NETNS)
+    (after,) = (await stats_json(rig, claim["id"]))["claims"]
+    assert after["scope"] == "claim"
+    assert port1(after)["sent_pkts"] - port1(before)["sent_pkts"] >= FRAMES
+
+
+async def test_stats_of_an_unknown_name_is_a_named_error(rig: Rig) -> None:
+    res = await rdmactl(rig, "stats", "nope0")
+    assert res.rc == 1 and res.err.startswith("rdmactl: NoSuchDevice"), res.err
+
+
+async def test_table_has_one_row_per_counter(rig: Rig) -> None:
+    res = await rdmactl(rig, "stats", "sim1")
+    assert res.rc == 0, res.err
+    header, *rows = [line.split() for line in res.out.splitlines()]
+    assert header == ["OBJECT", "SCOPE", "PORT", "COUNTER", "VALUE"]
+    assert [r[:4] for r in rows] == [
+        ["sim1", "device", "1", "rcvd_pkts"],
+        ["sim1", "device", "1", "sent_pkts"],
+    ]
+
+
+SEND_IN_NETNS = f"""
+import socket
+with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+    s.bind(("net0", 0))
+    for _ in range({FRAMES}):
+        s.send(b"\\xff" * 6 + b"\\x02\\x00\\x00\\x00\\x00\\x01\\x88\\xb5" + b"\\0" * 46)
+"""
