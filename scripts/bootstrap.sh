@@ -35,6 +35,7 @@ done
 # guest harness: qemu-system-x86 (TCG/KVM), kmod (depmod on the host, modprobe in the
 #   guest), busybox-static (virtme-ng's initramfs), udev (virtme-ng's exit-code channel
 #   needs /dev/virtio-ports links); python3-venv for the venvs; ca-certificates for pip.
+# rdmad-exporter's tests: prometheus (promtool check metrics).
 # bench: containernetworking-plugins (the macvlan CNI plugin, side by side with a shared claim).
 # rdmad-cni's tests: podman (4.3, CNI backend) with runc, Debian's CNI plugins (host-local
 #   IPAM, and host-device/macvlan for the benchmark), catatonit (podman's pod pause binary).
@@ -44,7 +45,7 @@ done
 # RDMA traffic in the guest (it shares this root): ibverbs-utils (ibv_rc_pingpong,
 #   ibv_devices), rdmacm-utils (rping), perftest (ib_write_bw), ibverbs-providers (rxe's
 #   userspace driver); crun runs the CDI test's container (runc killed the guest, issue 19).
-PKGS=(libsystemd-dev pkg-config gcc python3-dev python3-venv dbus iproute2
+PKGS=(prometheus libsystemd-dev pkg-config gcc python3-dev python3-venv dbus iproute2
       qemu-system-x86 kmod busybox-static udev ca-certificates containernetworking-plugins
       podman runc catatonit ibverbs-utils rdmacm-utils perftest ibverbs-providers crun
       build-essential debhelper dh-virtualenv help2man lintian)

@@ -1,0 +1,92 @@
+"""rdmad-exporter as a real process, and scraping it as Prometheus does (HTTP GET /metrics,
+parsed with prometheus_client's own parser)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+import urllib.request
+from collections.abc import AsyncIterator
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.daemon import ROOT
+
+WAIT = 60.0
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Exporter:
+    def __init__(self, proc: asyncio.subprocess.Process, port: int) -> None:
+        self.proc = proc
+        self.url = f"http://127.0.0.1:{port}/metrics"
+
+    async def scrape_text(self) -> str:
+        def get() -> str:
+            with urllib.request.urlopen(self.url, timeout=WAIT) as reply:
+                assert reply.status == 200
+                return str(reply.read().decode())
+
+        return await asyncio.to_thread(get)
+
+    async def scrape(self) -> Samples:
+        """Every sample: (name, sorted labels) -> value."""
+        text = await self.scrape_text()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    def rss_kib(self) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            line = next(x for x in f if x.startswith("VmRSS:"))
+        return int(line.split()[1])
+
+
+@contextlib.asynccontextmanager
+async def running_exporter(bus_address: str) -> AsyncIterator[Exporter]:
+    """Started, and serving once it has said so on stderr."""
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rdmad.exporter",
+        "--listen-address",
+        f"127.0.0.1:{port}",
+        "--bus-address",
+        bus_address,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.stderr is not None
+    drain: asyncio.Task[None] | None = None
+    try:
+        async with asyncio.timeout(WAIT):
+            while b"serving /metrics" not in (line := await proc.stderr.readline()):
+                assert line, "rdmad-exporter exited before serving"
+
+        async def drain_stderr() -> None:  # a full pipe would block its logging
+            assert proc.stderr is not None
+            while await proc.stderr.readline():
+                pass
+
+        drain = asyncio.ensure_future(drain_stderr())
+        yield Exporter(proc, port)
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            await proc.wait()
+        if drain is not None:
+            await drain
