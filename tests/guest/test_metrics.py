@@ -1,0 +1,133 @@
+"""Counters after real RDMA traffic, per kernel: rdmad's GetCounters, `rdmactl stats --json`
+and a real scrape of rdmad-exporter agree with each other and with what the tool sent.
+
+The traffic: ibv_rc_pingpong, server and client on the same rxe device over its link-local
+GID, run inside the claim's netns. Each side sends ITERS one-packet messages, so the device
+sends and receives at least 2 * ITERS packets (acks come on top).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from dbus_fast import Variant
+
+from rdmad.bus.names import device_path
+from tests.support.daemon import ROOT, Client, RdmadProcess
+from tests.support.exporter import running_exporter
+from tests.support.net import temp_netns
+from tests.support.rdma import (
+    CLAIM_IFACE,
+    SYS_IB,
+    WAIT,
+    Rxe,
+    ash,
+    eventually,
+    kernel,
+    known_to_rdmad,
+    set_netns_mode,
+    sysfs,
+)
+
+pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
+
+ITERS = 20
+EMPTY_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+
+
+async def pingpong(device: str, netns: str) -> None:
+    """ITERS RC round trips of 64 bytes between two processes on `device`, inside `netns`."""
+    base = ["ip", "netns", "exec", netns, "ibv_rc_pingpong", "-d", device, "-g", "0"]
+    base += ["-n", str(ITERS), "-s", "64"]
+    server = await asyncio.create_subprocess_exec(*base, stdout=subprocess.DEVNULL)
+    try:
+        async with asyncio.timeout(WAIT):
+            while True:  # the client retries until the server listens (no event says so)
+                client = await asyncio.create_subprocess_exec(
+                    *base, "127.0.0.1", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
+                if await client.wait() == 0:
+                    break
+            assert await server.wait() == 0
+    finally:
+        if server.returncode is None:
+            server.kill()
+            await server.wait()
+
+
+async def rdmactl_stats(bus_address: str, target: str) -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "rdmad.cli", "--bus-address", bus_address, "--json", "stats",
+        target, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), WAIT)
+    assert proc.returncode == 0, err.decode()
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+async def counters(client: Client, path: str, iface: str) -> tuple[str, dict[str, int]]:
+    scope, ports = await client.call_raw("io.rdmad1", path, iface, "GetCounters")
+    (port,) = [c for p, c in ports if p == 1]
+    return str(scope), dict(port)
+
+
+@pytest.fixture
+async def ready_rxe(client: Client, rxe: Rxe) -> AsyncIterator[Rxe]:
+    """An rxe rdmad lists, with its link-local GID in place; its claims released after."""
+    await known_to_rdmad(client, rxe.name)
+    await eventually(lambda: sysfs(f"{SYS_IB}/{rxe.name}/ports/1/gids/0") != EMPTY_GID)
+    yield rxe
+    for cid, dev, *_ in await client.manager("ListClaims"):
+        if dev == rxe.name:
+            await client.manager("Release", "s", cid)
+
+
+async def test_a_shared_claims_traffic_shows_in_bus_rdmactl_and_exporter_alike(
+    client: Client, rdmad: RdmadProcess, netns: str, ready_rxe: Rxe
+) -> None:
+    dev = ready_rxe.name
+    path = await client.manager("Claim", "ssa{sv}", dev, netns, {"shared": Variant("b", True)})
+    await ash("ip", "link", "set", "lo", "up", netns=netns)  # pingpong meets on 127.0.0.1
+    _, before = await counters(client, device_path(dev), "io.rdmad1.Device")
+    await pingpong(dev, netns)
+    scope, claim_after = await counters(client, str(path), CLAIM_IFACE)
+    _, dev_after = await counters(client, device_path(dev), "io.rdmad1.Device")
+    async with running_exporter(rdmad.bus_address) as exporter:
+        samples = await exporter.scrape()
+    (shown,) = (await rdmactl_stats(rdmad.bus_address, dev))["devices"]
+    assert scope == "device"  # a shared claim counts with its device
+    for name in ("sent_pkts", "rcvd_pkts"):
+        assert dev_after[name] - before[name] >= 2 * ITERS, (name, before, dev_after)
+        assert claim_after[name] == dev_after[name]
+        assert shown["ports"][0]["counters"][name] == dev_after[name]
+        key = (f"rdmad_port_{name}_total", (("device", dev), ("port", "1")))
+        assert samples[key] == dev_after[name]
+
+
+@pytest.mark.skipif(kernel() != "7.3", reason="only 7.3's rxe can change netns")
+async def test_in_exclusive_mode_a_device_in_the_claims_netns_is_read_there(
+    client: Client, rxe: Rxe
+) -> None:
+    await known_to_rdmad(client, rxe.name)
+    await set_netns_mode(client, "exclusive")
+    try:
+        with temp_netns("gm") as netns:
+            path = await client.manager(
+                "Claim", "ssa{sv}", rxe.name, netns, {"netdev": Variant("b", False)}
+            )
+            scope, values = await counters(client, str(path), CLAIM_IFACE)
+            _, via_device = await counters(client, device_path(rxe.name), "io.rdmad1.Device")
+            await client.manager("Release", "s", str(path).rsplit("/", 1)[1])
+    finally:
+        await set_netns_mode(client, "shared")
+    assert scope == "claim"
+    assert {"sent_pkts", "rcvd_pkts"} <= set(values) and set(via_device) == set(values)
