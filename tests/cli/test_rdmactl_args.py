@@ -18,6 +18,7 @@ INVOCATIONS = {
     "release": ["3f2a9c0011223344"],
     "mode": ["exclusive"],
     "monitor": [],
+    "stats": ["mlx5_0", "--watch", "--interval", "0.5"],
 }
 
 
@@ -152,3 +153,13 @@ def test_unreachable_daemon_exits_3_with_one_line_and_a_hint(
     assert captured.out == ""
     (line,) = captured.err.splitlines()
     assert line.startswith("rdmactl: daemon unreachable:") and "hint:" in line
+
+
+@pytest.mark.parametrize("interval", ["0", "-1", "soon", "nan"])
+def test_stats_interval_must_be_a_positive_number(
+    interval: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["stats", "--watch", "--interval", interval])
+    assert exc.value.code == 2
+    assert "positive number of seconds" in capsys.readouterr().err

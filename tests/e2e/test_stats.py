@@ -3,11 +3,14 @@ their real veth's packets: frames sent with a packet socket show up in the count
 
 from __future__ import annotations
 
+import asyncio
+import json
+import signal
 import socket
 from typing import Any
 
 from tests.e2e.conftest import Rig
-from tests.e2e.test_rdmactl import rdmactl
+from tests.e2e.test_rdmactl import RUN_TIMEOUT, argv, env, rdmactl
 from tests.support.net import ip
 
 FRAMES = 25
@@ -102,3 +105,26 @@ with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
     for _ in range({FRAMES}):
         s.send(b"\\xff" * 6 + b"\\x02\\x00\\x00\\x00\\x00\\x01\\x88\\xb5" + b"\\0" * 46)
 """
+
+
+async def test_watch_json_prints_rates_each_interval_and_ctrl_c_ends_it(rig: Rig) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *argv(rig.daemon.bus_address, "--json", "stats", "sim0", "--watch", "--interval", "0.2"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env(),
+    )
+    assert proc.stdout is not None
+    try:
+        async with asyncio.timeout(RUN_TIMEOUT):
+            frames = [json.loads(await proc.stdout.readline()) for _ in range(2)]
+            proc.send_signal(signal.SIGINT)
+            assert await proc.wait() == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    for frame in frames:
+        (port,) = frame["devices"][0]["ports"]
+        assert set(port["rates"]) == {"sent_pkts", "rcvd_pkts"}
+        assert all(rate >= 0 for rate in port["rates"].values())
