@@ -19,6 +19,7 @@ import os
 import re
 import signal
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -133,6 +134,11 @@ class RdmadCollector(Collector):
         self._reader = reader
         self._loop = loop
         self._scrape_errors = 0  # devices skipped and failed reads, since the exporter started
+        self._errors_lock = threading.Lock()  # scrapes run on concurrent server threads
+
+    def _count_error(self) -> None:
+        with self._errors_lock:
+            self._scrape_errors += 1
 
     def _read(self) -> Snapshot:
         future = asyncio.run_coroutine_threadsafe(self._reader.read(), self._loop)
@@ -148,7 +154,7 @@ class RdmadCollector(Collector):
             snap = self._read()
         except ReadFailed as e:
             log.info("rdmad unreachable: %s", e)
-            self._scrape_errors += 1
+            self._count_error()
             up.add_metric([], 0)
             yield up
             yield self._errors_metric()
@@ -233,7 +239,7 @@ class RdmadCollector(Collector):
         families: dict[str, CounterMetricFamily] = {}
         for path, reply in counters:
             if reply is None:
-                self._scrape_errors += 1
+                self._count_error()
                 continue
             _scope, ports = reply
             device = devices[path]["Name"]
