@@ -6,7 +6,7 @@
 # Builds from the files the package is made of (PKG_FILES), as they are in the work tree
 # (uncommitted edits included), copied to build/deb/src so the build never writes into the
 # checkout. A second run with the same files is a no-op (a stamp keyed on them): editing
-# tests or docs does not rebuild. Needs debhelper, dh-virtualenv
+# tests or the other docs does not rebuild. Needs debhelper, dh-virtualenv
 # and lintian (scripts/bootstrap.sh installs them) and the index the lock's packages are on.
 set -euo pipefail
 
@@ -18,7 +18,7 @@ die() { echo "[deb] ERROR: $*" >&2; exit 1; }
 for tool in dpkg-buildpackage dh_virtualenv lintian; do
     command -v "$tool" >/dev/null || die "$tool missing: run scripts/bootstrap.sh"
 done
-PKG_FILES=(pyproject.toml README.md rdmad systemd dbus debian requirements)
+PKG_FILES=(pyproject.toml README.md docs/metrics.md rdmad systemd dbus debian requirements)
 mkdir -p "$OUT"
 src_tar=$(mktemp)
 trap 'rm -f "$src_tar"' EXIT
