@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
 
 from dbus_fast import Variant
@@ -13,6 +12,8 @@ from tests.e2e.test_stats import FRAMES, port1, quiet_up, send_frames, stats_jso
 from tests.support.exporter import running_exporter
 
 SCRAPES = 1000
+CLAIMS = 20  # claim/release cycles during the scrapes, each overlapping SCRAPES // CLAIMS
+WARM_UP = 100
 # Growth allowed over SCRAPES scrapes after warm-up: a leak of even 1 KiB per scrape fails.
 RSS_GROWTH_KIB = 1024
 
@@ -77,24 +78,26 @@ async def test_up_drops_to_zero_while_rdmad_is_stopped_and_comes_back(
 async def test_a_thousand_scrapes_while_claims_come_and_go_keep_rss_flat(
     rig: Rig, netns: str
 ) -> None:
-    async def churn() -> None:
-        while True:
-            path = await rig.client.manager(
-                "Claim", "ssa{sv}", "sim0", netns, {"shared": Variant("b", True)}
-            )
-            await rig.client.manager("Release", "s", path.rsplit("/", 1)[1])
+    async def claim_and_release() -> None:
+        opts = {"shared": Variant("b", True)}
+        path = await rig.client.manager("Claim", "ssa{sv}", "sim0", netns, opts)
+        await rig.client.manager("Release", "s", path.rsplit("/", 1)[1])
+
+    async def scrapes_during_one_claim(times: int) -> list[str]:
+        # the scrapes run on a worker thread while the claim comes and goes on the loop
+        bodies, _ = await asyncio.gather(
+            asyncio.to_thread(exporter.scrape_blocking, times), claim_and_release()
+        )
+        return bodies
 
     async with running_exporter(rig.daemon.bus_address) as exporter:
-        churning = asyncio.ensure_future(churn())
-        try:
-            for _ in range(100):  # warm-up: imports, buffers, the D-Bus connection
-                await exporter.scrape_text()
-            before = exporter.rss_kib()
-            for _ in range(SCRAPES):
-                assert "rdmad_up 1.0" in await exporter.scrape_text()
-            after = exporter.rss_kib()
-        finally:
-            churning.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await churning
+        # warm-up: imports, buffers, the D-Bus connection, a claim's metrics
+        await scrapes_during_one_claim(WARM_UP)
+        before = exporter.rss_kib()
+        bodies = []
+        for _ in range(CLAIMS):
+            bodies += await scrapes_during_one_claim(SCRAPES // CLAIMS)
+        after = exporter.rss_kib()
+    assert len(bodies) == SCRAPES
+    assert all("rdmad_up 1.0" in body for body in bodies)
     assert after - before < RSS_GROWTH_KIB, (before, after)
