@@ -32,10 +32,11 @@ class NetnsGone:
 
 @dataclass(frozen=True)
 class AddressChanged:
-    """An address came or went on netdev `ifindex` inside the netns init_net knows as `nsid`
-    (RTM_NEWADDR/RTM_DELADDR): the GIDs of a claim there may follow."""
+    """An address came or went on netdev `ifindex` (RTM_NEWADDR/RTM_DELADDR) inside the
+    netns init_net knows as `nsid`, or in init_net itself (None): the GIDs of a claim there,
+    or of a device moved without that netdev, may follow."""
 
-    nsid: int
+    nsid: int | None
     ifindex: int
 
 

@@ -213,8 +213,7 @@ class InventoryTracker:
                 self._spawn(self._keeper.end_claim(claim, ReleaseReason.NETNS_GONE))
         elif isinstance(event, AddressChanged):
             for claim in list(self._book.claims.values()):
-                there = claim.phase == ClaimPhase.ACTIVE and claim.nsid == event.nsid
-                if there and (not claim.shared or claim.ns_ifindex == event.ifindex):
+                if claim.phase == ClaimPhase.ACTIVE and self._gids_follow(claim, event):
                     self._reread_gids(claim)
         elif isinstance(event, RdmaChanged):
             known = event.device in self._inv.devices
@@ -228,6 +227,16 @@ class InventoryTracker:
             )
             self._spawn(self._resync())
         return set()
+
+    def _gids_follow(self, claim: Claim, event: AddressChanged) -> bool:
+        """Whether an address change may touch a claim's GIDs: one on a netdev in the
+        claim's netns (a shared claim's child only), or, for a device moved without its
+        netdev, one on that netdev in init_net."""
+        if event.nsid is None:
+            dev = self._inv.devices.get(claim.device)
+            home = claim.rdma_moved and not claim.netdev_moved
+            return home and dev is not None and dev.netdev_ifindex == event.ifindex
+        return claim.nsid == event.nsid and (not claim.shared or claim.ns_ifindex == event.ifindex)
 
     def _reread_gids(self, claim: Claim) -> None:
         """One re-read per claim at a time: a burst of address events costs one more."""

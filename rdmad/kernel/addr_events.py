@@ -1,11 +1,11 @@
-"""Address changes inside claimants' netns, as rdmad.events.AddressChanged.
+"""Address changes in claimants' netns and in init_net, as rdmad.events.AddressChanged.
 
-A claim's GIDs follow its netdev's addresses. One NETLINK_ROUTE subscription in init_net
-with NETLINK_LISTEN_ALL_NSID receives the IPv4/IPv6 address notifications of every netns
-that init_net has an nsid for (every netns rdmad placed a netdev in), each tagged with that
-nsid. It holds no netns: a socket created inside one would keep it alive. Notifications
-from init_net itself carry no nsid and are left out. An overrun (ENOBUFS) is reported as
-Resync("addr").
+A claim's GIDs follow its netdev's addresses: in the claim's netns, or in init_net for a
+device moved without its netdev. One NETLINK_ROUTE subscription in init_net with
+NETLINK_LISTEN_ALL_NSID receives the IPv4/IPv6 address notifications of init_net (no nsid)
+and of every netns that init_net has an nsid for (every netns rdmad placed a netdev in),
+each tagged with that nsid. It holds no netns: a socket created inside one would keep it
+alive. An overrun (ENOBUFS) is reported as Resync("addr").
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ DEFAULT_RCVBUF = 1 << 20
 
 
 def event_from_msg(msg: Message) -> Event | None:
-    """The address change a message from another netns means, or None for anything else."""
-    if msg.nsid is None or msg.type not in (RTM_NEWADDR, RTM_DELADDR):
-        return None  # init_net's own addresses, or not an address
+    """The address change a message means (nsid None: init_net's), or None for anything else."""
+    if msg.type not in (RTM_NEWADDR, RTM_DELADDR):
+        return None
     return AddressChanged(nsid=msg.nsid, ifindex=addr_from(msg).index)
 
 

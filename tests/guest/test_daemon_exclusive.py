@@ -22,6 +22,7 @@ from tests.support.daemon import Client, DBusCallError, RdmadProcess
 from tests.support.net import ip, link, netns_inode
 from tests.support.rdma import (
     CLAIM_IFACE,
+    WAIT,
     Rxe,
     all_props,
     device_props,
@@ -217,6 +218,27 @@ async def test_the_claims_gids_are_the_devices_table_as_the_netns_reads_it(
     for port, index, gid, _type, netdev in gids:
         assert sysfs_gid(exclusive_rxe.name, index, netns, port) == gid
         assert netdev == exclusive_rxe.netdev, "the netdev stayed in init_net"
+
+
+@only_73
+async def test_an_address_added_on_the_netdev_at_home_joins_the_claims_gids(
+    client: Client, netns: str, exclusive_rxe: Rxe
+) -> None:
+    path = await client.manager("Claim", "ssa{sv}", exclusive_rxe.name, netns, NETDEV_FALSE)
+    mark = client.mark()
+    ip("addr", "add", "198.51.100.6/24", "dev", exclusive_rxe.netdev)
+    added = "0000:0000:0000:0000:0000:ffff:c633:6406"  # ::ffff:198.51.100.6
+    body = await client.wait_signal(
+        "PropertiesChanged",
+        lambda b: "Gids" in b[1] and added in {g[2] for g in b[1]["Gids"].value},
+        since=mark,
+        timeout=WAIT,
+    )
+    entries = [g for g in body[1]["Gids"].value if g[2] == added]
+    for port, index, gid, _type, netdev in entries:
+        assert sysfs_gid(exclusive_rxe.name, index, netns, port) == gid
+        assert netdev == exclusive_rxe.netdev
+    assert added in {g[2] for g in await client.prop(str(path), CLAIM_IFACE, "Gids")}
 
 
 @only_73

@@ -10,7 +10,7 @@ import pytest
 
 from rdmad.events import AddressChanged, Event
 from rdmad.kernel.addr_events import AddrEventSource
-from tests.support.net import ip, queue_sink
+from tests.support.net import ip, queue_sink, temp_veth
 
 WAIT = 10.0
 
@@ -60,3 +60,12 @@ async def test_an_address_removed_is_reported_too(netns: str, events: asyncio.Qu
     await next_change(events, ifindex)
     ip("addr", "del", "192.0.2.10/24", "dev", "adr0", netns=netns)
     assert await next_change(events, ifindex) == AddressChanged(nsid=nsid, ifindex=ifindex)
+
+
+async def test_an_address_added_in_init_net_is_reported_without_an_nsid(
+    events: asyncio.Queue[Event],
+) -> None:
+    with temp_veth("adr") as pair:
+        ifindex = pair.host_ifindex()
+        ip("addr", "add", "192.0.2.11/24", "dev", pair.host)
+        assert await next_change(events, ifindex) == AddressChanged(nsid=None, ifindex=ifindex)

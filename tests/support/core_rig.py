@@ -37,6 +37,7 @@ class Recorder(CoreObserver):
     views: list[DeviceView] = field(default_factory=list)  # added or changed
     removed: list[str] = field(default_factory=list)
     made: list[str] = field(default_factory=list)  # claim ids
+    changed: list[str] = field(default_factory=list)  # claim ids, each time one changed
     ended: list[tuple[str, ReleaseReason]] = field(default_factory=list)
     modes: list[NetnsMode] = field(default_factory=list)
     _told: asyncio.Event = field(default_factory=asyncio.Event)
@@ -58,6 +59,10 @@ class Recorder(CoreObserver):
 
     def claimed(self, claim: Claim) -> None:
         self.made.append(claim.id)
+        self._note()
+
+    def claim_changed(self, claim: Claim) -> None:
+        self.changed.append(claim.id)
         self._note()
 
     def released(self, claim: Claim, reason: ReleaseReason) -> None:

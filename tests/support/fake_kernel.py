@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import ipaddress
 import itertools
 import os
 from collections.abc import Iterator
@@ -45,7 +46,14 @@ from rdmad.errors import (
     Unavailable,
     from_errno,
 )
-from rdmad.events import Event, LinkChanged, LinkRemoved, NetnsGone, RdmaChanged
+from rdmad.events import (
+    AddressChanged,
+    Event,
+    LinkChanged,
+    LinkRemoved,
+    NetnsGone,
+    RdmaChanged,
+)
 from rdmad.model import (
     CharDev,
     ChardevKind,
@@ -185,6 +193,18 @@ class FakeKernel:
         link = self.link(name, from_netns)
         assert link is not None, f"no netdev {name}"
         self.change_netns(link, self.netns(netns).inode if netns else INIT)
+
+    def set_addresses(
+        self, name: str, addresses: tuple[str, ...], netns: str | None = None
+    ) -> None:
+        """Someone's `ip addr add/del` on NAME: init_net hears of it when it happens there or
+        in a netns init_net has an nsid for."""
+        link = self.link(name, netns)
+        assert link is not None, f"no netdev {name}"
+        link.addresses = addresses
+        nsid = None if link.netns == INIT else self.namespaces[link.netns].nsid
+        if link.netns == INIT or nsid is not None:
+            self.emit(AddressChanged(nsid, link.ifindex))
 
     def rename_link(self, name: str, new: str) -> None:
         link = self.link(name)
@@ -649,7 +669,20 @@ class FakeRdma:
     async def gids(
         self, device: str, inside: NetnsTarget | None, netdev: Placement | None
     ) -> tuple[Gid, ...]:
-        return ()  # the fake kernel keeps no GID table (the simulator and the guest do)
+        await self._k.enter("gids", self._p)
+        dev = self._k.rdma.get(device)
+        if dev is None:
+            raise NoSuchDevice(f"RDMA device {device} went away while its GIDs were read")
+        # One RoCE v2 entry per IPv4 address of the netdev (a shared claim's: its child), as
+        # rxe's table has; ifindexes are unique across this fake's netns.
+        link = self._k.links.get(netdev.ifindex if netdev is not None else dev.ifindex)
+        if link is None:
+            return ()
+        v4 = [a.split("/")[0] for a in link.addresses if ":" not in a]
+        return tuple(
+            Gid(1, i, ipaddress.IPv6Address(f"::ffff:{a}").exploded, "RoCE v2", link.name)
+            for i, a in enumerate(v4, start=1)
+        )
 
     async def counters(
         self, device: RdmaDevice, inside: NetnsTarget | None

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.rdma import WAIT, ash, in_netns
+from tests.support.rdma import SYS_IB, WAIT, ash, in_netns, sh
 
 PINGPONG_ITERS = 100
 WRITE_BW_ITERS = 200
@@ -149,3 +149,18 @@ def sysfs_gid(device: str, index: int, netns: str, port: int = 1) -> str:
             in_netns(netns, "cat", path), capture_output=True, text=True, check=True
         ).stdout.strip()
     return ""
+
+
+def link_local_gid_index(device: str, netdev: str, netns: str, port: int = 1) -> int | None:
+    """The index of `netdev`'s IPv6 link-local entry in `device`'s GID table, as `netns`
+    reads it (None while the kernel has not made it)."""
+    table = f"{SYS_IB}/{device}/ports/{port}"
+    script = (
+        f"for f in {table}/gid_attrs/ndevs/*; do i=${{f##*/}}; "
+        f'echo "$i $(cat $f 2>/dev/null) $(cat {table}/gids/$i)"; done'
+    )
+    for line in sh("sh", "-c", script, netns=netns).splitlines():
+        index, *named, gid = line.split()
+        if named == [netdev] and gid.startswith("fe80:"):
+            return int(index)
+    return None

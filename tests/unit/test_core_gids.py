@@ -1,0 +1,80 @@
+"""A claim's GIDs (the entries its user picks from) and how they follow address changes:
+the real Core on the in-memory kernel, whose GID table has one RoCE v2 entry per IPv4
+address of a netdev."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rdmad.model import ClaimOptions, Gid, NetnsMode
+from rdmad.store import Store
+from tests.support.core_rig import Rig, Rigs, idle, two_nics
+
+SHARED = ClaimOptions(shared=True, ifname="net1", addresses=("198.51.100.5/24",))
+RDMA_ONLY = ClaimOptions(netdev=False)  # exclusive mode: the device moves, eth0 stays home
+
+
+def v4_gid(address: str) -> str:
+    return "0000:0000:0000:0000:0000:ffff:" + "{:02x}{:02x}:{:02x}{:02x}".format(
+        *map(int, address.split("."))
+    )
+
+
+async def changed_once_more(rig: Rig, before: int) -> None:
+    await rig.seen.wait_for(lambda: len(rig.seen.changed) > before)
+
+
+async def test_a_shared_claims_gids_are_its_childs_entries(rigs: Rigs, tmp_path: Path) -> None:
+    rig = await rigs.start(two_nics(), Store(tmp_path))
+    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
+    assert claim.gids == (Gid(1, 1, v4_gid("198.51.100.5"), "RoCE v2", "net1"),)
+
+
+async def test_an_address_added_on_a_shared_claims_child_joins_its_gids(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
+    kernel.set_addresses("net1", ("198.51.100.5/24", "203.0.113.7/24"), netns="pod")
+    await changed_once_more(rig, 0)
+    assert [g.gid for g in claim.gids] == [v4_gid("198.51.100.5"), v4_gid("203.0.113.7")]
+    assert rig.seen.changed == [claim.id]
+
+
+async def test_an_address_on_another_netdev_in_the_netns_leaves_a_shared_claim_alone(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
+    kernel.move_link("eth1", "pod")
+    read = kernel.pause("gids")
+    kernel.set_addresses("eth1", ("203.0.113.9/24",), netns="pod")
+    await idle()
+    assert not read.reached.is_set(), "the GID table was read again"
+    assert [g.gid for g in claim.gids] == [v4_gid("198.51.100.5")]
+
+
+async def test_a_device_moved_without_its_netdev_follows_that_netdevs_addresses_at_home(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics(NetnsMode.EXCLUSIVE)
+    rig = await rigs.start(kernel, Store(tmp_path))
+    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), RDMA_ONLY)
+    assert [(g.gid, g.netdev) for g in claim.gids] == [(v4_gid("192.0.2.1"), "eth0")]
+    kernel.set_addresses("eth0", ("192.0.2.1/24", "192.0.2.99/24"))
+    await changed_once_more(rig, 0)
+    assert [g.gid for g in claim.gids] == [v4_gid("192.0.2.1"), v4_gid("192.0.2.99")]
+
+
+async def test_an_address_on_another_netdev_at_home_leaves_a_moved_device_alone(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics(NetnsMode.EXCLUSIVE)
+    rig = await rigs.start(kernel, Store(tmp_path))
+    await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), RDMA_ONLY)
+    read = kernel.pause("gids")
+    kernel.set_addresses("eth1", ("192.0.2.77/24",))
+    await idle()
+    assert not read.reached.is_set(), "the GID table was read again"
