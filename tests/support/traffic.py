@@ -17,6 +17,7 @@ import contextlib
 import json
 import re
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,16 +152,27 @@ def sysfs_gid(device: str, index: int, netns: str, port: int = 1) -> str:
     return ""
 
 
+# Lists a GID table's used entries ("index netdev gid"); run in a netns, whose sysfs it reads.
+# A table has hundreds of entries (1024 on 6.1's rxe): one process reads them all.
+_GID_TABLE = """
+import os, sys
+for i in sorted(os.listdir(sys.argv[1] + "/gid_attrs/ndevs"), key=int):
+    try:
+        with open(f"{sys.argv[1]}/gid_attrs/ndevs/{i}") as f:
+            netdev = f.read().strip()
+    except OSError:
+        continue  # an unused entry
+    with open(f"{sys.argv[1]}/gids/{i}") as f:
+        print(i, netdev, f.read().strip())
+"""
+
+
 def link_local_gid_index(device: str, netdev: str, netns: str, port: int = 1) -> int | None:
     """The index of `netdev`'s IPv6 link-local entry in `device`'s GID table, as `netns`
     reads it (None while the kernel has not made it)."""
     table = f"{SYS_IB}/{device}/ports/{port}"
-    script = (
-        f"for f in {table}/gid_attrs/ndevs/*; do i=${{f##*/}}; "
-        f'echo "$i $(cat $f 2>/dev/null) $(cat {table}/gids/$i)"; done'
-    )
-    for line in sh("sh", "-c", script, netns=netns).splitlines():
-        index, *named, gid = line.split()
-        if named == [netdev] and gid.startswith("fe80:"):
+    for line in sh(sys.executable, "-c", _GID_TABLE, table, netns=netns).splitlines():
+        index, named, gid = line.split()
+        if named == netdev and gid.startswith("fe80:"):
             return int(index)
     return None
