@@ -38,13 +38,13 @@ from dbus_fast import BusType, Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
 from dbus_fast.errors import DBusError
 
+from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.names import (
     BUS_NAME,
     CLAIM_IFACE,
     DEVICE_IFACE,
     MANAGER_IFACE,
     MANAGER_PATH,
-    PROPERTIES_IFACE,
 )
 from rdmad.cli_stats import cmd_stats, stats_arguments
 from rdmad.model import ChardevKind, NetnsMode
@@ -52,12 +52,6 @@ from rdmad.model import ChardevKind, NetnsMode
 EXIT_FAILED, EXIT_UNREACHABLE = 1, 3  # 2: a usage error, from argparse
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report it (128 + SIGINT)
 EXIT_BROKEN_PIPE = 141  # stdout closed early, as for a tool killed by SIGPIPE (128 + 13)
-UNREACHABLE_ERRORS = {
-    "org.freedesktop.DBus.Error.ServiceUnknown",
-    "org.freedesktop.DBus.Error.NameHasNoOwner",
-    "org.freedesktop.DBus.Error.NoReply",
-    "org.freedesktop.DBus.Error.Disconnected",
-}
 HINT = "is rdmad running? systemctl status rdmad; or set --bus-address"
 
 # Named arguments of the Manager's signals, for monitor output.
@@ -69,10 +63,6 @@ SIGNAL_ARGS: dict[str, tuple[str, ...]] = {
     "InterfacesAdded": ("path", "interfaces"),
     "InterfacesRemoved": ("path", "interfaces"),
 }
-
-
-class Unreachable(Exception):
-    pass
 
 
 # ---------------------------------------------------------------- pure formatting
@@ -181,51 +171,6 @@ def signal_line(event: dict[str, Any]) -> str:
 
 def error_line(name: str, text: str) -> str:
     return f"rdmactl: {name.rsplit('.', 1)[-1]}: {text}"
-
-
-# ---------------------------------------------------------------- bus client
-
-
-class Client:
-    def __init__(self, bus: MessageBus) -> None:
-        self.bus = bus
-
-    async def call(
-        self,
-        member: str,
-        signature: str = "",
-        body: Sequence[Any] = (),
-        *,
-        path: str = MANAGER_PATH,
-        interface: str = MANAGER_IFACE,
-        fds: Sequence[int] = (),
-    ) -> list[Any]:
-        reply = await self.bus.call(
-            Message(
-                destination=BUS_NAME,
-                path=path,
-                interface=interface,
-                member=member,
-                signature=signature,
-                body=list(body),
-                unix_fds=list(fds),
-            )
-        )
-        if reply is None:
-            raise Unreachable("no reply")
-        if reply.message_type is MessageType.ERROR:
-            name = reply.error_name or "org.freedesktop.DBus.Error.Failed"
-            text = reply.body[0] if reply.body else name
-            if name in UNREACHABLE_ERRORS:
-                raise Unreachable(text)
-            raise DBusError(name, text)
-        return list(reply.body)
-
-    async def get_all(self, path: str, interface: str) -> dict[str, Any]:
-        (props,) = await self.call(
-            "GetAll", "s", [interface], path=path, interface=PROPERTIES_IFACE
-        )
-        return {k: v.value for k, v in props.items()}
 
 
 async def cmd_status(c: Client, a: argparse.Namespace, out: TextIO) -> None:

@@ -22,7 +22,7 @@ from dbus_fast.errors import DBusError
 from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE
 
 if TYPE_CHECKING:
-    from rdmad.cli import Client
+    from rdmad.bus.client import Client
 
 NO_SUCH_DEVICE = "io.rdmad1.Error.NoSuchDevice"
 # Clears the terminal from the top-left corner down, so each frame replaces the last.

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dbus_fast import BusType, Message, MessageType
+from dbus_fast import BusType
 from dbus_fast.aio import MessageBus
 from dbus_fast.errors import DBusError
 from prometheus_client import start_http_server
@@ -36,8 +36,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.names import (
-    BUS_NAME,
     CLAIM_IFACE,
     DEVICE_IFACE,
     MANAGER_IFACE,
@@ -85,27 +85,13 @@ class RdmadReader:
             self._bus = await MessageBus(
                 bus_address=self._address, bus_type=BusType.SYSTEM
             ).connect()
-        reply = await self._bus.call(
-            Message(
-                destination=BUS_NAME,
-                path=path,
-                interface=interface,
-                member=member,
-                signature=signature,
-                body=list(body),
-            )
-        )
-        if reply is None:
-            raise ReadFailed("no reply")
-        if reply.message_type is MessageType.ERROR:
-            raise DBusError(reply.error_name or "", reply.body[0] if reply.body else "")
-        return list(reply.body)
+        return await Client(self._bus).call(member, signature, body, path=path, interface=interface)
 
     async def read(self) -> Snapshot:
         try:
             (objects,) = await self._call(MANAGER_PATH, OBJECT_MANAGER_IFACE, "GetManagedObjects")
             (stats,) = await self._call(MANAGER_PATH, MANAGER_IFACE, "GetStatistics")
-        except (DBusError, OSError, EOFError) as e:
+        except (DBusError, Unreachable, OSError, EOFError) as e:
             self.close()
             raise ReadFailed(str(e)) from e
         counters: list[tuple[str, list[Any] | None]] = []
@@ -114,6 +100,9 @@ class RdmadReader:
                 continue
             try:
                 counters.append((path, await self._call(path, DEVICE_IFACE, "GetCounters")))
+            except (Unreachable, OSError, EOFError) as e:  # rdmad went away mid-scrape
+                self.close()
+                raise ReadFailed(str(e)) from e
             except DBusError as e:  # e.g. NoSuchDevice: gone mid-read, skipped this scrape
                 log.info("device %s skipped this scrape: %s: %s", path, e.type, e.text)
                 counters.append((path, None))
