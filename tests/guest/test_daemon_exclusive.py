@@ -22,7 +22,6 @@ from tests.support.daemon import Client, DBusCallError, RdmadProcess
 from tests.support.net import ip, link, netns_inode
 from tests.support.rdma import (
     CLAIM_IFACE,
-    WAIT,
     Rxe,
     all_props,
     device_props,
@@ -39,6 +38,7 @@ from tests.support.traffic import (
     PINGPONG_ITERS,
     WRITE_BW_ITERS,
     cdi_env,
+    gid_joined,
     ibv_devices,
     pingpong,
     pingpong_iters,
@@ -228,13 +228,7 @@ async def test_an_address_added_on_the_netdev_at_home_joins_the_claims_gids(
     mark = client.mark()
     ip("addr", "add", "198.51.100.6/24", "dev", exclusive_rxe.netdev)
     added = "0000:0000:0000:0000:0000:ffff:c633:6406"  # ::ffff:198.51.100.6
-    body = await client.wait_signal(
-        "PropertiesChanged",
-        lambda b: "Gids" in b[1] and added in {g[2] for g in b[1]["Gids"].value},
-        since=mark,
-        timeout=WAIT,
-    )
-    entries = [g for g in body[1]["Gids"].value if g[2] == added]
+    entries = await gid_joined(client, added, mark)
     for port, index, gid, _type, netdev in entries:
         assert sysfs_gid(exclusive_rxe.name, index, netns, port) == gid
         assert netdev == exclusive_rxe.netdev

@@ -18,7 +18,6 @@ from tests.support.daemon import Client, DBusCallError, RdmadProcess
 from tests.support.net import addresses, ip, is_up, link, netns_inode
 from tests.support.rdma import (
     CLAIM_IFACE,
-    WAIT,
     Rxe,
     all_props,
     device_props,
@@ -35,6 +34,7 @@ from tests.support.traffic import (
     RPING_COUNT,
     WRITE_BW_ITERS,
     cdi_env,
+    gid_joined,
     link_local_gid_index,
     pingpong,
     pingpong_iters,
@@ -273,13 +273,7 @@ async def test_an_address_added_in_the_netns_joins_the_claims_gids(
     mark = client.mark()
     ip("addr", "add", "198.51.100.5/24", "dev", IFNAME, netns=netns)
     added = "0000:0000:0000:0000:0000:ffff:c633:6405"  # ::ffff:198.51.100.5
-    body = await client.wait_signal(
-        "PropertiesChanged",
-        lambda b: "Gids" in b[1] and added in {g[2] for g in b[1]["Gids"].value},
-        since=mark,
-        timeout=WAIT,
-    )
-    entries = [g for g in body[1]["Gids"].value if g[2] == added]
+    entries = await gid_joined(client, added, mark)
     for port, index, gid, _type, _netdev in entries:
         assert sysfs_gid(shared_rxe.name, index, netns, port) == gid
     assert added in {g[2] for g in await client.prop(path, CLAIM_IFACE, "Gids")}

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.daemon import Client
 from tests.support.rdma import SYS_IB, WAIT, ash, in_netns, sh
 
 PINGPONG_ITERS = 100
@@ -176,3 +177,18 @@ def link_local_gid_index(device: str, netdev: str, netns: str, port: int = 1) ->
         if named == netdev and gid.startswith("fe80:"):
             return int(index)
     return None
+
+
+GidEntry = tuple[int, int, str, str, str]  # Claim.Gids: port, index, GID, type, netdev
+
+
+async def gid_joined(client: Client, gid: str, since: int) -> list[GidEntry]:
+    """A claim's entries for `gid`, from the first PropertiesChanged of its Gids (after
+    mark `since`) that has it."""
+    body = await client.wait_signal(
+        "PropertiesChanged",
+        lambda b: "Gids" in b[1] and gid in {g[2] for g in b[1]["Gids"].value},
+        since=since,
+        timeout=WAIT,
+    )
+    return [g for g in body[1]["Gids"].value if g[2] == gid]
