@@ -338,7 +338,6 @@ class Core:
             created_at_us=time.time_ns() // 1000,
             host=host,
             cdi_device=f"rdmad.io/rdma={claim_id}",
-            chardev_kinds=opts.chardevs,
             phase=ClaimPhase.PENDING,
             cdi_name=opts.cdi_name,
         )

@@ -185,7 +185,6 @@ class Claim:
     chardevs: tuple[CharDev, ...] = ()
     gids: tuple[Gid, ...] = ()  # the entries of the GID table that are the claim's
     cdi_device: str = ""
-    chardev_kinds: tuple[ChardevKind, ...] = DEFAULT_CHARDEVS
     # the ifindex inside the netns (macvlan child, or the moved netdev); 0 if unknown
     ns_ifindex: int = 0
     phase: ClaimPhase = ClaimPhase.ACTIVE

@@ -117,6 +117,6 @@ def _claim_from(raw: dict[str, Any]) -> Claim:
         CharDev(ChardevKind(c["kind"]), c["path"], c["major"], c["minor"]) for c in raw["chardevs"]
     )
     raw["gids"] = tuple(Gid(**g) for g in raw.get("gids", ()))  # absent before GIDs were kept
-    raw["chardev_kinds"] = tuple(ChardevKind(k) for k in raw["chardev_kinds"])
+    raw.pop("chardev_kinds", None)  # kept by earlier versions, never needed
     raw["phase"] = ClaimPhase(raw["phase"])
     return Claim(**raw)

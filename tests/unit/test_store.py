@@ -50,6 +50,15 @@ def test_a_file_from_the_indented_format_still_loads(tmp_path: Path) -> None:
     assert Store(tmp_path).load() == State([a_claim()], [])
 
 
+def test_a_file_with_the_char_device_kinds_earlier_versions_kept_still_loads(
+    tmp_path: Path,
+) -> None:
+    raw = {**asdict(a_claim()), "chardev_kinds": ["uverbs", "rdma_cm"]}
+    doc = {"version": 1, "claims": [raw], "pending_restores": []}
+    (tmp_path / "state.json").write_text(json.dumps(doc))
+    assert Store(tmp_path).load() == State([a_claim()], [])
+
+
 def test_missing_file_is_empty_state(tmp_path: Path) -> None:
     assert Store(tmp_path / "nowhere").load() == State()
 
