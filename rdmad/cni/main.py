@@ -28,7 +28,7 @@ def run(environ: dict[str, str], stdin: bytes, out: TextIO) -> int:
         elif env.command == "CHECK":
             verbs.check(env, conf, environ)
         elif env.command == "GC":
-            verbs.gc(env, conf)
+            verbs.gc(env, conf, environ)
         else:
             verbs.status(conf)
     except CniError as exc:

@@ -288,8 +288,10 @@ def _check_interface(env: Env, conf: NetConf) -> None:
                 raise CniError(CHECK_FAILED, f"{env.ifname} lost its address {want}")
 
 
-def gc(env: Env, conf: NetConf) -> None:
-    """Release this network's claims whose attachment the runtime no longer lists."""
+def gc(env: Env, conf: NetConf, environ: dict[str, str]) -> None:
+    """Release this network's claims whose attachment the runtime no longer lists, and free
+    each one's IPAM lease with the IPAM plugin's DEL for that attachment (Debian's IPAM
+    plugins have no GC verb)."""
     valid = set(conf.valid_attachments)
     with connected(conf) as rdmad:
         for claim in rdmad.claims():
@@ -297,8 +299,12 @@ def gc(env: Env, conf: NetConf) -> None:
             if parsed is None or parsed[0] != conf.name:
                 continue
             _, container, ifname = parsed
-            if (container, ifname) not in valid and (container, "") not in valid:
-                rdmad.release(claim.id)
+            if (container, ifname) in valid or (container, "") in valid:
+                continue
+            rdmad.release(claim.id)
+            if conf.ipam_type:
+                attachment = {"CNI_CONTAINERID": container, "CNI_IFNAME": ifname}
+                ipam.run("DEL", env, conf, {**environ, **attachment, "CNI_NETNS": ""})
 
 
 def status(conf: NetConf) -> None:

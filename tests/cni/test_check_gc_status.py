@@ -61,6 +61,20 @@ async def test_gc_releases_claims_not_in_valid_attachments(rig: CniRig, netns: s
         assert [r[4] for r in rows] == ["cni/rdmanet/keep/net1"]
 
 
+async def test_gc_frees_the_ipam_lease_of_each_attachment_it_releases(
+    rig: CniRig, netns: str
+) -> None:
+    conf = rig.conf(device="sim0", shared=True)
+    rig.run("ADD", conf, netns, container="keep")
+    kept = rig.leases()
+    with temp_netns("cni") as other:
+        rig.run("ADD", conf, other, container="stale")
+        assert len(rig.leases()) == 2
+        gc = conf | {"cni.dev/valid-attachments": [{"containerID": "keep", "ifname": "net1"}]}
+        assert rig.run("GC", gc).code == 0
+        assert rig.leases() == kept
+
+
 async def test_gc_leaves_other_networks_and_other_owners_alone(rig: CniRig, netns: str) -> None:
     rig.run("ADD", rig.conf(device="sim0", shared=True, name="othernet", ipam=None), netns)
     await rig.client.manager("Claim", "ssa{sv}", "sim1", netns, {})
