@@ -34,6 +34,8 @@ def require_podman() -> None:
 @dataclass
 class Podman:
     home: Path
+    runtime: str = "runc"  # the 7.3 guest died under runc; it runs crun
+    run_flags: tuple[str, ...] = ()  # extra `podman run` flags, e.g. --cgroups=disabled
 
     @property
     def rootfs(self) -> Path:
@@ -57,7 +59,7 @@ class Podman:
             "[containers]\n"
             'default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n'
             "[engine]\n"
-            'runtime = "runc"\n'
+            f'runtime = "{self.runtime}"\n'
             'cgroup_manager = "cgroupfs"\n'
             'events_logger = "file"\n'
             "[network]\n"
@@ -92,6 +94,7 @@ class Podman:
         return self(
             "run",
             *flags,
+            *self.run_flags,
             "--name",
             name,
             "--network",
