@@ -46,9 +46,12 @@ class RdmaChanged:
     netlink monitor): the core re-reads the RDMA inventory."""
 
     hint: str = ""
-    # The one device it concerns, when the kernel says so and the device stays what it was
-    # (its netdev attached, detached or renamed): re-reading that device is enough.
+    # The one device it concerns, by name (or by one of its char device nodes, "uverbs0"),
+    # when the event says so: re-reading that device is enough while rdmad knows it under
+    # that name and it is still there, or away in a claimant's netns. Anything else (a new
+    # device, one gone for good, a name rdmad does not know) costs a re-read of them all.
     device: str = ""
+    chardev: str = ""
 
 
 @dataclass(frozen=True)

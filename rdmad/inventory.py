@@ -32,6 +32,11 @@ class Inventory:
         self._on_ifindex: dict[int, set[str]] = {}
         self._on_name: dict[str, set[str]] = {}
         self.unbound: set[str] = set()  # devices without a netdev in init_net
+        self._by_chardev: dict[str, str] = {}  # "uverbs0" -> its device, for uevents
+
+    def device_of_chardev(self, node: str) -> str:
+        """The device whose char device node this is ("uverbs0"), "" if none known."""
+        return self._by_chardev.get(node, "")
 
     def devices_on(self, ifindex: int, name: str) -> set[str]:
         """The devices whose netdev has this ifindex or name."""
@@ -72,11 +77,13 @@ class Inventory:
         return diff
 
     def _index(self) -> None:
-        self._on_ifindex, self._on_name, self.unbound = {}, {}, set()
+        self._on_ifindex, self._on_name, self.unbound, self._by_chardev = {}, {}, set(), {}
         for dev in self.devices.values():
             self._add_index(dev)
 
     def _add_index(self, dev: RdmaDevice) -> None:
+        for path in dev.chardevs:
+            self._by_chardev[path.rsplit("/", 1)[-1]] = dev.name
         if not dev.netdev:
             self.unbound.add(dev.name)
             return
@@ -84,6 +91,10 @@ class Inventory:
         self._on_name.setdefault(dev.netdev, set()).add(dev.name)
 
     def _unindex(self, dev: RdmaDevice) -> None:
+        for path in dev.chardevs:
+            node = path.rsplit("/", 1)[-1]
+            if self._by_chardev.get(node) == dev.name:
+                del self._by_chardev[node]
         self.unbound.discard(dev.name)
         self._on_ifindex.get(dev.netdev_ifindex, set()).discard(dev.name)
         self._on_name.get(dev.netdev, set()).discard(dev.name)

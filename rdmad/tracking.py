@@ -216,8 +216,8 @@ class InventoryTracker:
                 if claim.phase == ClaimPhase.ACTIVE and self._gids_follow(claim, event):
                     self._reread_gids(claim)
         elif isinstance(event, RdmaChanged):
-            known = event.device in self._inv.devices
-            self.schedule_refresh({event.device} if known else None)
+            name = event.device or self._inv.device_of_chardev(event.chardev)
+            self.schedule_refresh({name} if name in self._inv.devices else None)
         elif isinstance(event, Resync):
             log_event(
                 log,
@@ -400,6 +400,7 @@ class InventoryTracker:
                     if name in self._book.moved_devices() or self._book.busy(name):
                         continue  # in a claimant's netns, or moving right now
                     return False
+                self._wake(self._device_waiters, name)  # e.g. home from a dead netns
                 if fresh != old:
                     self._inv.put(fresh)
                     self._announce_unless_busy(fresh)

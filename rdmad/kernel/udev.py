@@ -1,7 +1,7 @@
 """Event sources for RDMA changes: udev (uevents) and the RDMA netlink monitor.
 
-Both are served by the event loop (loop.add_reader), never by a polling thread, and both
-only say "something changed": the core re-reads the inventory on RdmaChanged.
+Both are served by the event loop (loop.add_reader), never by a polling thread. Each event
+names the device it concerns where it can, so that the core re-reads that device only.
 """
 
 from __future__ import annotations
@@ -27,14 +27,6 @@ from rdmad.kernel.nlsocket import NlChannel, NlSubscription, open_socket
 RDMA_SUBSYSTEMS = ("infiniband", "infiniband_verbs", "infiniband_mad")
 UDEV_CONTROL = "/run/udev/control"
 
-# Monitor events after which the device is the same device under the same name: a claim's
-# netdev leaving init_net detaches it, so a re-read of that device is all they need.
-_ONE_DEVICE_EVENTS = {
-    nl.EventType.NETDEV_ATTACH,
-    nl.EventType.NETDEV_DETACH,
-    nl.EventType.NETDEV_RENAME,
-}
-
 MonitorFactory = Callable[[str], Any]  # source -> a started-able pyudev.Monitor look-alike
 
 
@@ -45,6 +37,15 @@ def default_source() -> str:
 
 def _pyudev_monitor(source: str) -> Any:
     return pyudev.Monitor.from_netlink(pyudev.Context(), source=source)
+
+
+def event_from_uevent(action: str, subsystem: str, sys_name: str) -> RdmaChanged:
+    """An RDMA uevent names its device: infiniband/NAME is the device, and the char devices
+    (infiniband_verbs/uverbsN, infiniband_mad/umadN, issmN) are the device's nodes."""
+    hint = f"{action} {subsystem}/{sys_name}"
+    if subsystem == "infiniband":
+        return RdmaChanged(hint, device=sys_name)
+    return RdmaChanged(hint, chardev=sys_name)
 
 
 class UdevEvents:
@@ -100,7 +101,7 @@ class UdevEvents:
             if device is None:
                 return
             if device.subsystem in RDMA_SUBSYSTEMS:
-                self._sink(RdmaChanged(f"{device.action} {device.subsystem}/{device.sys_name}"))
+                self._sink(event_from_uevent(device.action, device.subsystem, device.sys_name))
 
 
 class RdmaMonitorEvents:
@@ -146,7 +147,4 @@ class RdmaMonitorEvents:
             return
         ev = nl.monitor_event(msg)
         kind = nl.EventType(ev.event).name if ev.event < len(nl.EventType) else str(ev.event)
-        one = ev.event in _ONE_DEVICE_EVENTS
-        self._sink(
-            RdmaChanged(f"{kind.lower()} {ev.dev_name or ev.dev_index}", ev.dev_name if one else "")
-        )
+        self._sink(RdmaChanged(f"{kind.lower()} {ev.dev_name or ev.dev_index}", ev.dev_name))

@@ -26,6 +26,7 @@ until the test lets it go.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import errno
 import ipaddress
@@ -141,6 +142,7 @@ class FakeKernel:
         self._inodes = itertools.count(4026532000)
         self._minors = itertools.count()
         self._fds = itertools.count(100)
+        self.calls: collections.Counter[str] = collections.Counter()  # backend calls, by op
 
     # -- the world, as a test (or another actor on the host) changes it -------------------
 
@@ -164,12 +166,12 @@ class FakeKernel:
         assert link is not None, f"no netdev {netdev} in init_net"
         index = max((d.index for d in self.rdma.values()), default=0) + 1
         self.rdma[name] = FakeRdmaDevice(index, name, link.ifindex, virtual, minor=self.new_minor())
-        self.emit(RdmaChanged(f"add infiniband/{name}"))
+        self.emit(RdmaChanged(f"add infiniband/{name}", device=name))
 
     def remove_rdma(self, name: str) -> None:
         """Hot-unplug (the netdev stays, as a driver unbind of the RDMA part leaves it)."""
         del self.rdma[name]
-        self.emit(RdmaChanged(f"remove infiniband/{name}"))
+        self.emit(RdmaChanged(f"remove infiniband/{name}", device=name))
 
     def add_netns(self, name: str, inode: int | None = None) -> FakeNetns:
         ns = FakeNetns(inode if inode is not None else next(self._inodes), name)
@@ -277,6 +279,7 @@ class FakeKernel:
         others): so does this one, for a few turns of the loop."""
         if process.dead:
             raise ProcessGone(op)
+        self.calls[op] += 1
         for _ in range(IN_FLIGHT_TURNS):
             await asyncio.sleep(0)
         gate = self._gates.pop(op, None)
@@ -344,7 +347,7 @@ class FakeKernel:
         for dev in self.rdma.values():
             if dev.netns == ns.inode:  # rdma_dev_exit_net
                 dev.netns, dev.minor = INIT, self.new_minor()
-                self.emit(RdmaChanged(f"move infiniband/{dev.name}"))
+                self.emit(RdmaChanged(f"move infiniband/{dev.name}", device=dev.name))
 
     def _return_home(self, link: FakeLink) -> None:
         taken = any(x.name == link.name and x.netns == INIT for x in self.links.values())
@@ -638,7 +641,7 @@ class FakeRdma:
         if dev is None or dev.netns != INIT:
             raise from_errno(errno.EINVAL, f"move RDMA device {index}: not in init_net")
         dev.netns, dev.minor = ns.inode, self._k.new_minor()
-        self._k.emit(RdmaChanged(f"move infiniband/{dev.name}"))
+        self._k.emit(RdmaChanged(f"move infiniband/{dev.name}", device=dev.name))
 
     async def move_home(self, name: str, source: NetnsTarget) -> None:
         await self._k.enter("move_home", self._p)
@@ -647,7 +650,7 @@ class FakeRdma:
         if dev is None or dev.netns != ns.inode:
             raise from_errno(errno.EINVAL, f"move {name} home: not in {ns.name}")
         dev.netns, dev.minor = INIT, self._k.new_minor()
-        self._k.emit(RdmaChanged(f"move infiniband/{name}"))
+        self._k.emit(RdmaChanged(f"move infiniband/{name}", device=name))
 
     async def chardevs(
         self, device: RdmaDevice, kinds: tuple[ChardevKind, ...], inside: NetnsTarget | None

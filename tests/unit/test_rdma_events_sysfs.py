@@ -75,11 +75,21 @@ async def test_udev_source_subscribes_to_the_rdma_subsystems_before_returning() 
     await source.stop()
 
 
-async def test_udev_event_becomes_rdma_changed() -> None:
+async def test_a_device_uevent_becomes_rdma_changed_naming_the_device() -> None:
     monitor = FakeMonitor()
     source, queue = await started(monitor)
     monitor.push(FakeDevice("add", "infiniband", "rxe0"))
-    assert await asyncio.wait_for(queue.get(), 5) == RdmaChanged("add infiniband/rxe0")
+    expected = RdmaChanged("add infiniband/rxe0", device="rxe0")
+    assert await asyncio.wait_for(queue.get(), 5) == expected
+    await source.stop()
+
+
+async def test_a_char_device_uevent_names_the_node() -> None:
+    monitor = FakeMonitor()
+    source, queue = await started(monitor)
+    monitor.push(FakeDevice("remove", "infiniband_verbs", "uverbs3"))
+    expected = RdmaChanged("remove infiniband_verbs/uverbs3", chardev="uverbs3")
+    assert await asyncio.wait_for(queue.get(), 5) == expected
     await source.stop()
 
 
