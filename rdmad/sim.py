@@ -87,11 +87,12 @@ class SimRdma:
         self._minors = itertools.count()
         self._names = _IfNames()
         self._devs: dict[str, _SimDevice] = {}
+        self._by_index: dict[int, _SimDevice] = {}  # a lookup costs O(1), as the kernel's
         for index, (name, bound) in enumerate(devices, start=1):
             netdev, _, pci = bound.partition("@")
             dev = _SimDevice(index, name, netdev, self._names.index_of(netdev), pci_address=pci)
             self._recreate_chardevs(dev)
-            self._devs[name] = dev
+            self._devs[name] = self._by_index[index] = dev
 
     def _recreate_chardevs(self, dev: _SimDevice) -> None:
         # A move tears clients down and re-adds them: new nodes, possibly new minors.
@@ -120,7 +121,7 @@ class SimRdma:
         return [self._describe(d) for d in visible]
 
     async def get_device(self, index: int) -> RdmaDevice | None:
-        dev = next((d for d in self._devs.values() if d.index == index), None)
+        dev = self._by_index.get(index)
         if dev is None or (self._mode == NetnsMode.EXCLUSIVE and dev.netns_inode):
             return None
         return self._describe(dev)
@@ -153,7 +154,7 @@ class SimRdma:
         )
 
     async def move(self, index: int, target: NetnsTarget) -> None:
-        dev = next((d for d in self._devs.values() if d.index == index), None)
+        dev = self._by_index.get(index)
         if self._mode != NetnsMode.EXCLUSIVE:
             raise NotSupported(
                 "the RDMA subsystem is in shared mode: devices cannot change netns (EOPNOTSUPP)"
@@ -238,7 +239,9 @@ class SimRdma:
 
     def remove_device(self, name: str) -> None:
         """Hot-unplug a simulated device (what udev's "remove infiniband/NAME" reports)."""
-        self._devs.pop(name, None)
+        dev = self._devs.pop(name, None)
+        if dev is not None:
+            del self._by_index[dev.index]
 
 
 SIOCGIFNAME, SIOCGIFINDEX = 0x8910, 0x8933
