@@ -8,16 +8,15 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.bus import start_private_bus
 from tests.support.daemon import Client, RdmadProcess
-from tests.support.net import VethPair, require_root, temp_netns, temp_veth
+from tests.support.net import VethPair, require_root, temp_veth
 
 PLUGIN = Path(sys.executable).parent / "rdmad-cni"
 CNI_PLUGIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
@@ -38,18 +37,6 @@ def cni_path() -> str:
 def _root() -> None:
     require_root()
     assert PLUGIN.exists(), f"{PLUGIN} is not installed (scripts/bootstrap.sh)"
-
-
-@pytest.fixture(scope="session")
-def bus_address() -> Iterator[str]:
-    with start_private_bus() as bus:
-        yield bus.address
-
-
-@pytest.fixture
-def netns() -> Iterator[str]:
-    with temp_netns("cni") as name:
-        yield name
 
 
 @dataclass

@@ -4,32 +4,19 @@ with the simulated RDMA backend (explicitly chosen) bound to those veths."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.support.bus import start_private_bus
 from tests.support.daemon import Client, RdmadProcess
-from tests.support.net import VethPair, require_root, temp_netns, temp_veth
+from tests.support.net import VethPair, require_root, temp_veth
 
 
 @pytest.fixture(autouse=True)
 def _root() -> None:
     require_root()
-
-
-@pytest.fixture(scope="session")
-def bus_address() -> Iterator[str]:
-    with start_private_bus() as bus:
-        yield bus.address
-
-
-@pytest.fixture
-def netns() -> Iterator[str]:
-    with temp_netns("e2e") as name:
-        yield name
 
 
 @dataclass

@@ -18,9 +18,7 @@ import pytest
 
 from rdmad.events import Event
 from rdmad.kernel.udev import UdevEvents
-from tests.support.bus import start_private_bus
 from tests.support.daemon import Client, RdmadProcess
-from tests.support.net import temp_netns
 from tests.support.rdma import Rxe, temp_rxe
 
 DAEMON_START = 180.0  # s: imports (dbus-fast, pyroute2, pyudev) over 9p under TCG, loaded host
@@ -43,12 +41,6 @@ _CALL_FAILED = pytest.StashKey[bool]()
 def in_guest() -> None:
     if os.environ.get("RDMA_VM_GUEST") != "1":
         pytest.fail("tests/guest runs only inside the RDMA QEMU guest (RDMA_VM_GUEST=1)")
-
-
-@pytest.fixture(scope="session")
-def bus_address() -> Iterator[str]:
-    with start_private_bus() as bus:
-        yield bus.address
 
 
 @pytest.fixture(scope="module")
@@ -98,13 +90,6 @@ def daemon_log_on_failure(request: pytest.FixtureRequest, rdmad: RdmadProcess) -
     yield
     if request.node.stash.get(_CALL_FAILED, False):
         print(f"---- rdmad log during {request.node.name} ----\n{rdmad.log()[start:]}")
-
-
-@pytest.fixture
-def netns() -> Iterator[str]:
-    """A named netns (/run/netns/NAME), deleted afterwards."""
-    with temp_netns("gd") as name:
-        yield name
 
 
 @pytest.fixture

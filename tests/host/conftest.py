@@ -10,7 +10,7 @@ import pytest
 from rdmad.kernel.netns import KernelNetnsResolver
 from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rtnl import RtnlBackend
-from tests.support.net import VethPair, require_root, temp_netns, temp_veth
+from tests.support.net import VethPair, require_root, temp_veth
 
 
 @pytest.fixture(autouse=True)
@@ -26,12 +26,6 @@ def channel() -> Iterator[NlChannel]:
         yield c
     finally:
         c.close()
-
-
-@pytest.fixture
-def netns() -> Iterator[str]:
-    with temp_netns() as name:
-        yield name
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
 """Fixtures for the reliability suite: the real daemon (sim RDMA on real veths) with test
 fault injection, N devices, and helpers to wait on a process state without sleeping blind.
 
-The e2e rig and bus fixture are reused, not copied: `bus_address` comes from
-tests/e2e/conftest.py, and `reliability_rig` builds the same `Rig` with more devices and
-the fault variables of tests/support/faulty_rdmad.py.
+The e2e rig is reused, not copied (`bus_address` and `netns` come from tests/conftest.py):
+`reliability_rig` builds the same `Rig` with more devices and the fault variables of
+tests/support/faulty_rdmad.py.
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Rig, bus_address  # noqa: F401  (fixture, reused)
+from tests.e2e.conftest import Rig
 from tests.support.daemon import Client, RdmadProcess
 from tests.support.invariants import HostSettings, host_settings
-from tests.support.net import VethPair, require_root, temp_netns, temp_veth
+from tests.support.net import VethPair, require_root, temp_veth
 
 POLL_S = 0.02  # granularity of bounded condition waits (never a fixed sleep)
 
@@ -27,12 +27,6 @@ POLL_S = 0.02  # granularity of bounded condition waits (never a fixed sleep)
 @pytest.fixture(autouse=True)
 def _root() -> None:
     require_root()
-
-
-@pytest.fixture
-def netns() -> Iterator[str]:
-    with temp_netns("rl") as name:
-        yield name
 
 
 @contextlib.asynccontextmanager
