@@ -343,7 +343,7 @@ class Core:
         )
         self._book.claims[claim_id] = claim
         try:
-            self._save()
+            self._save(claim)
             self._step("pending-written")
             if not opts.shared and exclusive:
                 await self._rdma.move(dev.index, target)
@@ -372,7 +372,7 @@ class Core:
             )
             claim.gids = await self._claim_gids(claim, target, placed)
             claim.phase = ClaimPhase.ACTIVE
-            self._save()
+            self._save(claim)
             self._step("active-written")
         except BaseException as exc:
             await self._undo_failed_claim(claim, target, exc)
@@ -430,7 +430,7 @@ class Core:
             return
         self._book.claims.pop(claim.id, None)
         with contextlib.suppress(RdmadError):
-            self._save()
+            self._save(claim)
         # Events applied meanwhile re-read the device without its netdev: read it again
         # before the lock goes, or the failed claim would show as a passing "unavailable".
         await self._tracker.reread_device(claim.device)
@@ -451,12 +451,12 @@ class Core:
             if self._book.claims.get(claim_id) is not claim:
                 raise NoSuchClaim(f"claim {claim_id!r} ended while waiting")
             claim.phase = ClaimPhase.RELEASING
-            self._save()
+            self._save(claim)
             self._step("releasing-written")
             # By inode, not nsid: a dead netns's nsid may already name another one.
             await self._give_back(claim, netns_alive=self._netns_reachable(claim))
             self._drop(claim)
-            self._save()
+            self._save(claim)
             self._step("released-written")
         self._finish_release(claim, reason)
 
@@ -608,14 +608,14 @@ class Core:
                 )
                 return
             claim.phase = ClaimPhase.RELEASING
-            self._save()
+            self._save(claim)
             alive = reason != ReleaseReason.NETNS_GONE
             try:
                 await self._give_back(claim, netns_alive=alive)
             except RdmadError as exc:
                 log.error("claim %s: could not give everything back: %s", claim.id, exc)
             self._drop(claim)
-            self._save()
+            self._save(claim)
         self._finish_release(claim, reason)
 
     async def reread_gids(self, claim: Claim) -> None:
@@ -634,9 +634,12 @@ class Core:
             if gids == claim.gids:
                 return
             claim.gids = gids
-            self._save()
+            self._save(claim)
         self._observers.claim_changed(claim)
 
     # ------------------------------------------------------------------ persistence
-    def _save(self) -> None:
-        self._store.save(State(list(self._book.claims.values()), list(self._book.pending_restores)))
+    def _save(self, changed: Claim | None = None) -> None:
+        """Write the state; `changed`: the one claim changed since the last save, if only
+        one was (every change to a claim is followed by its save)."""
+        state = State(list(self._book.claims.values()), list(self._book.pending_restores))
+        self._store.save(state, changed)

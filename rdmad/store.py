@@ -38,6 +38,7 @@ class Store:
     def __init__(self, directory: Path) -> None:
         self.path = directory / STATE_FILE
         self._dir = directory
+        self._encoded: dict[str, str] = {}  # claim id -> its JSON as of its last change
 
     def load(self) -> State:
         """Empty state if there is no file; CorruptState if it is torn or unreadable."""
@@ -58,16 +59,24 @@ class Store:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptState(f"{self.path}: {exc}") from exc
 
-    def save(self, state: State) -> None:
-        """Atomic and durable: a crash leaves the old or the new file (rdmad.swapfile)."""
-        doc: dict[str, Any] = {
-            "version": SCHEMA_VERSION,
-            "claims": [plain(c) for c in state.claims],
-            "pending_restores": [plain(h) for h in state.pending_restores],
-        }
+    def save(self, state: State, changed: Claim | None = None) -> None:
+        """Atomic and durable: a crash leaves the old or the new file (rdmad.swapfile).
+
+        `changed` is the one claim that changed since the last save (None: any may have):
+        the others' JSON is reused, so a save encodes one claim, not every claim."""
+        if changed is None:
+            self._encoded = {}
+        else:
+            self._encoded.pop(changed.id, None)
+        encoded = {c.id: self._encoded.get(c.id) or _compact(plain(c)) for c in state.claims}
+        self._encoded = encoded
+        restores = _compact([plain(h) for h in state.pending_restores])
         # Compact: each claim saves twice on its way, and indenting doubled the encoding's
         # cost. `jq . state.json` reads it.
-        data = json.dumps(doc, separators=(",", ":")).encode()
+        data = (
+            f'{{"version":{SCHEMA_VERSION},"claims":[{",".join(encoded.values())}],'
+            f'"pending_restores":{restores}}}'
+        ).encode()
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
             # Swapped in, not renamed over: replacing the file would free an inode through
@@ -81,6 +90,10 @@ class Store:
         aside = self.path.with_name(self.path.name + ".corrupt")
         os.replace(self.path, aside)
         return aside
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def plain(value: Any) -> Any:

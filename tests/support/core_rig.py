@@ -105,13 +105,13 @@ class FlakyStore(Store):
         self.full = False
         self.fail_after = -1  # saves that succeed before the disk fills (-1: never fills)
 
-    def save(self, state: State) -> None:
+    def save(self, state: State, changed: Claim | None = None) -> None:
         if self.fail_after == 0:
             self.full = True
         self.fail_after -= 1
         if self.full:
             raise KernelError(errno.ENOSPC, f"cannot write state file {self.path}")
-        super().save(state)
+        super().save(state, changed)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -57,6 +57,33 @@ def test_a_file_with_the_char_device_kinds_earlier_versions_kept_still_loads(
     doc = {"version": 1, "claims": [raw], "pending_restores": []}
     (tmp_path / "state.json").write_text(json.dumps(doc))
     assert Store(tmp_path).load() == State([a_claim()], [])
+
+
+def test_a_save_encodes_again_only_the_claim_it_names(tmp_path: Path) -> None:
+    # Every change to a claim is followed by its save: the others' JSON is reused.
+    store = Store(tmp_path)
+    a, b = a_claim(), replace(a_claim(), id="ffeeddccbbaa9988")
+    store.save(State([a, b]))
+    a.phase, b.phase = ClaimPhase.ACTIVE, ClaimPhase.RELEASING
+    store.save(State([a, b]), changed=a)
+    assert [c.phase for c in store.load().claims] == [ClaimPhase.ACTIVE, ClaimPhase.PENDING]
+
+
+def test_a_save_naming_no_claim_encodes_them_all(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    a = a_claim()
+    store.save(State([a]))
+    a.phase = ClaimPhase.ACTIVE
+    store.save(State([a]))
+    assert store.load().claims[0].phase == ClaimPhase.ACTIVE
+
+
+def test_a_claim_dropped_from_the_state_leaves_the_file(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    a, b = a_claim(), replace(a_claim(), id="ffeeddccbbaa9988")
+    store.save(State([a, b]))
+    store.save(State([b]), changed=a)
+    assert [c.id for c in store.load().claims] == [b.id]
 
 
 def test_missing_file_is_empty_state(tmp_path: Path) -> None:
