@@ -35,12 +35,11 @@ from bench.common import (
     Results,
     Row,
     Settler,
-    claim,
+    claim_cycle,
     claim_options,
     client,
     many_veths,
     rdmad,
-    release,
 )
 from bench.ktrace import MoveTrace
 from bench.stats import RatioCheck, spread
@@ -148,14 +147,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
         trace = MoveTrace.open()
         try:
             async with rdmad(bus, nics.sim_spec()) as _d, client(bus) as c:
-                claim_id = ""
-
-                async def rdmad_claim() -> None:
-                    nonlocal claim_id
-                    claim_id = await claim(c, "sim0", netns, opts)
-
-                async def rdmad_release() -> None:
-                    await release(c, claim_id)
+                rdmad_claim, rdmad_release = claim_cycle(c, "sim0", netns, opts)
 
                 async def cli_claim_op() -> None:
                     cli_claim(host, netns)

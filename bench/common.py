@@ -15,7 +15,7 @@ import random
 import secrets
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -302,6 +302,22 @@ async def claim(c: Client, device: str, netns: str, opts: dict[str, Variant]) ->
 
 async def release(c: Client, claim_id: str) -> None:
     await c.manager("Release", "s", claim_id)
+
+
+def claim_cycle(
+    c: Client, device: str, netns: str, opts: dict[str, Variant]
+) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
+    """rdmad's column of a claim/release pass: a claim, and the release of the last one."""
+    last = ""
+
+    async def claim_op() -> None:
+        nonlocal last
+        last = await claim(c, device, netns, opts)
+
+    async def release_op() -> None:
+        await release(c, last)
+
+    return claim_op, release_op
 
 
 # ------------------------------------------------------------------ /proc counters

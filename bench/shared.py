@@ -26,12 +26,11 @@ from bench.common import (
     Results,
     Row,
     Settler,
-    claim,
+    claim_cycle,
     claim_options,
     client,
     many_veths,
     rdmad,
-    release,
 )
 from bench.stats import RatioCheck, spread
 from tests.support.net import addresses, ip, link, temp_netns
@@ -131,14 +130,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
         opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR], shared=True)
         try:
             async with rdmad(bus, nics.sim_spec()) as _d, client(bus) as c:
-                claim_id = ""
-
-                async def rdmad_claim() -> None:
-                    nonlocal claim_id
-                    claim_id = await claim(c, "sim0", netns, opts)
-
-                async def rdmad_release() -> None:
-                    await release(c, claim_id)
+                rdmad_claim, rdmad_release = claim_cycle(c, "sim0", netns, opts)
 
                 async def cli_claim_op() -> None:
                     cli_claim(parent, netns)

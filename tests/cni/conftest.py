@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.daemon import Client, RdmadProcess
-from tests.support.net import VethPair, require_root, temp_veth
+from tests.support import sim_rig
+from tests.support.net import require_root
 
 PLUGIN = Path(sys.executable).parent / "rdmad-cni"
 CNI_PLUGIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
@@ -52,19 +52,13 @@ class Outcome:
 
 
 @dataclass
-class CniRig:
-    daemon: RdmadProcess
-    client: Client
-    nics: dict[str, VethPair]
+class CniRig(sim_rig.Rig):
     workdir: Path
     cni_path: str
     ipam_dir: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.ipam_dir = self.workdir / "ipam"
-
-    def nic(self, device: str) -> str:
-        return self.nics[device].host
 
     def conf(self, version: str = "1.0.0", **keys: Any) -> dict[str, Any]:
         """A network config for this rig's rdmad; host-local IPAM unless ipam=None."""
@@ -142,17 +136,8 @@ async def running_rig(
     bus_address: str, workdir: Path, sim_mode: str = "shared"
 ) -> AsyncIterator[CniRig]:
     path = cni_path()
-    with temp_veth("cn") as a, temp_veth("cn") as b:
-        nics = {"sim0": a, "sim1": b}
-        spec = ",".join(f"{dev}={pair.host}@{PCI[dev]}" for dev, pair in nics.items())
-        daemon = RdmadProcess(bus_address, workdir, spec, sim_mode)
-        await daemon.start()
-        client = await Client.connect(bus_address)
-        try:
-            yield CniRig(daemon, client, nics, workdir, path)
-        finally:
-            client.close()
-            await daemon.kill()
+    async with sim_rig.running_rig(bus_address, workdir, sim_mode, pci=PCI) as r:
+        yield CniRig(r.daemon, r.client, r.nics, workdir, path)
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import pytest
 from dbus_fast import Variant
 
-from tests.e2e.conftest import Rig
 from tests.support.daemon import BUS_NAME, DBusCallError
 from tests.support.net import addresses, ip, is_up, link, netns_inode
+from tests.support.sim_rig import Rig
 
 CLAIM_IFACE = "io.rdmad1.Claim"
 DEVICE_IFACE = "io.rdmad1.Device"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from tests.e2e.conftest import Rig
 from tests.support.net import ip
+from tests.support.sim_rig import Rig
 
 
 async def test_a_netdev_moved_away_by_someone_else_makes_its_device_unavailable(

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from dbus_fast import Variant
 
-from tests.e2e.conftest import Rig, running_rig
 from tests.support.daemon import Client, DBusCallError, RdmadProcess
 from tests.support.net import ip, link
+from tests.support.sim_rig import Rig, running_rig
 
 E = "io.rdmad1.Error."
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dbus_fast import Variant
 
-from tests.e2e.conftest import Rig
 from tests.support.net import ip, link, netns_inode
+from tests.support.sim_rig import Rig
 
 DEVICE = "io.rdmad1.Device"
 CLAIM = "io.rdmad1.Claim"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from dbus_fast import Variant
 
-from tests.e2e.conftest import Rig, running_rig
 from tests.e2e.test_stats import FRAMES, port1, quiet_up, send_frames, stats_json
 from tests.support.exporter import running_exporter
+from tests.support.sim_rig import Rig, running_rig
 
 SCRAPES = 1000
 CLAIMS = 20  # claim/release cycles during the scrapes, each overlapping SCRAPES // CLAIMS

@@ -21,9 +21,9 @@ import pytest
 
 from rdmad import __version__
 from rdmad.bus.names import CLAIM_IFACE, MANAGER_PATH, device_path
-from tests.e2e.conftest import Rig
 from tests.support.daemon import ROOT
 from tests.support.net import addresses, is_up, link, netns_inode
+from tests.support.sim_rig import Rig
 
 RUN_TIMEOUT = 20.0
 

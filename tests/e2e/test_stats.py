@@ -11,9 +11,9 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from tests.e2e.conftest import Rig
 from tests.e2e.test_rdmactl import RUN_TIMEOUT, argv, env, rdmactl
 from tests.support.net import ip, link
+from tests.support.sim_rig import Rig
 
 FRAMES = 25
 

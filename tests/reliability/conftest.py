@@ -1,9 +1,9 @@
 """Fixtures for the reliability suite: the real daemon (sim RDMA on real veths) with test
 fault injection, N devices, and helpers to wait on a process state without sleeping blind.
 
-The e2e rig is reused, not copied (`bus_address` and `netns` come from tests/conftest.py):
-`reliability_rig` builds the same `Rig` with more devices and the fault variables of
-tests/support/faulty_rdmad.py.
+The rig of tests/support/sim_rig.py is reused, not copied (`bus_address` and `netns` come from
+tests/conftest.py): `reliability_rig` builds the same `Rig` with more devices and the fault
+variables of tests/support/faulty_rdmad.py.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Rig
 from tests.support.daemon import Client, RdmadProcess
 from tests.support.invariants import HostSettings, host_settings
 from tests.support.net import VethPair, require_root, temp_veth
+from tests.support.sim_rig import Rig
 
 POLL_S = 0.02  # granularity of bounded condition waits (never a fixed sleep)
 

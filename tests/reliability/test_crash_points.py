@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from dbus_fast import Variant
 
-from tests.e2e.conftest import Rig
 from tests.reliability.conftest import reliability_rig, restart, settings_of
 from tests.support.daemon import BUS_NAME, DBusCallError
 from tests.support.faulty_rdmad import CRASH_AT
 from tests.support.invariants import assert_invariants
 from tests.support.net import ip, link
+from tests.support.sim_rig import Rig
 
 WHOLE = {
     "ifname": Variant("s", "rdma0"),

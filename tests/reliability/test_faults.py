@@ -24,7 +24,6 @@ from rdmad.model import Claim, ClaimOptions, ReleaseReason
 from rdmad.observer import CoreObserver
 from rdmad.sim import SimRdma
 from rdmad.store import Store
-from tests.e2e.conftest import Rig
 from tests.reliability.conftest import is_stopped, reliability_rig, settings_of, wait_until
 from tests.support.daemon import DBusCallError
 from tests.support.faulty_rdmad import PAUSE_AT
@@ -36,6 +35,7 @@ from tests.support.invariants import (
     host_settings,
 )
 from tests.support.net import ip, link, temp_veth
+from tests.support.sim_rig import Rig
 
 Settings = Mapping[str, HostSettings]
 OPTIONS = {

@@ -16,12 +16,12 @@ from pathlib import Path
 
 from dbus_fast import Variant
 
-from tests.e2e.conftest import Rig
 from tests.reliability.conftest import reliability_rig, settings_of
 from tests.reliability.test_overrun import burst
 from tests.support.daemon import Client, DBusCallError
 from tests.support.invariants import assert_invariants
 from tests.support.net import ip, unique_name
+from tests.support.sim_rig import Rig
 
 CLIENTS, DEVICES, ROUNDS = 64, 32, 4
 CALL_TIMEOUT = 30.0  # an unanswered call is a failure, not a hang
