@@ -15,7 +15,7 @@ import pytest
 from dbus_fast import Variant
 
 from tests.support.daemon import Client, DBusCallError, RdmadProcess
-from tests.support.net import addresses, ip, is_up, link, netns_inode
+from tests.support.net import addresses, ip, is_up, link, link_local_usable, netns_inode
 from tests.support.rdma import (
     CLAIM_IFACE,
     Rxe,
@@ -218,7 +218,9 @@ async def test_rping_runs_over_the_claims_address_inside_the_netns(
 
 
 async def parents_gid_index(rxe: Rxe, netns: str) -> int:
-    """The index of the parent netdev's link-local entry, as the claim's netns reads it."""
+    """The index of the parent netdev's link-local entry, as the claim's netns reads it,
+    once the address behind it can carry traffic."""
+    await eventually(lambda: link_local_usable(rxe.netdev))
     await eventually(lambda: link_local_gid_index(rxe.name, rxe.netdev, netns) is not None)
     index = link_local_gid_index(rxe.name, rxe.netdev, netns)
     assert index is not None

@@ -1,9 +1,10 @@
 """Counters after real RDMA traffic, per kernel: rdmad's GetCounters, `rdmactl stats --json`
 and a real scrape of rdmad-exporter agree with each other and with what the tool sent.
 
-The traffic: ibv_rc_pingpong, server and client on the same rxe device over its link-local
-GID, run inside the claim's netns. Each side sends ITERS one-packet messages, so the device
-sends and receives at least 2 * ITERS packets (acks come on top).
+The traffic: ibv_rc_pingpong, server and client on the same rxe device over its parent's
+link-local GID, run inside the claim's netns. Each side sends PINGPONG_ITERS one-packet
+messages, so the device sends and receives at least 2 * PINGPONG_ITERS packets (acks come on
+top).
 """
 
 from __future__ import annotations
@@ -22,46 +23,23 @@ from dbus_fast import Variant
 from rdmad.bus.names import device_path
 from tests.support.daemon import ROOT, Client, RdmadProcess
 from tests.support.exporter import running_exporter
-from tests.support.net import temp_netns
+from tests.support.net import link_local_usable, temp_netns
 from tests.support.rdma import (
     CLAIM_IFACE,
     SYS_IB,
     WAIT,
     Rxe,
-    ash,
     eventually,
-    in_netns,
     kernel,
     known_to_rdmad,
     set_netns_mode,
     sysfs,
 )
+from tests.support.traffic import PINGPONG_ITERS, pingpong, pingpong_iters
 
 pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
 
-ITERS = 20
 EMPTY_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
-
-
-async def pingpong(device: str, netns: str | None) -> None:
-    """ITERS RC round trips of 64 bytes between two processes on `device`, inside `netns`
-    (None: init_net)."""
-    base = in_netns(netns, "ibv_rc_pingpong", "-d", device, "-g", "0")
-    base += ["-n", str(ITERS), "-s", "64"]
-    server = await asyncio.create_subprocess_exec(*base, stdout=subprocess.DEVNULL)
-    try:
-        async with asyncio.timeout(WAIT):
-            while True:  # the client retries until the server listens (no event says so)
-                client = await asyncio.create_subprocess_exec(
-                    *base, "127.0.0.1", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-                )
-                if await client.wait() == 0:
-                    break
-            assert await server.wait() == 0
-    finally:
-        if server.returncode is None:
-            server.kill()
-            await server.wait()
 
 
 async def rdmactl_stats(bus_address: str, target: str) -> dict[str, Any]:
@@ -87,6 +65,7 @@ async def ready_rxe(client: Client, rxe: Rxe) -> AsyncIterator[Rxe]:
     """An rxe rdmad lists, with its link-local GID in place; its claims released after."""
     await known_to_rdmad(client, rxe.name)
     await eventually(lambda: sysfs(f"{SYS_IB}/{rxe.name}/ports/1/gids/0") != EMPTY_GID)
+    await eventually(lambda: link_local_usable(rxe.netdev))
     yield rxe
     for cid, dev, *_ in await client.manager("ListClaims"):
         if dev == rxe.name:
@@ -98,9 +77,9 @@ async def test_a_shared_claims_traffic_shows_in_bus_rdmactl_and_exporter_alike(
 ) -> None:
     dev = ready_rxe.name
     path = await client.manager("Claim", "ssa{sv}", dev, netns, {"shared": Variant("b", True)})
-    await ash("ip", "link", "set", "lo", "up", netns=netns)  # pingpong meets on 127.0.0.1
     _, before = await counters(client, device_path(dev), "io.rdmad1.Device")
-    await pingpong(dev, netns)  # over the parent's link-local GID, which 6.1's rxe carries too
+    run = await pingpong(netns, dev, 0)  # the parent's link-local GID, which 6.1's rxe carries
+    assert run.both(pingpong_iters) == (PINGPONG_ITERS, PINGPONG_ITERS), run
     scope, claim_after = await counters(client, str(path), CLAIM_IFACE)
     _, dev_after = await counters(client, device_path(dev), "io.rdmad1.Device")
     async with running_exporter(rdmad.bus_address) as exporter:
@@ -108,7 +87,7 @@ async def test_a_shared_claims_traffic_shows_in_bus_rdmactl_and_exporter_alike(
     (shown,) = (await rdmactl_stats(rdmad.bus_address, dev))["devices"]
     assert scope == "device"  # a shared claim counts with its device
     for name in ("sent_pkts", "rcvd_pkts"):
-        assert dev_after[name] - before[name] >= 2 * ITERS, (name, before, dev_after)
+        assert dev_after[name] - before[name] >= 2 * PINGPONG_ITERS, (name, before, dev_after)
         assert claim_after[name] == dev_after[name]
         assert shown["ports"][0]["counters"][name] == dev_after[name]
         key = (f"rdmad_port_{name}_total", (("device", dev), ("port", "1")))

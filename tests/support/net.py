@@ -93,6 +93,19 @@ def addresses(name: str, netns: str | None = None) -> set[str]:
     return out
 
 
+def link_local_usable(name: str, netns: str | None = None) -> bool:
+    """Whether `name` has an IPv6 link-local address past duplicate address detection.
+
+    The kernel routes from no tentative address, so RDMA over a link-local GID (which the
+    GID table holds from the moment the link is up) fails to connect its QP until then.
+    """
+    return any(
+        a["family"] == "inet6" and str(a["local"]).startswith("fe80:") and not a.get("tentative")
+        for entry in ip_json("addr", "show", "dev", name, netns=netns)
+        for a in entry.get("addr_info", [])
+    )
+
+
 def is_up(info: dict[str, Any]) -> bool:
     return "UP" in info.get("flags", [])
 
