@@ -217,6 +217,7 @@ def many_veths(n: int, tag: str = "", up: bool = False) -> Iterator[Nics]:
                     for line in (f"addr add {BENCH_NET[i]}/32 dev {h}", f"link set {h} up")
                 ]
             )
+            _past_dad(None, peers)
         yield Nics(hosts, peers)
     finally:
         ip("netns", "del", peers, check=False)
@@ -224,6 +225,17 @@ def many_veths(n: int, tag: str = "", up: bool = False) -> Iterator[Nics]:
         left = [h for h in hosts if os.path.exists(f"/sys/class/net/{h}")]
         if left:
             ip_batch([f"link del {h}" for h in left], force=True)
+
+
+def _past_dad(*netns: str | None, within: float = 60.0) -> None:
+    """Return once no IPv6 address in these netns is tentative: duplicate address detection
+    ends in a burst of address events (one per interface, about 2 s after the links came
+    up), which a measurement started earlier would charge to its first operations."""
+    deadline = time.monotonic() + within
+    while any(ip("-6", "addr", "show", "tentative", netns=ns).strip() for ns in netns):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"IPv6 addresses still tentative after {within:g} s")
+        time.sleep(0.1)  # nothing announces the end of DAD for a whole netns
 
 
 # ------------------------------------------------------------------ the daemon

@@ -7,14 +7,21 @@ costs is read from /proc/<pid>/stat (utime + stime, all threads) when it starts 
 the next one starts, so work the daemon does after its reply (the events the move causes)
 is charged to the operation that caused it.
 
+Beside rdmad, rep by rep, the same kernel operations in-process with pyroute2 (bench.claim's
+raw column) on a veth of the same node, with this process's CPU time (user + system) per
+operation. The kernel's own work in a move grows with the interfaces of the netns it
+leaves or joins, whoever sends it; raw shows by how much.
+
 Targets: claim and release latency (p50 and p90) and CPU per operation flat within 1.15x
-from the smallest node to the largest. The guard: if the daemon's CPU per claim on the
+from the smallest node to the largest, in absolute terms and over raw (rdmad's latency as
+a ratio of raw's, rdmad's CPU minus raw's). The guard: if the daemon's CPU per claim on the
 largest node is more than GUARD times the smallest node's, the scenario fails, loudly, in
 smoke mode too (a ratio within one run, not an absolute time).
 """
 
 from __future__ import annotations
 
+import socket
 import statistics
 import subprocess
 import sys
@@ -23,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.claim import Raw
 from bench.common import (
     Params,
     Results,
@@ -69,13 +77,25 @@ class Ops:
 
 
 @dataclass
+class Pass:
+    """One pass over a node: rdmad's operations (the daemon's CPU) and raw's (ours)."""
+
+    rdmad: Ops = field(default_factory=Ops)
+    raw: Ops = field(default_factory=Ops)
+
+    def own_cpu(self, op: str) -> float:
+        """rdmad's CPU per operation over the kernel's own (raw's)."""
+        return self.rdmad.cpu_per(op) - self.raw.cpu_per(op)
+
+
+@dataclass
 class Node:
     netdevs: int  # RDMA-capable (a sim device each)
     others: int  # unrelated interfaces
     starts: list[float] = field(default_factory=list)
     rss: float = 0.0
     lists: list[float] = field(default_factory=list)
-    passes: dict[str, Ops] = field(default_factory=dict)
+    passes: dict[str, Pass] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -113,9 +133,18 @@ class CpuMeter:
 
 
 async def _cycles(
-    c: Client, pid: int, device: str, netns: str, reps: int, warmup: int, settle: Settler | None
-) -> Ops:
-    ops = Ops()
+    c: Client,
+    pid: int,
+    device: str,
+    netns: str,
+    raw: Raw,
+    reps: int,
+    warmup: int,
+    settle: Settler | None,
+) -> Pass:
+    """rdmad's claim and release, and raw's, in alternating order rep by rep: each column's
+    claim follows each column's release equally often."""
+    ps = Pass()
     meter = CpuMeter(pid)
     opts = claim_options("bench0", 1400, ["198.51.100.2/24"])
     claim_id = ""
@@ -127,28 +156,45 @@ async def _cycles(
     async def do_release() -> None:
         await release(c, claim_id)
 
-    steps: list[tuple[Callable[[], Awaitable[None]], list[float], list[float]]] = [
-        (do_claim, ops.claim_ms, ops.claim_cpu),
-        (do_release, ops.release_ms, ops.release_cpu),
+    Step = tuple[Callable[[], Awaitable[None]], list[float], list[float], bool]
+    rdmad_steps: list[Step] = [
+        (do_claim, ps.rdmad.claim_ms, ps.rdmad.claim_cpu, True),
+        (do_release, ps.rdmad.release_ms, ps.rdmad.release_cpu, True),
+    ]
+    raw_steps: list[Step] = [
+        (raw.claim, ps.raw.claim_ms, ps.raw.claim_cpu, False),
+        (raw.release, ps.raw.release_ms, ps.raw.release_cpu, False),
     ]
     for i in range(warmup + reps):
-        for work, took, cpu in steps:
+        measured = i >= warmup
+        order = rdmad_steps + raw_steps if i % 2 == 0 else raw_steps + rdmad_steps
+        for work, took, cpu, daemon in order:
             if settle is not None:
                 await settle()
-            meter.mark(cpu if i >= warmup else None)
-            t0 = time.perf_counter()
+            # the daemon's CPU while raw works is nobody's operation
+            meter.mark(cpu if measured and daemon else None)
+            c0, t0 = time.process_time(), time.perf_counter()
             await work()
-            if i >= warmup:
+            if measured:
                 took.append(ms_since(t0))
+                if not daemon:
+                    cpu.append((time.process_time() - c0) * 1000.0)
     if settle is not None:
         await settle()
     meter.mark(None)
-    return ops
+    return ps
 
 
 async def _measure(bus: str, p: Params, netdevs: int, others: int) -> Node:
     node = Node(netdevs, others)
-    with many_veths(netdevs, "s", up=True) as nics, many_veths(others, "o", up=True):
+    with (
+        many_veths(netdevs, "s", up=True) as nics,
+        many_veths(others, "o", up=True),
+        # raw's veth like the sim devices' (peer up, so carrier and an IPv6 link-local
+        # address): bringing one home up then inserts a route among every other
+        # interface's fe80::/64, a kernel cost that grows with the node
+        many_veths(1, "x", up=True) as spare,
+    ):
         spec = nics.sim_spec()
         for _ in range(p.starts - 1):  # extra starts, only for the start time
             t0 = time.perf_counter()
@@ -164,12 +210,19 @@ async def _measure(bus: str, p: Params, netdevs: int, others: int) -> Node:
                 if i >= p.warmup:
                     node.lists.append(ms_since(t0))
             assert len(rows) == netdevs, f"ListDevices returned {len(rows)} of {netdevs}"
-            with temp_netns("rbs") as netns:
-                for name in PASSES:
-                    settle = Settler(p) if name == "settled" else None
-                    node.passes[name] = await _cycles(
-                        c, pid_of(d), f"sim{netdevs // 2}", netns, p.scale_reps, p.warmup, settle
-                    )
+            host = spare.hosts[0]
+            with temp_netns("rbs") as netns, temp_netns("rbw") as raw_netns:
+                raw = Raw(host, socket.if_nametoindex(host), raw_netns)
+                await raw.open()
+                try:
+                    for name in PASSES:
+                        settle = Settler(p) if name == "settled" else None
+                        node.passes[name] = await _cycles(
+                            c, pid_of(d), f"sim{netdevs // 2}", netns, raw,
+                            p.scale_reps, p.warmup, settle,
+                        )  # fmt: skip
+                finally:
+                    raw.close()
             node.rss = max(rss_ready, rss_mb(pid_of(d)))
     return node
 
@@ -189,7 +242,7 @@ def _node_rows(res: Results, node: Node, floor: float) -> None:
     big = node.netdevs >= 1024  # where the start, RSS and ListDevices targets are set
     start = statistics.median(node.starts)
     res.dists[f"ListDevices N={node.netdevs}"] = node.lists
-    res.dists[f"Claim N={node.netdevs}, M={node.others}"] = node.passes["settled"].claim_ms
+    res.dists[f"Claim N={node.netdevs}, M={node.others}"] = node.passes["settled"].rdmad.claim_ms
     res.rows += [
         Row(
             f"3. Start to READY=1, {node.label}",
@@ -212,13 +265,16 @@ def _node_rows(res: Results, node: Node, floor: float) -> None:
             met=all(pct(node.lists, q) < 5 for q in JUDGED) if big else None,
         ),
     ]
-    for name, ops in node.passes.items():
+    for name, ps in node.passes.items():
+        rd, raw = ps.rdmad, ps.raw
         res.rows.append(
             Row(
                 f"3. Claim / release, {node.label}, {name}",
-                f"claim {spread(ops.claim_ms)}; release {spread(ops.release_ms)}",
-                ratio=f"daemon CPU per claim {ops.cpu_per('claim'):.1f} ms, per release"
-                f" {ops.cpu_per('release'):.1f} ms",
+                f"claim {spread(rd.claim_ms)}; release {spread(rd.release_ms)}",
+                f"raw: claim {spread(raw.claim_ms)}; release {spread(raw.release_ms)}",
+                ratio=f"CPU per claim {rd.cpu_per('claim'):.1f} ms (raw"
+                f" {raw.cpu_per('claim'):.1f}), per release {rd.cpu_per('release'):.1f} ms"
+                f" (raw {raw.cpu_per('release'):.1f})",
             )
         )
 
@@ -226,20 +282,41 @@ def _node_rows(res: Results, node: Node, floor: float) -> None:
 def _flat_rows(res: Results, small: Node, large: Node) -> None:
     sizes = f"{large.label} against {small.label}"
     for name in PASSES:
+        lo, hi = small.passes[name], large.passes[name]
         for op in ("claim", "release"):
-            lo, hi = small.passes[name], large.passes[name]
-            latency = RatioCheck.of("latency", hi.latency(op), lo.latency(op), FLAT)
-            cpu = hi.cpu_per(op) / lo.cpu_per(op)
+            latency = RatioCheck.of("latency", hi.rdmad.latency(op), lo.rdmad.latency(op), FLAT)
+            kernel = RatioCheck.of("raw's", hi.raw.latency(op), lo.raw.latency(op), FLAT)
+            cpu = hi.rdmad.cpu_per(op) / lo.rdmad.cpu_per(op)
             res.rows.append(
                 Row(
                     f"3. {op.capitalize()} flat in the node's size, {name}: {sizes}",
-                    f"CPU per {op} {lo.cpu_per(op):.1f} -> {hi.cpu_per(op):.1f} ms",
-                    ratio=f"{latency.text()}; CPU {cpu:.2f}",
+                    f"CPU per {op} {lo.rdmad.cpu_per(op):.1f} -> {hi.rdmad.cpu_per(op):.1f}"
+                    f" ms (raw {lo.raw.cpu_per(op):.1f} -> {hi.raw.cpu_per(op):.1f} ms)",
+                    ratio=f"{latency.text()}; {kernel.text()}; CPU {cpu:.2f}",
                     target=f"latency <= {FLAT} at p50 and p90; CPU <= {FLAT}",
                     met=latency.met and cpu <= FLAT,
                 )
             )
-    cpu = large.passes["settled"].cpu_per("claim") / small.passes["settled"].cpu_per("claim")
+            over = RatioCheck.of_ratios(
+                "rdmad/raw",
+                (hi.rdmad.latency(op), hi.raw.latency(op)),
+                (lo.rdmad.latency(op), lo.raw.latency(op)),
+                FLAT,
+            )
+            own = hi.own_cpu(op) / lo.own_cpu(op)
+            res.rows.append(
+                Row(
+                    f"3. {op.capitalize()} over the kernel's own, flat, {name}: {sizes}",
+                    f"rdmad's CPU over raw's per {op} {lo.own_cpu(op):.1f} ->"
+                    f" {hi.own_cpu(op):.1f} ms",
+                    ratio=f"{over.text()} (large over small); own CPU {own:.2f}",
+                    target=f"rdmad/raw and rdmad's own CPU <= {FLAT}x at p50 and p90",
+                    met=over.met and own <= FLAT,
+                )
+            )
+    cpu = large.passes["settled"].rdmad.cpu_per("claim") / small.passes["settled"].rdmad.cpu_per(
+        "claim"
+    )
     res.rows.append(
         Row(
             f"3. Guard: daemon CPU per claim, {large.interfaces} interfaces against"
@@ -260,7 +337,7 @@ def _flat_rows(res: Results, small: Node, large: Node) -> None:
 def _curves(res: Results, nodes: list[Node]) -> None:
     curve: dict[str, list[float]] = {"n": [float(n.interfaces) for n in nodes]}
     for node in nodes:
-        settled = node.passes["settled"]
+        settled, raw = node.passes["settled"].rdmad, node.passes["settled"].raw
         for key, val in (
             ("start_ms", statistics.median(node.starts)),
             ("rss_mb", node.rss),
@@ -272,6 +349,10 @@ def _curves(res: Results, nodes: list[Node]) -> None:
             ("release_p90_ms", pct(settled.release_ms, 90)),
             ("cpu_claim_ms", settled.cpu_per("claim")),
             ("cpu_release_ms", settled.cpu_per("release")),
+            ("raw_claim_p50_ms", pct(raw.claim_ms, 50)),
+            ("raw_release_p50_ms", pct(raw.release_ms, 50)),
+            ("raw_cpu_claim_ms", raw.cpu_per("claim")),
+            ("raw_cpu_release_ms", raw.cpu_per("release")),
         ):
             curve.setdefault(key, []).append(float(val))
     res.curves["scale"] = curve

@@ -60,6 +60,24 @@ def ratio_interval(
     )
 
 
+def ratios_interval(
+    top: tuple[Sequence[float], Sequence[float]],
+    bottom: tuple[Sequence[float], Sequence[float]],
+    q: float,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """A 95% bootstrap interval for the ratio of two ratios, (a/b) / (c/d) at percentile q,
+    each of the four columns resampled with replacement."""
+    rng = random.Random(seed)
+
+    def ratio(pair: tuple[Sequence[float], Sequence[float]]) -> float:
+        a, b = pair
+        return pct(rng.choices(a, k=len(a)), q) / pct(rng.choices(b, k=len(b)), q)
+
+    return _central_95([ratio(top) / ratio(bottom) for _ in range(resamples)])
+
+
 def _central_95(values: list[float]) -> tuple[float, float]:
     return pct(values, 2.5), pct(values, 97.5)
 
@@ -89,6 +107,30 @@ class RatioCheck:
             strict,
             {q: pct(a, q) / pct(b, q) for q in qs},
             {q: ratio_interval(a, b, q) for q in qs},
+        )
+
+    @classmethod
+    def of_ratios(
+        cls,
+        name: str,
+        top: tuple[Sequence[float], Sequence[float]],
+        bottom: tuple[Sequence[float], Sequence[float]],
+        limit: float,
+    ) -> RatioCheck:
+        """(pct(a, q) / pct(b, q)) / (pct(c, q) / pct(d, q)) for top (a, b), bottom (c, d):
+        how much a ratio grows from one setting to another."""
+        qs = (*JUDGED, 99)
+
+        def point(q: int) -> float:
+            (a, b), (c, d) = top, bottom
+            return (pct(a, q) / pct(b, q)) / (pct(c, q) / pct(d, q))
+
+        return cls(
+            name,
+            limit,
+            False,
+            {q: point(q) for q in qs},
+            {q: ratios_interval(top, bottom, q) for q in qs},
         )
 
     @property

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from bench.stats import RatioCheck, pct, ratio_interval
 
 
@@ -66,3 +68,26 @@ def test_a_ratio_target_is_not_met_where_its_interval_crosses_the_limit() -> Non
 def test_a_strict_target_is_not_met_by_a_tie() -> None:
     a = [float(i) for i in range(1, 201)]
     assert not RatioCheck.of("a/a", a, a, 1.0, strict=True).met
+
+
+def test_a_ratio_that_grows_by_its_floors_growth_alone_is_flat() -> None:
+    # the floor doubles from one node to the next, and the tool stays 1.2x the floor
+    small_floor = [100.0 + x % 10 for x in range(400)]
+    large_floor = [2 * x for x in small_floor]
+    check = RatioCheck.of_ratios(
+        "rdmad/raw",
+        ([1.2 * x for x in large_floor], large_floor),
+        ([1.2 * x for x in small_floor], small_floor),
+        1.15,
+    )
+    assert check.points[50] == pytest.approx(1.0)
+    assert check.met
+
+
+def test_a_ratio_that_grows_faster_than_its_floor_is_not_flat() -> None:
+    floor = [100.0 + x % 10 for x in range(400)]
+    check = RatioCheck.of_ratios(
+        "rdmad/raw", ([1.5 * x for x in floor], floor), ([1.1 * x for x in floor], floor), 1.15
+    )
+    assert check.points[50] == pytest.approx(1.5 / 1.1)
+    assert not check.met

@@ -19,7 +19,7 @@ from rdmad.errors import from_errno
 from rdmad.events import AddressChanged, Event, Resync
 from rdmad.kernel.netlink import Message
 from rdmad.kernel.nlsocket import NlSubscription, open_socket
-from rdmad.kernel.rtnl_msgs import RTM_DELADDR, RTM_NEWADDR, addr_from
+from rdmad.kernel.rtnl_msgs import RTM_DELADDR, RTM_NEWADDR, addr_index
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def event_from_msg(msg: Message) -> Event | None:
     """The address change a message means (nsid None: init_net's), or None for anything else."""
     if msg.type not in (RTM_NEWADDR, RTM_DELADDR):
         return None
-    return AddressChanged(nsid=msg.nsid, ifindex=addr_from(msg).index)
+    return AddressChanged(nsid=msg.nsid, ifindex=addr_index(msg))
 
 
 class AddrEventSource:

@@ -24,6 +24,7 @@ from rdmad.kernel.rtnl_msgs import (
     Link,
     add_address,
     addr_from,
+    addr_index,
     addr_request,
     addresses,
     assign_nsid,
@@ -153,6 +154,16 @@ async def test_an_address_dump_decodes_as_pyroute2_decodes_it(
     }
     mine = {str(a.cidr) for a in ours if a.index == veth.host_ifindex()}
     assert {"192.0.2.9/24", "2001:db8::9/64", "10.9.9.1/32"} <= mine
+
+
+async def test_an_address_events_index_is_read_from_its_header_alone(
+    channel: NlChannel, veth: VethPair
+) -> None:
+    ip("addr", "add", "192.0.2.10/24", "dev", veth.host)
+    ip("addr", "add", "2001:db8::10/64", "dev", veth.host)
+    dumped = await channel.request(addr_request(0))
+    assert [addr_index(m) for m in dumped] == [addr_from(m).index for m in dumped]
+    assert veth.host_ifindex() in {addr_index(m) for m in dumped}
 
 
 async def test_addresses_are_added_listed_and_deleted(channel: NlChannel, veth: VethPair) -> None:
