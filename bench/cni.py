@@ -1,40 +1,35 @@
-"""rdmad-cni against the containernetworking plugins' Go binaries (Debian's
-containernetworking-plugins), ADD and DEL side by side in one run, on the same netdev:
-host-device against a whole-device claim, macvlan against a shared claim.
+"""8. rdmad-cni against the containernetworking plugins' Go binaries (Debian's
+containernetworking-plugins), ADD and DEL side by side on the same netdev: host-device against
+a whole-device claim, macvlan against a shared claim.
 
 Each operation is one plugin process run as a runtime runs it (CNI_* variables, the config
-on stdin, no IPAM). Wall time is the process's, from spawn to exit; CPU time is its user +
-system time from wait4 (children included). rdmad's own CPU for the same operations is
-measured apart, from the daemon's /proc counters over the whole column, and shown per
-operation. The four columns take turns, rotating which one goes first in each round.
-
-    sudo .venv/bin/python -m bench.cni [--reps 40] [--smoke] [--out bench/out/cni-results.md]
-
-Not part of bench.run.
+on stdin, no IPAM), settled like the other netns-moving scenarios. Wall time is the
+process's, from spawn to exit; CPU time is its user + system time from wait4 (children
+included). rdmad's own CPU for the same operations is read from the daemon's /proc counters
+around each of its ADD+DEL pairs. The four columns take turns, rotating which one goes first
+in each round. The plugin is the venv's console script (`rdmad-cni` beside this Python).
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import BENCH_DIR, cpu_seconds, pid_of, rdmad, run_prefix
-from bench.stats import pct
-from tests.support.bus import start_private_bus
-from tests.support.net import ip, temp_netns
+from bench.common import Params, Results, Row, Settler, cpu_seconds, many_veths, pid_of, rdmad
+from bench.stats import RatioCheck, pct, spread
+from tests.support.net import temp_netns
 
 GO_PLUGINS = Path("/usr/lib/cni")
 RDMAD_CNI = Path(sys.executable).parent / "rdmad-cni"
-TARGET = 1.5  # rdmad's ADD p50 over host-device's
+TARGET = 1.5  # rdmad's whole-device ADD over host-device's (the CNI issue's goal)
+VERBS = ("ADD", "DEL")
 
 
 @dataclass
@@ -43,9 +38,9 @@ class Column:
     plugin: Path
     conf: dict[str, Any]
     uses_rdmad: bool
-    wall: dict[str, list[float]] = field(default_factory=lambda: {"ADD": [], "DEL": []})
-    cpu: dict[str, list[float]] = field(default_factory=lambda: {"ADD": [], "DEL": []})
-    daemon_cpu_s: float = 0.0
+    wall: dict[str, list[float]] = field(default_factory=lambda: {v: [] for v in VERBS})
+    cpu: dict[str, list[float]] = field(default_factory=lambda: {v: [] for v in VERBS})
+    daemon_cpu_ms: list[float] = field(default_factory=list)  # per ADD+DEL pair
 
 
 def run_once(plugin: Path, command: str, conf: dict[str, Any], netns: str) -> tuple[float, float]:
@@ -58,132 +53,91 @@ def run_once(plugin: Path, command: str, conf: dict[str, Any], netns: str) -> tu
         "CNI_IFNAME": "net1",
         "CNI_PATH": str(GO_PLUGINS),
     }
-    stdin = json.dumps(conf).encode()
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [str(plugin)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    proc.stdin.write(stdin)
-    proc.stdin.close()
-    out = proc.stdout.read()
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = (time.perf_counter() - t0) * 1000.0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{plugin.name} {command} failed: {out.decode()} {err.decode()}")
+    # Output to files and the config through a pipe it fits in, so that wait4 reaps the
+    # process and gives its own rusage (children included: IPAM, when there is one).
+    with tempfile.TemporaryFile() as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            [str(plugin)], stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(conf).encode())
+        proc.stdin.close()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = (time.perf_counter() - t0) * 1000.0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            out.seek(0)
+            raise RuntimeError(f"{plugin.name} {command} failed: {out.read().decode()[:500]}")
     return wall, (usage.ru_utime + usage.ru_stime) * 1000.0
 
 
-def columns(netdev: str, bus: str, plugin: Path) -> list[Column]:
+def columns(netdev: str, bus: str) -> list[Column]:
     base = {"cniVersion": "1.0.0", "name": "bench"}
+    for go in ("host-device", "macvlan"):
+        if not (GO_PLUGINS / go).exists():
+            raise FileNotFoundError(f"{GO_PLUGINS / go}: install containernetworking-plugins")
+    rdmad_conf = base | {"type": "rdmad", "device": "sim0", "busAddress": bus}
+    host_device = base | {"type": "host-device", "device": netdev}
+    macvlan = base | {"type": "macvlan", "master": netdev, "mode": "bridge"}
     return [
-        Column(
-            "host-device",
-            GO_PLUGINS / "host-device",
-            base | {"type": "host-device", "device": netdev},
-            False,
-        ),
-        Column(
-            "rdmad whole",
-            RDMAD_CNI,
-            base | {"type": "rdmad", "device": "sim0", "busAddress": bus},
-            True,
-        ),
-        Column(
-            "macvlan",
-            GO_PLUGINS / "macvlan",
-            base | {"type": "macvlan", "master": netdev, "mode": "bridge"},
-            False,
-        ),
-        Column(
-            "rdmad shared",
-            RDMAD_CNI,
-            base | {"type": "rdmad", "device": "sim0", "shared": True, "busAddress": bus},
-            True,
-        ),
+        Column("host-device", GO_PLUGINS / "host-device", host_device, False),
+        Column("rdmad-cni, whole device", RDMAD_CNI, rdmad_conf, True),
+        Column("macvlan", GO_PLUGINS / "macvlan", macvlan, False),
+        Column("rdmad-cni, shared", RDMAD_CNI, rdmad_conf | {"shared": True}, True),
     ]
 
 
-async def measure(reps: int, plugin: Path) -> list[Column]:
-    tag = run_prefix()
-    host, peer = f"{tag}h", f"{tag}p"
-    ip("link", "add", host, "type", "veth", "peer", "name", peer)
-    try:
-        ip("link", "set", host, "up")
-        with start_private_bus() as bus, temp_netns("cb") as netns:
-            async with rdmad(bus.address, f"sim0={host}") as daemon:
-                cols = columns(host, bus.address, plugin)
-                for col in cols:  # one warm-up each: page cache, first-time imports
-                    run_once(col.plugin, "ADD", col.conf, netns)
-                    run_once(col.plugin, "DEL", col.conf, netns)
-                for rep in range(reps):
-                    shift = rep % len(cols)
-                    for col in cols[shift:] + cols[:shift]:
-                        before = cpu_seconds(pid_of(daemon)) if col.uses_rdmad else 0.0
-                        for command in ("ADD", "DEL"):
-                            wall, cpu = run_once(col.plugin, command, col.conf, netns)
-                            col.wall[command].append(wall)
-                            col.cpu[command].append(cpu)
-                        if col.uses_rdmad:
-                            col.daemon_cpu_s += cpu_seconds(pid_of(daemon)) - before
-                return cols
-    finally:
-        ip("link", "del", host, check=False)
+async def measure(
+    cols: list[Column], reps: int, warmup: int, netns: str, settle: Settler, daemon_pid: int
+) -> None:
+    for rep in range(warmup + reps):
+        shift = rep % len(cols)
+        for col in cols[shift:] + cols[:shift]:
+            before = cpu_seconds(daemon_pid)
+            for command in VERBS:
+                await settle()
+                wall, cpu = run_once(col.plugin, command, col.conf, netns)
+                if rep >= warmup:
+                    col.wall[command].append(wall)
+                    col.cpu[command].append(cpu)
+            if col.uses_rdmad and rep >= warmup:
+                col.daemon_cpu_ms.append((cpu_seconds(daemon_pid) - before) * 1000.0)
 
 
-def report(cols: Sequence[Column], reps: int, plugin: Path) -> str:
-    lines = [
-        "# rdmad-cni against the Go reference plugins",
-        "",
-        f"{reps} rounds of ADD then DEL per column, no IPAM, one veth (the sim device's netdev);",
-        "wall and CPU per plugin process (p50 / p99, ms); rdmad's own CPU per ADD+DEL pair",
-        "(mean, ms, from /proc clock ticks over the column).",
-        f"rdmad-cni: {plugin}; load average at the end: {os.getloadavg()[0]:.1f}.",
-        "",
-        "| column | ADD wall | ADD CPU | DEL wall | DEL CPU | rdmad CPU per pair |",
-        "|---|---|---|---|---|---|",
-    ]
-    for c in cols:
-        daemon = f"{c.daemon_cpu_s * 1000.0 / reps:.1f}" if c.uses_rdmad else ""
-        cells = [
-            f"{pct(c.wall[k], 50):.1f} / {pct(c.wall[k], 99):.1f}"
-            if w
-            else f"{pct(c.cpu[k], 50):.1f} / {pct(c.cpu[k], 99):.1f}"
-            for k in ("ADD", "DEL")
-            for w in (True, False)
-        ]
-        lines.append(f"| {c.name} | {' | '.join(cells)} | {daemon} |")
+async def run(bus: str, p: Params, res: Results, out: Path) -> None:
+    del out  # rows only
+    with many_veths(1, "c", up=True) as nics, temp_netns("cb") as netns:
+        async with rdmad(bus, nics.sim_spec()) as daemon:
+            cols = columns(nics.hosts[0], bus)
+            await measure(cols, p.cni_reps, p.warmup, netns, Settler(p), pid_of(daemon))
     by = {c.name: c for c in cols}
-    for ours, theirs in (("rdmad whole", "host-device"), ("rdmad shared", "macvlan")):
-        r = pct(by[ours].wall["ADD"], 50) / pct(by[theirs].wall["ADD"], 50)
-        lines.append("")
-        lines.append(f"ADD p50, {ours} / {theirs}: {r:.2f}x (goal for whole: <= {TARGET}x)")
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--reps", type=int, default=40)
-    parser.add_argument("--smoke", action="store_true", help="3 rounds, print only")
-    parser.add_argument("--out", type=Path, default=BENCH_DIR / "out" / "cni-results.md")
-    parser.add_argument(
-        "--plugin", type=Path, default=RDMAD_CNI, help="rdmad-cni to run (e.g. a packaged one)"
-    )
-    args = parser.parse_args(argv)
-    reps = 3 if args.smoke else args.reps
-    text = report(asyncio.run(measure(reps, args.plugin)), reps, args.plugin)
-    print(text)
-    if not args.smoke:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    for ours, theirs, judged in (
+        ("rdmad-cni, whole device", "host-device", True),
+        ("rdmad-cni, shared", "macvlan", False),
+    ):
+        mine, peer = by[ours], by[theirs]
+        for verb in VERBS:
+            check = RatioCheck.of(f"{ours}/{theirs}", mine.wall[verb], peer.wall[verb], TARGET)
+            goal = judged and verb == "ADD"
+            cpu = (
+                f"CPU per process p50: {pct(mine.cpu[verb], 50):.1f} ms against"
+                f" {pct(peer.cpu[verb], 50):.1f} ms"
+            )
+            res.rows.append(
+                Row(
+                    f"8. CNI {verb}, {ours} against {theirs} (wall, settled)",
+                    spread(mine.wall[verb]),
+                    spread(peer.wall[verb]),
+                    "-",
+                    f"{check.text()}; {cpu}",
+                    check.target() if goal else "",
+                    check.met if goal else None,
+                )
+            )
+            res.dists[f"CNI {verb}: {ours}"] = mine.wall[verb]
+            res.dists[f"CNI {verb}: {theirs}"] = peer.wall[verb]
+        res.notes.append(
+            f"CNI, {ours}: rdmad's own CPU per ADD+DEL pair p50"
+            f" {pct(mine.daemon_cpu_ms, 50):.1f} ms (daemon /proc counters, clock ticks)"
+        )

@@ -52,6 +52,7 @@ class Params:
     scale_reps: int  # claim/release cycles per pass per node
     starts: int  # daemon starts per node
     shared_reps: int  # whole cycles of bench.columns.ORDERS["rwcn"] (a multiple of 8)
+    cni_reps: int  # rounds of ADD then DEL per CNI plugin column
     burst: int  # claims at once, from as many clients on as many devices
     bursts: int  # bursts of each kind, each against a serial raw sequence
     clients: int
@@ -74,6 +75,7 @@ class Params:
             scale_reps=100,
             starts=3,
             shared_reps=104,
+            cni_reps=100,
             burst=64,
             bursts=3,
             clients=64,
@@ -98,6 +100,7 @@ class Params:
             scale_reps=16,
             starts=1,
             shared_reps=8,
+            cni_reps=4,
             burst=8,
             bursts=1,
             clients=8,

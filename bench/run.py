@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench import burst, claim, idle, profile, reclaim, scale, shared, throughput
+from bench import burst, claim, cni, idle, profile, reclaim, scale, shared, throughput
 from bench.common import BENCH_DIR, Params, Results
 from bench.report import write_report
 from tests.support.bus import start_private_bus
@@ -27,6 +27,7 @@ Scenario = Callable[[str, Params, Results, Path], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "claim": claim.run,
     "shared": shared.run,
+    "cni": cni.run,
     "reclaim": reclaim.run,
     "scale": scale.run,
     "burst": burst.run,
