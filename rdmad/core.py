@@ -16,7 +16,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from rdmad.backend import (
@@ -57,6 +57,7 @@ from rdmad.model import (
 from rdmad.observer import CoreObserver, Observers
 from rdmad.opstats import OpStats
 from rdmad.options import check_device_name
+from rdmad.steps import step
 from rdmad.store import CorruptState, State, Store
 from rdmad.tracking import InventoryTracker
 
@@ -65,10 +66,6 @@ log = logging.getLogger("rdmad.core")
 DEFAULT_SHARED_IFNAME = "net1"
 # How long a physical netdev may take to come home after its netns died (measured: tens of ms).
 RETURN_TIMEOUT_S = 5.0
-
-
-# Test seam for crash-point injection: called with a step name after each kernel step.
-StepHook = Callable[[str], None]
 
 
 class Core:
@@ -80,14 +77,12 @@ class Core:
         store: Store,
         *,
         shared_limit: int = 16,
-        step_hook: StepHook | None = None,
     ) -> None:
         self._net = net
         self._rdma = rdma
         self._resolver = resolver
         self._store = store
         self._shared_limit = shared_limit
-        self._step = step_hook or (lambda _step: None)
         self._inv = Inventory()
         self._book = ClaimBook()
         self._observers = Observers()
@@ -344,11 +339,11 @@ class Core:
         self._book.claims[claim_id] = claim
         try:
             self._save(claim)
-            self._step("pending-written")
+            step("pending-written", f"claim {claim.id}")
             if not opts.shared and exclusive:
                 await self._rdma.move(dev.index, target)
                 claim.rdma_moved = True
-                self._step("rdma-moved")
+                step("rdma-moved", f"claim {claim.id}")
             if opts.shared:
                 placed = await self._net.add_macvlan(
                     parent,
@@ -366,14 +361,14 @@ class Core:
             else:
                 placed = Placement(claim.nsid, 0, "")
             claim.nsid, claim.ns_ifindex = placed.nsid, placed.ifindex
-            self._step("netdev-placed")
+            step("netdev-placed", f"claim {claim.id}")
             claim.chardevs = await self._rdma.chardevs(
                 dev, opts.chardevs, target if claim.rdma_moved else None
             )
             claim.gids = await self._claim_gids(claim, target, placed)
             claim.phase = ClaimPhase.ACTIVE
             self._save(claim)
-            self._step("active-written")
+            step("active-written", f"claim {claim.id}")
         except BaseException as exc:
             await self._undo_failed_claim(claim, target, exc)
             raise
@@ -452,12 +447,12 @@ class Core:
                 raise NoSuchClaim(f"claim {claim_id!r} ended while waiting")
             claim.phase = ClaimPhase.RELEASING
             self._save(claim)
-            self._step("releasing-written")
+            step("releasing-written", f"claim {claim.id}")
             # By inode, not nsid: a dead netns's nsid may already name another one.
             await self._give_back(claim, netns_alive=self._netns_reachable(claim))
             self._drop(claim)
             self._save(claim)
-            self._step("released-written")
+            step("released-written", f"claim {claim.id}")
         self._finish_release(claim, reason)
 
     def _finish_release(self, claim: Claim, reason: ReleaseReason) -> None:
@@ -482,7 +477,7 @@ class Core:
                 await self._bring_netdev_home(claim)
             else:
                 await self._restore_returned(claim)
-            self._step("netdev-returned")
+            step("netdev-returned", f"claim {claim.id}")
         if claim.rdma_moved and netns_alive and not await self._rdma_home(claim.device):
             source = self._resolver.reopen(claim.netns_inode, claim.netns_path)
             if source is not None:

@@ -31,6 +31,7 @@ EVENT_FIELDS: Final = {
     "RDMAD_NETNS": "netns",
     "RDMAD_CLAIM": "claim",
     "RDMAD_REASON": "reason",
+    "RDMAD_STEP": "step",  # rdmad.steps: how far a claim or release got
 }
 
 

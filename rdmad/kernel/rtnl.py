@@ -62,6 +62,7 @@ from rdmad.kernel.rtnl_msgs import (
     setlink,
 )
 from rdmad.model import HostConfig, Netdev, netns_label
+from rdmad.steps import step
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +86,6 @@ def parse_cidrs(addresses: tuple[str, ...]) -> list[Cidr]:
         except ValueError as e:
             raise InvalidArgs(f"address {a!r} is not a valid CIDR: {e}") from None
     return out
-
-
-def _no_step(_step: str) -> None:
-    return None
 
 
 @contextlib.contextmanager
@@ -150,9 +147,6 @@ class RtnlBackend:
     def __init__(self, nl: NlChannel, resolver: KernelNetnsResolver) -> None:
         self._nl = nl
         self._resolver = resolver
-        # Crash-point seam (rdmad.daemon RDMAD_TEST_*): told the name of each finished step
-        # inside a place/bring_home/restore, where the core's own steps cannot reach.
-        self.step: Callable[[str], None] = _no_step
         # A netns's nsid cannot change while a handle of ours holds the netns: ask once per
         # handle (a claim needs it before and after the move).
         self._nsids: weakref.WeakKeyDictionary[NetnsTarget, int] = weakref.WeakKeyDictionary()
@@ -231,15 +225,13 @@ class RtnlBackend:
                     ns = await opening.channel()
                     await self._rollback_place(ns, 0, host.name, host, ifname)
                 raise self._name_error(e, what, ifname, where) from e
-            self.step("netdev-moved")
+            step("netdev-moved", host.name)
             ns = await opening.channel()
 
             async def undo(ns_index: int) -> None:
                 await self._rollback_place(ns, ns_index, ifname, host)
 
-            ns_index = await _configure_placed(
-                ns, ifname, cidrs, where, self.step, undo, bring_up=False
-            )
+            ns_index = await _configure_placed(ns, ifname, cidrs, where, undo, bring_up=False)
         nsid = await self.nsid(target)
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
@@ -277,16 +269,14 @@ class RtnlBackend:
             await new_macvlan(self._nl, parent_ifindex, ifname, net_ns_fd=target.fd, mtu=mtu)
         except NetlinkError as e:
             raise self._name_error(e, what, ifname, where) from e
-        self.step("macvlan-created")
+        step("macvlan-created", ifname)
         async with _in_netns(target.fd) as ns:
 
             async def undo(ns_index: int) -> None:
                 with contextlib.suppress(NetlinkError):
                     await dellink(ns, ns_index, name=ifname)
 
-            ns_index = await _configure_placed(
-                ns, ifname, cidrs, where, self.step, undo, bring_up=True
-            )
+            ns_index = await _configure_placed(ns, ifname, cidrs, where, undo, bring_up=True)
         nsid = await self.nsid(target)
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
@@ -325,7 +315,7 @@ class RtnlBackend:
         finally:
             if opened is not None:
                 opened.close()
-        self.step("netdev-moved-home")
+        step("netdev-moved-home", host.name)
         with _op(f"finding {host.name} in init_net"):
             cur = netdev_from_link(await getlink(self._nl, name=host.name))
         if cur.up != host.up or (host.mtu and cur.mtu != host.mtu):
@@ -344,7 +334,7 @@ class RtnlBackend:
             with _op(what + ": setting it down to rename"):
                 await setlink(self._nl, ifindex, up=False)
             await self._rename_home(ifindex, host.name, what)
-            self.step("host-renamed")
+            step("host-renamed", host.name)
         await _sync_addresses(self._nl, ifindex, cidrs, what)
         # MTU and admin state in one message: one round trip less on every release.
         mtu = host.mtu if host.mtu and cur.mtu != host.mtu else None
@@ -358,7 +348,7 @@ class RtnlBackend:
         udev does this asynchronously, so the altname can appear after any read of ours:
         check again after each EEXIST instead of trusting an earlier read."""
         for _ in range(_RENAME_ATTEMPTS):
-            self.step("host-renaming")
+            step("host-renaming", name)
             try:
                 await setlink(self._nl, ifindex, ifname=name)
                 return
@@ -499,7 +489,6 @@ async def _configure_placed(
     ifname: str,
     cidrs: list[Cidr],
     where: str,
-    step: Callable[[str], None],
     undo: Callable[[int], Awaitable[None]],
     bring_up: bool,
 ) -> int:
@@ -515,7 +504,7 @@ async def _configure_placed(
         for c in cidrs:
             with _op(f"adding {c} to {ifname} in {where}"):
                 await add_address(ns, ns_index, c)
-        step("addresses-set")
+        step("addresses-set", ifname)
     except BaseException:
         await undo(ns_index)
         raise

@@ -19,6 +19,7 @@ from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_msgs import RTM_NEWADDR, RTM_NEWLINK, addr_from, link_from
 from rdmad.model import HostConfig
 from tests.support.net import VethPair, addresses, ip, is_up, link, temp_netns, unique_name
+from tests.support.steps import on_steps
 
 
 def _host(veth: VethPair, mtu: int = 1500, addrs: tuple[str, ...] = ()) -> HostConfig:
@@ -226,8 +227,8 @@ async def test_restore_takes_back_a_host_name_that_udev_makes_an_altname_mid_res
             ip("link", "property", "add", "dev", returned, "altname", veth.host)
             added.append(step)
 
-    rtnl.step = udev_adds_the_altname
-    await rtnl.restore(configured.ifindex, configured)
+    with on_steps(udev_adds_the_altname):
+        await rtnl.restore(configured.ifindex, configured)
     assert added and await rtnl.host_config(configured.ifindex) == configured
 
 

@@ -5,8 +5,8 @@ It installs the faults its environment asks for into rdmad's wiring, then runs r
 point instead of `python -m rdmad.daemon` whenever its environment has an RDMAD_TEST_*
 variable.
 
-  RDMAD_TEST_CRASH_AT=<step>[:<n>]  os._exit(137) the n-th time (default: the first) the core
-                                    or the rtnl backend reports <step>: as abrupt as SIGKILL,
+  RDMAD_TEST_CRASH_AT=<step>[:<n>]  os._exit(137) the n-th time (default: the first) rdmad logs
+                                    <step> (rdmad.steps): as abrupt as SIGKILL,
                                     but at a known point between two kernel steps.
   RDMAD_TEST_PAUSE_AT=<step>[:<n>]  SIGSTOP ourselves there instead, so that a test can
                                     change the world mid-claim (delete the netns, fill the
@@ -26,14 +26,12 @@ import logging
 import os
 import signal
 import sys
-from typing import Any
 
 import rdmad.daemon
 import rdmad.kernel.udev
 import rdmad.systemd
-from rdmad.core import Core
-from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_events import RtnlEventSource
+from tests.support.steps import watch_steps
 
 PREFIX = "RDMAD_TEST_"
 CRASH_AT, PAUSE_AT = PREFIX + "CRASH_AT", PREFIX + "PAUSE_AT"
@@ -44,7 +42,7 @@ log = logging.getLogger("rdmad.test-faults")
 
 
 class StepFaults:
-    """The step hook: crash or pause at a named step, once armed."""
+    """Crash or pause at a named step (rdmad.steps), once armed."""
 
     def __init__(self, points: dict[str, tuple[str, int]]) -> None:
         self._points = points  # action ("crash"/"pause") -> (step, n-th time)
@@ -101,18 +99,13 @@ def install(environ: dict[str, str]) -> None:
     if not points:
         return
     faults = StepFaults(points)
-
-    def core_with_faults(net: RtnlBackend, *args: Any, **kwargs: Any) -> Core:
-        net.step = faults  # the steps inside one netdev operation
-        return Core(net, *args, step_hook=faults, **kwargs)
-
+    watch_steps(faults)
     notify_ready = rdmad.systemd.notify_ready
 
     def arm_then_notify_ready(status: str | None = None) -> bool:
         faults.armed = True
         return notify_ready(status)
 
-    _replace(rdmad.daemon, "Core", core_with_faults)
     _replace(rdmad.systemd, "notify_ready", arm_then_notify_ready)
     log.warning("TEST fault injection installed: %s", points)
 

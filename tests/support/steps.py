@@ -1,0 +1,44 @@
+"""Acting at a named kernel step of a claim or release: rdmad logs each finished step on
+the `rdmad.steps` logger (rdmad.steps); a handler there sees them as they happen, in the
+thread that made the step."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+
+from rdmad.steps import log as steps_log
+
+StepCallback = Callable[[str], None]
+
+
+class _StepHandler(logging.Handler):
+    def __init__(self, callback: StepCallback) -> None:
+        super().__init__(logging.DEBUG)
+        self._callback = callback
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # Handler.handle() lets an exception from here reach the step's caller: a failing
+        # callback fails the step.
+        self._callback(str(record.__dict__["RDMAD_STEP"]))
+
+
+def watch_steps(callback: StepCallback) -> None:
+    """From now on, call `callback` with each step's name (the daemon's own lifetime)."""
+    steps_log.setLevel(logging.DEBUG)
+    steps_log.addHandler(_StepHandler(callback))
+
+
+@contextlib.contextmanager
+def on_steps(callback: StepCallback) -> Iterator[None]:
+    """Call `callback` with each step's name while the block runs."""
+    handler = _StepHandler(callback)
+    level = steps_log.level
+    steps_log.setLevel(logging.DEBUG)
+    steps_log.addHandler(handler)
+    try:
+        yield
+    finally:
+        steps_log.removeHandler(handler)
+        steps_log.setLevel(level)
