@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any, Final, TextIO
+from typing import Any, Final
 
 from rdmad.logfields import EVENT_FIELDS
 
@@ -119,18 +119,12 @@ def stderr_is_journal(environ: Mapping[str, str] | None = None, fd: int = 2) -> 
 _OURS = "_rdmad_handler"
 
 
-def setup_logging(
-    level: int | str = logging.INFO,
-    *,
-    target: str = "auto",
-    stream: TextIO | None = None,
-    sender: Any = None,
-) -> logging.Handler:
+def setup_logging(level: int | str = logging.INFO, *, target: str = "auto") -> logging.Handler:
     """Install rdmad's one handler on the root logger and return it.
 
     target: "journal", "stderr" or "auto" (journal when stderr is the journal stream).
     The rdmad.* loggers get `level`; libraries stay at WARNING so that --log-level debug
-    shows rdmad's decisions, not a library's chatter. `stream`/`sender` are for tests.
+    shows rdmad's decisions, not a library's chatter.
     """
     if isinstance(level, str):
         level = logging.getLevelNamesMapping()[level.upper()]
@@ -138,12 +132,11 @@ def setup_logging(
         target = "journal" if stderr_is_journal() else "stderr"
     handler: logging.Handler
     if target == "journal":
-        kwargs = {} if sender is None else {"sender_function": sender}
-        handler = RdmadJournalHandler(**kwargs)
+        handler = RdmadJournalHandler()
         # journald adds its own timestamp and priority
         handler.setFormatter(logging.Formatter("%(message)s"))
     elif target == "stderr":
-        handler = logging.StreamHandler(sys.stderr if stream is None else stream)
+        handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(KeyValueFormatter())
     else:
         raise ValueError(f"log target must be auto, journal or stderr, not {target!r}")

@@ -7,9 +7,9 @@ import io
 import logging
 import os
 import re
+import sys
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -25,6 +25,26 @@ def logger() -> Iterator[logging.Logger]:
     root = logging.getLogger()
     for h in [h for h in root.handlers if getattr(h, "_rdmad_handler", False)]:
         root.removeHandler(h)
+
+
+def stderr_logging(level: str, monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    """rdmad's stderr logging at `level`, written to the returned buffer."""
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", out)
+    journal.setup_logging(level, target="stderr")
+    return out
+
+
+def journal_entries(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, str]]:
+    """What reaches the journal socket, entry by entry: systemd-python's own send() runs,
+    only its socket write (sendv) is replaced."""
+    entries: list[dict[str, str]] = []
+
+    def sendv(*args: str) -> None:
+        entries.append(dict(a.split("=", 1) for a in args))
+
+    monkeypatch.setattr(importlib.import_module("systemd.journal"), "sendv", sendv)
+    return entries
 
 
 def test_message_ids_are_fixed_distinct_uuids() -> None:
@@ -47,9 +67,8 @@ def test_message_ids_are_fixed_distinct_uuids() -> None:
     assert logfields.MESSAGE_CLAIMED == "ff8eafd40d364c19a34673bc3b1e4b38"  # never changes
 
 
-def test_stderr_line_shows_fields(logger: logging.Logger) -> None:
-    out = io.StringIO()
-    journal.setup_logging("info", target="stderr", stream=out)
+def test_stderr_line_shows_fields(logger: logging.Logger, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = stderr_logging("info", monkeypatch)
     logfields.log_event(
         logger,
         logfields.MESSAGE_CLAIMED,
@@ -67,18 +86,18 @@ def test_stderr_line_shows_fields(logger: logging.Logger) -> None:
     assert "reason=" not in line
 
 
-def test_stderr_quotes_and_flattens(logger: logging.Logger) -> None:
-    out = io.StringIO()
-    journal.setup_logging("debug", target="stderr", stream=out)
+def test_stderr_quotes_and_flattens(
+    logger: logging.Logger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = stderr_logging("debug", monkeypatch)
     logfields.log_event(
         logger, logfields.MESSAGE_RELEASED, "two\nlines", netns='a b"c', reason="netns-gone"
     )
     assert out.getvalue().endswith('two\\nlines netns="a b\\"c" reason=netns-gone\n')
 
 
-def test_levels(logger: logging.Logger) -> None:
-    out = io.StringIO()
-    journal.setup_logging("warning", target="stderr", stream=out)
+def test_levels(logger: logging.Logger, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = stderr_logging("warning", monkeypatch)
     logger.info("hidden")
     logging.getLogger("dbus_fast").info("library noise")
     logger.warning("shown")
@@ -88,8 +107,8 @@ def test_levels(logger: logging.Logger) -> None:
 
 
 def test_setup_replaces_its_own_handler(logger: logging.Logger) -> None:
-    first = journal.setup_logging("info", target="stderr", stream=io.StringIO())
-    second = journal.setup_logging("info", target="stderr", stream=io.StringIO())
+    first = journal.setup_logging("info", target="stderr")
+    second = journal.setup_logging("info", target="stderr")
     handlers = logging.getLogger().handlers
     assert second in handlers
     assert first not in handlers
@@ -129,13 +148,11 @@ def test_record_fields_mapping(logger: logging.Logger) -> None:
     }
 
 
-def test_journal_handler_sends_fields(logger: logging.Logger) -> None:
-    sent: list[dict[str, Any]] = []
-
-    def sender(message: str, **fields: Any) -> None:
-        sent.append({"MESSAGE": message, **fields})
-
-    handler = journal.setup_logging("info", target="journal", sender=sender)
+def test_journal_handler_sends_fields(
+    logger: logging.Logger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = journal_entries(monkeypatch)
+    handler = journal.setup_logging("info", target="journal")
     assert isinstance(handler, journal.RdmadJournalHandler)
     logfields.log_event(logger, logfields.MESSAGE_START, "rdmad ready")
     logfields.log_event(
@@ -180,13 +197,10 @@ def test_journal_handler_with_real_send(
 ) -> None:
     """Through systemd-python's own send() (only its socket write, sendv, replaced): it
     rejects a str CODE_LINE, which a fake sender does not notice."""
-    sysjournal = importlib.import_module("systemd.journal")
-    written: list[tuple[str, ...]] = []
-    monkeypatch.setattr(sysjournal, "sendv", lambda *args: written.append(args))
-    journal.setup_logging("info", target="journal", sender=sysjournal.send)
+    sent = journal_entries(monkeypatch)
+    journal.setup_logging("info", target="journal")
     logfields.log_event(logger, logfields.MESSAGE_START, "rdmad ready", device="rxe0")
-    assert len(written) == 1
-    args = written[0]
-    assert "MESSAGE=rdmad ready" in args
-    assert "RDMAD_DEVICE=rxe0" in args
-    assert any(re.fullmatch(r"CODE_LINE=\d+", a) for a in args), args
+    (entry,) = sent
+    assert entry["MESSAGE"] == "rdmad ready"
+    assert entry["RDMAD_DEVICE"] == "rxe0"
+    assert re.fullmatch(r"\d+", entry["CODE_LINE"]), entry
