@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from rdmad.errors import InvalidNetns
+from rdmad.kernel.nlsocket import rtnl_busy
 from rdmad.model import netns_label
 
 CLONE_NEWNET = 0x40000000
@@ -318,17 +319,16 @@ class NetnsRunner:
     the worker's thread is unsafe to reuse, so the whole pool is retired.
     """
 
-    # A claim holds two workers at once (its move and its in-netns socket); four let two
-    # claims overlap. Moves beyond that queue here as they would on the kernel's RTNL lock.
-    def __init__(self, max_workers: int = 4) -> None:
+    def __init__(self, max_workers: int, name: str) -> None:
         self._init_fd = os.open(SELF_NETNS, os.O_RDONLY | os.O_CLOEXEC)
         self._libc = _Libc()
         self._max_workers = max_workers
+        self._name = name
         self._lock = threading.Lock()
         self._pool = self._new_pool()
 
     def _new_pool(self) -> ThreadPoolExecutor:
-        return ThreadPoolExecutor(self._max_workers, thread_name_prefix="rdmad-netns")
+        return ThreadPoolExecutor(self._max_workers, thread_name_prefix=self._name)
 
     async def run(self, target_fd: int, fn: Callable[[], T]) -> T:
         return await self.submit(target_fd, fn)
@@ -364,16 +364,23 @@ class NetnsRunner:
             self._init_fd = -1
 
 
-_default_runner: NetnsRunner | None = None
-_default_lock = threading.Lock()
+_runners: dict[str, NetnsRunner] = {}
+_runners_lock = threading.Lock()
+# In-netns work that takes a worker briefly: sockets made in a netns, reads there.
+_WORK = ("rdmad-netns", 4)
+# Netns moves. The kernel runs them one at a time under the RTNL lock; sent from several
+# threads at once they queue there and end in bunches (a burst of 16 whole-device claims
+# got most replies at once, 200 ms after the first few), while one thread ends each move
+# before sending the next, in the order they were asked for.
+_MOVES = ("rdmad-move", 1)
 
 
-def _runner() -> NetnsRunner:
-    global _default_runner
-    with _default_lock:
-        if _default_runner is None:
-            _default_runner = NetnsRunner()
-        return _default_runner
+def _runner(kind: tuple[str, int]) -> NetnsRunner:
+    name, workers = kind
+    with _runners_lock:
+        if name not in _runners:
+            _runners[name] = NetnsRunner(workers, name)
+        return _runners[name]
 
 
 async def run_in_netns(target_fd: int, fn: Callable[[], T]) -> T:
@@ -388,11 +395,18 @@ async def run_in_netns(target_fd: int, fn: Callable[[], T]) -> T:
 
         await run_in_netns(target.fd, lambda: nl_request(set_dev_netns(idx, init_fd)))
     """
-    return await _runner().run(target_fd, fn)
+    return await _runner(_WORK).run(target_fd, fn)
 
 
 def submit_in_netns(target_fd: int, fn: Callable[[], T]) -> asyncio.Future[T]:
     """`run_in_netns`, started before this returns: the worker runs while the caller goes on
     (a claim opens its in-netns socket while its move runs on another worker). Keep the fd
     open until the future is done."""
-    return _runner().submit(target_fd, fn)
+    return _runner(_WORK).submit(target_fd, fn)
+
+
+async def move_from_netns(from_fd: int, move: Callable[[], T]) -> T:
+    """Send a netns move (a blocking callable) from the netns open at `from_fd`, on the one
+    thread that sends every move, after the moves asked for before it."""
+    with rtnl_busy():
+        return await _runner(_MOVES).run(from_fd, move)

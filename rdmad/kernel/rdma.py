@@ -18,7 +18,7 @@ from rdmad.errors import (
 from rdmad.kernel import rdma_nl as nl
 from rdmad.kernel import rdma_stats
 from rdmad.kernel.netlink import Build, Message, kernel_error
-from rdmad.kernel.netns import run_in_netns
+from rdmad.kernel.netns import move_from_netns, run_in_netns
 from rdmad.kernel.nlsocket import NlChannel, open_socket, transact
 from rdmad.kernel.rdma_gids import claim_gids
 from rdmad.kernel.rdma_sysfs import sysfs_facts
@@ -146,12 +146,21 @@ class KernelRdma:
             raise
 
     async def move(self, index: int, target: NetnsTarget) -> None:
-        # Socket and sending thread are both in init_net: the device's current netns.
         build = functools.partial(nl.set_dev_netns, index=index, netns_fd=target.fd)
+
+        def from_init_net() -> None:
+            # Socket and sending thread both in init_net: the device's current netns.
+            with open_socket(nl.NETLINK_RDMA, blocking=True) as sock:
+                transact(sock, build)
+
         try:
-            await self._request(build, f"moving RDMA device {index} to {target.path or 'netns'}")
-        except NotSupported as e:
-            raise NotSupported(f"cannot move RDMA device {index}: {await self._why_not()}") from e
+            await move_from_netns(self._init_fd, from_init_net)
+        except OSError as e:
+            mapped = _error(e, f"moving RDMA device {index} to {target.path or 'netns'}")
+            if isinstance(mapped, NotSupported):
+                why = await self._why_not()
+                raise NotSupported(f"cannot move RDMA device {index}: {why}") from e
+            raise mapped from e
 
     async def move_home(self, name: str, source: NetnsTarget) -> None:
         init_fd = self._init_fd
@@ -168,7 +177,7 @@ class KernelRdma:
                 )
 
         try:
-            await run_in_netns(source.fd, in_source)
+            await move_from_netns(source.fd, in_source)
         except OSError as e:
             mapped = _error(e, f"moving RDMA device {name} back to init_net")
             if isinstance(mapped, NotSupported):

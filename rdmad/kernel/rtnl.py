@@ -40,7 +40,7 @@ from rdmad.kernel.netlink import NetlinkError, kernel_error
 from rdmad.kernel.netns import (
     KernelNetnsResolver,
     candidate_paths,
-    run_in_netns,
+    move_from_netns,
     submit_in_netns,
 )
 from rdmad.kernel.nlsocket import NlChannel, open_socket
@@ -460,7 +460,7 @@ class RtnlBackend:
         move = functools.partial(
             move_link_blocking, index, net_ns_fd=net_ns_fd, ifname=ifname, mtu=mtu, up=up
         )
-        await run_in_netns(from_fd, move)
+        await move_from_netns(from_fd, move)
 
     async def _is_home(self, ifindex: int, name: str) -> bool:
         try:

@@ -151,10 +151,14 @@ class Client:
         self._changed = asyncio.Event()
 
     @classmethod
-    async def connect(cls, address: str) -> Client:
+    async def connect(cls, address: str, signals: bool = True) -> Client:
+        """Connected; with `signals`, subscribed to every signal under /io/rdmad1 (a
+        claimant such as rdmad-cni or `rdmactl claim` subscribes to none)."""
         bus = await MessageBus(bus_address=address, negotiate_unix_fd=True).connect()
         client = cls(bus)
         bus.add_message_handler(client._on_message)
+        if not signals:
+            return client
         await client.call_raw(
             "org.freedesktop.DBus",
             "/org/freedesktop/DBus",
