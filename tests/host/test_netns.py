@@ -1,16 +1,19 @@
-"""KernelNetnsResolver and run_in_netns against real network namespaces."""
+"""KernelNetnsResolver, run_in_netns and move_from_netns against real network namespaces."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from rdmad.errors import InvalidNetns
-from rdmad.kernel.netns import KernelNetnsResolver, run_in_netns
+from rdmad.kernel.netns import KernelNetnsResolver, move_from_netns, run_in_netns
 from tests.support.net import netns_inode, temp_netns
 
 
@@ -190,3 +193,19 @@ async def test_run_in_netns_propagates_exceptions(
 
     with resolver.open(netns) as h, pytest.raises(ValueError, match="inside"):
         await run_in_netns(h.fd, boom)
+
+
+async def test_moves_are_sent_by_one_thread_in_the_order_asked(
+    resolver: KernelNetnsResolver, netns: str
+) -> None:
+    # The kernel runs moves one at a time; sent from several threads they end in bunches.
+    sent: list[tuple[int, int]] = []
+
+    def move(k: int) -> None:
+        sent.append((k, threading.get_ident()))
+
+    with resolver.open(netns) as h:
+        await asyncio.gather(*(move_from_netns(h.fd, functools.partial(move, k)) for k in range(8)))
+    assert [k for k, _ in sent] == list(range(8))
+    assert len({thread for _, thread in sent}) == 1
+    assert sent[0][1] != threading.get_ident()  # not the event loop's thread

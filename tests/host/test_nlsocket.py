@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import errno
 import ipaddress
+import socket
 import subprocess
+import threading
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from rdmad.kernel.netlink import NetlinkError
-from rdmad.kernel.nlsocket import NlChannel
+from rdmad.kernel.nlsocket import NlChannel, open_socket, rtnl_busy
 from rdmad.kernel.rtnl_msgs import (
     addr_request,
     addresses,
@@ -79,3 +83,47 @@ async def test_an_abandoned_dump_does_not_reach_the_next_request(
     got = await addresses(channel, veth.host_ifindex())
     assert ipaddress.ip_interface("10.78.0.1/32") in got
     assert (await getlink(channel, veth.host_ifindex())).ifname == veth.host
+
+
+class _SendingThreads(socket.socket):
+    """A netlink socket that notes which thread sends on it."""
+
+    senders: list[int]
+
+    def send(self, data: Any, *args: Any) -> int:
+        self.senders.append(threading.get_ident())
+        return super().send(data, *args)
+
+    def sendall(self, data: Any, *args: Any) -> None:
+        self.senders.append(threading.get_ident())
+        super().sendall(data, *args)
+
+
+@pytest.fixture
+def watched() -> Iterator[tuple[NlChannel, _SendingThreads]]:
+    plain = open_socket(socket.NETLINK_ROUTE)
+    sock = _SendingThreads(fileno=plain.detach())
+    sock.senders = []
+    channel = NlChannel(sock)
+    try:
+        yield channel, sock
+    finally:
+        channel.close()
+
+
+async def test_a_request_is_sent_from_the_event_loop_itself(
+    watched: tuple[NlChannel, _SendingThreads],
+) -> None:
+    channel, sock = watched
+    assert (await getlink(channel, name="lo")).ifname == "lo"
+    assert sock.senders == [threading.get_ident()]
+
+
+async def test_while_a_move_is_in_flight_requests_are_sent_off_the_event_loop(
+    watched: tuple[NlChannel, _SendingThreads],
+) -> None:
+    # The kernel answers inside send(), after taking the RTNL lock a move holds.
+    channel, sock = watched
+    with rtnl_busy():
+        assert (await getlink(channel, name="lo")).ifname == "lo"
+    assert sock.senders and threading.get_ident() not in sock.senders
