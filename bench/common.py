@@ -77,7 +77,7 @@ class Params:
             shared_reps=104,
             cni_reps=100,
             burst=64,
-            bursts=3,
+            bursts=6,
             clients=64,
             rounds=4,
             list_seconds=5.0,
