@@ -391,16 +391,16 @@ async def run_in_netns(target_fd: int, fn: Callable[[], T]) -> T:
     after the thread goes back. The fd must stay open until this returns. Exceptions from
     `fn` propagate; a failing setns() raises OSError (EINVAL: not a netns fd).
 
-    Example (RDMA adapter): move a device home from inside its netns::
+    Example (RDMA adapter): an RDMA netlink socket inside a claim's netns::
 
-        await run_in_netns(target.fd, lambda: nl_request(set_dev_netns(idx, init_fd)))
+        sock = await run_in_netns(target.fd, functools.partial(open_socket, NETLINK_RDMA))
     """
     return await _runner(_WORK).run(target_fd, fn)
 
 
 def submit_in_netns(target_fd: int, fn: Callable[[], T]) -> asyncio.Future[T]:
     """`run_in_netns`, started before this returns: the worker runs while the caller goes on
-    (a claim opens its in-netns socket while its move runs on another worker). Keep the fd
+    (a claim opens its in-netns socket while the mover thread sends its move). Keep the fd
     open until the future is done."""
     return _runner(_WORK).submit(target_fd, fn)
 
