@@ -138,8 +138,8 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
             res.dists[f"CNI {verb}: {ours}"] = mine.wall[verb]
             res.dists[f"CNI {verb}: {theirs}"] = peer.wall[verb]
         # /proc counts whole clock ticks (10 ms): only a mean over many pairs says anything
-        daemon = sum(mine.daemon_cpu_ms) / len(mine.daemon_cpu_ms)
+        per_pair = sum(mine.daemon_cpu_ms) / len(mine.daemon_cpu_ms)
         res.notes.append(
-            f"CNI, {ours}: rdmad's own CPU per ADD+DEL pair {daemon:.1f} ms (mean of"
+            f"CNI, {ours}: rdmad's own CPU per ADD+DEL pair {per_pair:.1f} ms (mean of"
             f" {len(mine.daemon_cpu_ms)} pairs, daemon /proc counters)"
         )

@@ -10,14 +10,15 @@ Why requests are not read by a reader callback: the kernel answers a request ins
 send() itself, so the reply is already queued when send() returns. Each request here is a
 send(), a recv() that does not wait, and a decode, with no future or loop round trip between.
 
-That send() also waits for whatever lock the kernel's handler takes: for most rtnetlink
-requests the RTNL lock, which a netns move holds for tens of ms. While one of rdmad's own
-moves is in flight (`rtnl_busy`), requests are sent from a worker thread so that the event
-loop keeps serving; otherwise inline, with no thread hop. Measured on a burst of 64
-whole-device claims: the loop spent 1.2 s of 1.5 s blocked in send(), and each claim's
-reply came 1.9-2.2x later than the same moves sent serially had ended; now 1.0x. (A
-macvlan's creation holds the lock 1-2 ms: sending it off the loop too gained nothing
-measurable in a burst of 64 shared claims.)
+That send() also waits for whatever the kernel's handler waits for: for most rtnetlink
+requests the RTNL lock, which a netns move or a netdev's deletion holds for tens of ms while
+it waits for RCU. While one of those is in flight from rdmad (`rtnl_busy`), it and every
+request made meanwhile are sent from a worker thread, so that the event loop keeps serving;
+otherwise requests are sent inline, with no thread hop. Measured: in a burst of 64
+whole-device claims the loop spent 1.2 s of 1.5 s blocked in send(), and each claim's reply
+came 1.9-2.2x later than the same moves sent serially had ended (now 1.0x); each shared
+release's macvlan deletion blocked the loop ~20 ms. (A macvlan's creation takes 1-2 ms:
+sending it off the loop too gained nothing measurable in a burst of 64 shared claims.)
 """
 
 from __future__ import annotations
@@ -48,20 +49,21 @@ NETLINK_GET_STRICT_CHK = 12  # rtnetlink dumps are filtered by the request's fie
 RECV_SIZE = 65536
 _NSID = struct.Struct("=i")
 
-# Senders of requests made while a move holds the RTNL lock (see the module doc).
+# Senders of requests made while a slow one holds the RTNL lock (see the module doc).
 _senders = ThreadPoolExecutor(4, thread_name_prefix="rdmad-nl")
-_moves_in_flight = 0  # changed and read on the event loop thread only
+_slow_in_flight = 0  # changed and read on the event loop thread only
 
 
 @contextlib.contextmanager
 def rtnl_busy() -> Iterator[None]:
-    """Around a netns move rdmad sends: requests made meanwhile leave the event loop."""
-    global _moves_in_flight
-    _moves_in_flight += 1
+    """Around a request that holds the RTNL lock long (a netns move, a netdev's deletion):
+    it and the requests made meanwhile are sent off the event loop."""
+    global _slow_in_flight
+    _slow_in_flight += 1
     try:
         yield
     finally:
-        _moves_in_flight -= 1
+        _slow_in_flight -= 1
 
 
 def open_socket(
@@ -146,7 +148,7 @@ class NlChannel:
             if self._dirty:
                 self._drain()
             reply = Reply(next(self._seq))
-            if _moves_in_flight:
+            if _slow_in_flight:
                 await loop.run_in_executor(_senders, self._sock.sendall, build(reply.seq))
             else:
                 await loop.sock_sendall(self._sock, build(reply.seq))

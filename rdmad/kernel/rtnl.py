@@ -43,7 +43,7 @@ from rdmad.kernel.netns import (
     move_from_netns,
     submit_in_netns,
 )
-from rdmad.kernel.nlsocket import NlChannel, open_socket
+from rdmad.kernel.nlsocket import NlChannel, open_socket, rtnl_busy
 from rdmad.kernel.rtnl_msgs import (
     Cidr,
     Link,
@@ -374,7 +374,9 @@ class RtnlBackend:
             if not placement.ifindex:
                 return
         try:
-            await dellink(self._nl, placement.ifindex, target_nsid=placement.nsid)
+            # Unregistering a netdev waits for RCU inside send(), ~20 ms: off the loop.
+            with rtnl_busy():
+                await dellink(self._nl, placement.ifindex, target_nsid=placement.nsid)
         except NetlinkError as e:
             if e.errno == errno.ENODEV:
                 return

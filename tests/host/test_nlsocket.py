@@ -5,16 +5,14 @@ from __future__ import annotations
 import asyncio
 import errno
 import ipaddress
-import socket
 import subprocess
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from rdmad.kernel.netlink import NetlinkError
-from rdmad.kernel.nlsocket import NlChannel, open_socket, rtnl_busy
+from rdmad.kernel.nlsocket import NlChannel, rtnl_busy
 from rdmad.kernel.rtnl_msgs import (
     addr_request,
     addresses,
@@ -23,6 +21,7 @@ from rdmad.kernel.rtnl_msgs import (
     setlink,
 )
 from tests.support.net import VethPair
+from tests.support.sending_threads import SendingThreads, watched_channel
 
 MANY = 600  # addresses: more than one dump part holds (the kernel caps a part near 32 KiB)
 
@@ -85,26 +84,9 @@ async def test_an_abandoned_dump_does_not_reach_the_next_request(
     assert (await getlink(channel, veth.host_ifindex())).ifname == veth.host
 
 
-class _SendingThreads(socket.socket):
-    """A netlink socket that notes which thread sends on it."""
-
-    senders: list[int]
-
-    def send(self, data: Any, *args: Any) -> int:
-        self.senders.append(threading.get_ident())
-        return super().send(data, *args)
-
-    def sendall(self, data: Any, *args: Any) -> None:
-        self.senders.append(threading.get_ident())
-        super().sendall(data, *args)
-
-
 @pytest.fixture
-def watched() -> Iterator[tuple[NlChannel, _SendingThreads]]:
-    plain = open_socket(socket.NETLINK_ROUTE)
-    sock = _SendingThreads(fileno=plain.detach())
-    sock.senders = []
-    channel = NlChannel(sock)
+def watched() -> Iterator[tuple[NlChannel, SendingThreads]]:
+    channel, sock = watched_channel()
     try:
         yield channel, sock
     finally:
@@ -112,7 +94,7 @@ def watched() -> Iterator[tuple[NlChannel, _SendingThreads]]:
 
 
 async def test_a_request_is_sent_from_the_event_loop_itself(
-    watched: tuple[NlChannel, _SendingThreads],
+    watched: tuple[NlChannel, SendingThreads],
 ) -> None:
     channel, sock = watched
     assert (await getlink(channel, name="lo")).ifname == "lo"
@@ -120,7 +102,7 @@ async def test_a_request_is_sent_from_the_event_loop_itself(
 
 
 async def test_while_a_move_is_in_flight_requests_are_sent_off_the_event_loop(
-    watched: tuple[NlChannel, _SendingThreads],
+    watched: tuple[NlChannel, SendingThreads],
 ) -> None:
     # The kernel answers inside send(), after taking the RTNL lock a move holds.
     channel, sock = watched

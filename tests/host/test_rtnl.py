@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -19,6 +20,7 @@ from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_msgs import RTM_NEWADDR, RTM_NEWLINK, addr_from, link_from
 from rdmad.model import HostConfig
 from tests.support.net import VethPair, addresses, ip, is_up, link, temp_netns, unique_name
+from tests.support.sending_threads import watched_channel
 from tests.support.steps import on_steps
 
 
@@ -300,3 +302,20 @@ async def test_nsid_is_not_answered_from_memory_for_a_closed_handle(
         target.close()
         with pytest.raises(ValueError, match="closed"):
             await rtnl.nsid(target)
+
+
+async def test_deleting_a_macvlan_is_sent_off_the_event_loop(
+    resolver: KernelNetnsResolver, veth: VethPair, netns: str
+) -> None:
+    # Unregistering a netdev waits for RCU inside send(): the loop must keep serving.
+    channel, sock = watched_channel()
+    backend = RtnlBackend(channel, resolver)
+    try:
+        with resolver.open(netns) as target:
+            placed = await backend.add_macvlan(veth.host_ifindex(), target, "net1", None, ())
+        sock.senders.clear()
+        await backend.delete(placed)
+    finally:
+        await backend.close()
+    assert link("net1", netns) is None
+    assert sock.senders and threading.get_ident() not in sock.senders
