@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+from collections.abc import Callable
 
 from rdmad.backend import NetnsTarget, Placement
 from rdmad.errors import (
@@ -153,14 +154,8 @@ class KernelRdma:
             with open_socket(nl.NETLINK_RDMA, blocking=True) as sock:
                 transact(sock, build)
 
-        try:
-            await move_from_netns(self._init_fd, from_init_net)
-        except OSError as e:
-            mapped = _error(e, f"moving RDMA device {index} to {target.path or 'netns'}")
-            if isinstance(mapped, NotSupported):
-                why = await self._why_not()
-                raise NotSupported(f"cannot move RDMA device {index}: {why}") from e
-            raise mapped from e
+        what = f"moving RDMA device {index} to {target.path or 'netns'}"
+        await self._send_move(self._init_fd, from_init_net, what, f"RDMA device {index}")
 
     async def move_home(self, name: str, source: NetnsTarget) -> None:
         init_fd = self._init_fd
@@ -176,12 +171,20 @@ class KernelRdma:
                     sock, functools.partial(nl.set_dev_netns, index=index, netns_fd=init_fd), 2
                 )
 
+        what = f"moving RDMA device {name} back to init_net"
+        await self._send_move(source.fd, in_source, what, f"{name} home")
+
+    async def _send_move(
+        self, from_fd: int, send: Callable[[], None], what: str, moving: str
+    ) -> None:
+        """Send a move on the mover thread from the netns at `from_fd`; a refusal names the
+        reason the kernel does not tell (see _why_not)."""
         try:
-            await move_from_netns(source.fd, in_source)
+            await move_from_netns(from_fd, send)
         except OSError as e:
-            mapped = _error(e, f"moving RDMA device {name} back to init_net")
+            mapped = _error(e, what)
             if isinstance(mapped, NotSupported):
-                raise NotSupported(f"cannot move {name} home: {await self._why_not()}") from e
+                raise NotSupported(f"cannot move {moving}: {await self._why_not()}") from e
             raise mapped from e
 
     async def chardevs(

@@ -24,19 +24,19 @@ class _StepHandler(logging.Handler):
         self._callback(str(record.__dict__["RDMAD_STEP"]))
 
 
-def watch_steps(callback: StepCallback) -> None:
-    """From now on, call `callback` with each step's name (the daemon's own lifetime)."""
+def watch_steps(callback: StepCallback) -> logging.Handler:
+    """From now on, call `callback` with each step's name; the handler doing it."""
+    handler = _StepHandler(callback)
     steps_log.setLevel(logging.DEBUG)
-    steps_log.addHandler(_StepHandler(callback))
+    steps_log.addHandler(handler)
+    return handler
 
 
 @contextlib.contextmanager
 def on_steps(callback: StepCallback) -> Iterator[None]:
     """Call `callback` with each step's name while the block runs."""
-    handler = _StepHandler(callback)
     level = steps_log.level
-    steps_log.setLevel(logging.DEBUG)
-    steps_log.addHandler(handler)
+    handler = watch_steps(callback)
     try:
         yield
     finally:
