@@ -231,7 +231,7 @@ class RtnlBackend:
             async def undo(ns_index: int) -> None:
                 await self._rollback_place(ns, ns_index, ifname, host)
 
-            ns_index = await _configure_placed(ns, ifname, cidrs, where, undo, bring_up=False)
+            ns_index = await _configure_placed(ns, ifname, cidrs, where, undo)
         nsid = await self.nsid(target)
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
@@ -276,7 +276,7 @@ class RtnlBackend:
                 with contextlib.suppress(NetlinkError):
                     await dellink(ns, ns_index, name=ifname)
 
-            ns_index = await _configure_placed(ns, ifname, cidrs, where, undo, bring_up=True)
+            ns_index = await _configure_placed(ns, ifname, cidrs, where, undo)
         nsid = await self.nsid(target)
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
@@ -492,17 +492,13 @@ async def _configure_placed(
     cidrs: list[Cidr],
     where: str,
     undo: Callable[[int], Awaitable[None]],
-    bring_up: bool,
 ) -> int:
-    """Configure a netdev just placed in the netns `ns` talks to (admin up unless the
-    placement did, addresses); its ifindex there. On any failure, `undo(ifindex or 0)`
-    takes the placement back before the error propagates."""
+    """Give a netdev just placed (and brought up) in the netns `ns` talks to its addresses;
+    its ifindex there. On any failure, `undo(ifindex or 0)` takes the placement back before
+    the error propagates."""
     ns_index = 0
     try:
         ns_index = await _ifindex_in(ns, ifname, where)
-        if bring_up:
-            with _op(f"setting {ifname} up in {where}"):
-                await setlink(ns, ns_index, up=True)
         for c in cidrs:
             with _op(f"adding {c} to {ifname} in {where}"):
                 await add_address(ns, ns_index, c)

@@ -271,7 +271,9 @@ async def new_macvlan(
     ch: NlChannel, parent: int, ifname: str, *, net_ns_fd: int, mtu: int | None = None
 ) -> None:
     """A bridge-mode macvlan of `parent` (in the channel's netns), created directly in the
-    netns open at `net_ns_fd`: there is no moment where it exists in the parent's."""
+    netns open at `net_ns_fd`: there is no moment where it exists in the parent's. It is
+    created up (as `ip link add ... up`): one request less on a claim's way, and a
+    failure to bring it up fails the creation itself."""
     info = attr_nest(
         IFLA_LINKINFO,
         (
@@ -282,7 +284,7 @@ async def new_macvlan(
     attrs = _link_attrs(ifname=ifname, mtu=mtu, net_ns_fd=net_ns_fd)
     attrs += [attr_u32(IFLA_LINK, parent), info]
     flags = NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
-    await ch.request(_request(RTM_NEWLINK, _link_body(0, attrs), flags))
+    await ch.request(_request(RTM_NEWLINK, _link_body(0, attrs, up=True), flags))
 
 
 async def del_altname(ch: NlChannel, index: int, name: str) -> None:
