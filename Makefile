@@ -24,10 +24,16 @@ deb: setup
 kernels: setup
 	$(GUEST)/prepare-kernel.sh all
 
+# Python: ruff, mypy. The CNI plugin (Go): gofmt, then vet and its tests through scripts/go.sh
+# (the GOPATH mode it is built in).
 lint: setup
 	$(VENV)/bin/ruff check rdmad tests bench
 	$(VENV)/bin/ruff format --check rdmad tests bench
 	$(VENV)/bin/mypy --strict
+	@unformatted=$$(gofmt -l cni) && [ -z "$$unformatted" ] \
+		|| { echo "gofmt -l cni: not gofmt-formatted:" $$unformatted; exit 1; }
+	scripts/go.sh vet .
+	if ls cni/*_test.go >/dev/null 2>&1; then scripts/go.sh test .; fi
 
 test-host: setup
 	$(PY) -m pytest tests -ra

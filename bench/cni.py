@@ -7,7 +7,8 @@ on stdin, no IPAM), settled like the other netns-moving scenarios. Wall time is 
 process's, from spawn to exit; CPU time is its user + system time from wait4 (children
 included). rdmad's own CPU for the same operations is read from the daemon's /proc counters
 around each of its ADD+DEL pairs. The four columns take turns, rotating which one goes first
-in each round. The plugin is the venv's console script (`rdmad-cni` beside this Python).
+in each round. The plugin is the Go binary the checkout builds (build/cni/rdmad-cni, made by
+`make setup`: scripts/build-cni.sh).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -24,10 +24,10 @@ from typing import Any
 
 from bench.common import Params, Results, Row, Settler, cpu_seconds, many_veths, pid_of, rdmad
 from bench.stats import RatioCheck, pct, spread
+from tests.support.cni_plugin import PLUGIN as RDMAD_CNI
 from tests.support.net import temp_netns
 
 GO_PLUGINS = Path("/usr/lib/cni")
-RDMAD_CNI = Path(sys.executable).parent / "rdmad-cni"
 TARGET = 1.5  # rdmad's whole-device ADD over host-device's (the CNI issue's goal)
 VERBS = ("ADD", "DEL")
 
@@ -77,6 +77,8 @@ def columns(netdev: str, bus: str) -> list[Column]:
     for go in ("host-device", "macvlan"):
         if not (GO_PLUGINS / go).exists():
             raise FileNotFoundError(f"{GO_PLUGINS / go}: install containernetworking-plugins")
+    if not RDMAD_CNI.exists():
+        raise FileNotFoundError(f"{RDMAD_CNI}: run scripts/build-cni.sh (or make setup)")
     rdmad_conf = base | {"type": "rdmad", "device": "sim0", "busAddress": bus}
     host_device = base | {"type": "host-device", "device": netdev}
     macvlan = base | {"type": "macvlan", "master": netdev, "mode": "bridge"}

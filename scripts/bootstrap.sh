@@ -1,8 +1,8 @@
 #!/bin/bash
 # bootstrap.sh - idempotent set-up of a machine for building and testing rdmad.
 #
-#   scripts/bootstrap.sh            apt packages (host + QEMU guest harness) and .venv
-#   scripts/bootstrap.sh --no-apt   only the .venv (e.g. a developer box without root)
+#   scripts/bootstrap.sh            apt packages (host + QEMU guest harness), .venv, CNI plugin
+#   scripts/bootstrap.sh --no-apt   only the .venv and the plugin (a developer box without root)
 #
 # Environment: RDMAD_PYTHON (interpreter for the venv, default python3),
 #              RDMAD_FORCE_PIP=1 (re-run pip even if the stamp says it is up to date).
@@ -12,6 +12,8 @@
 # the lock so pip is skipped when nothing changed.
 # Python packages come from the lock (requirements/dev.txt, hashes checked; `make lock`
 # updates it), then rdmad itself, editable, with no dependency or build step of its own.
+# Last, the CNI plugin (Go) into build/cni/rdmad-cni (scripts/build-cni.sh), every run:
+# Go's build cache makes that a no-op when cni/ did not change.
 # The guest kernels are NOT fetched here: tests/guest/harness/prepare-kernel.sh does that.
 set -euo pipefail
 
@@ -45,10 +47,14 @@ done
 # RDMA traffic in the guest (it shares this root): ibverbs-utils (ibv_rc_pingpong,
 #   ibv_devices), rdmacm-utils (rping), perftest (ib_write_bw), ibverbs-providers (rxe's
 #   userspace driver); crun runs the CDI test's container (runc killed the guest, issue 19).
+# rdmad-cni (Go): the compiler and the Go libraries it imports, Debian's (GOPATH mode, no
+#   module downloads; also the package's Build-Depends).
 PKGS=(prometheus libsystemd-dev pkg-config gcc python3-dev python3-venv dbus iproute2
       qemu-system-x86 kmod busybox-static udev ca-certificates containernetworking-plugins
       podman runc catatonit ibverbs-utils rdmacm-utils perftest ibverbs-providers crun
-      build-essential debhelper dh-virtualenv help2man lintian)
+      build-essential debhelper dh-virtualenv help2man lintian
+      golang-go golang-dbus-dev golang-github-vishvananda-netlink-dev
+      golang-github-vishvananda-netns-dev)
 
 missing_pkgs() {
     # one dpkg-query for all packages; anything not "installed" counts as missing
@@ -109,4 +115,7 @@ else
         || die "pip install -e . failed"
     echo "$want_stamp" > "$STAMP"
 fi
+
+# ------------------------------------------------------------------ CNI plugin
+"$ROOT/scripts/build-cni.sh" || die "the CNI plugin did not build (scripts/build-cni.sh)"
 say "done"

@@ -6,8 +6,9 @@
 # Builds from the files the package is made of (PKG_FILES), as they are in the work tree
 # (uncommitted edits included), copied to build/deb/src so the build never writes into the
 # checkout. A second run with the same files is a no-op (a stamp keyed on them): editing
-# tests or the other docs does not rebuild. Needs debhelper, dh-virtualenv
-# and lintian (scripts/bootstrap.sh installs them) and the index the lock's packages are on.
+# tests or the other docs does not rebuild. Needs debhelper, dh-virtualenv, lintian, Go and
+# Debian's Go libraries (scripts/bootstrap.sh installs them) and the index the lock's
+# packages are on.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,10 +16,11 @@ OUT=$ROOT/build/deb
 say() { echo "[deb] $*" >&2; }
 die() { echo "[deb] ERROR: $*" >&2; exit 1; }
 
-for tool in dpkg-buildpackage dh_virtualenv lintian; do
+for tool in dpkg-buildpackage dh_virtualenv lintian go; do
     command -v "$tool" >/dev/null || die "$tool missing: run scripts/bootstrap.sh"
 done
-PKG_FILES=(pyproject.toml README.md docs/metrics.md rdmad systemd dbus debian requirements)
+PKG_FILES=(pyproject.toml README.md docs/metrics.md rdmad systemd dbus debian requirements cni
+           scripts/build-cni.sh scripts/go.sh)
 mkdir -p "$OUT"
 src_tar=$(mktemp)
 trap 'rm -f "$src_tar"' EXIT

@@ -1,5 +1,5 @@
 """A dbus-fast client of io.rdmad1, for rdmactl and rdmad-exporter (the CNI plugin, a
-short-lived process, speaks jeepney instead: rdmad/cni/client.py)."""
+short-lived process per pod start, is a Go binary with its own client: cni/rdmad.go)."""
 
 from __future__ import annotations
 

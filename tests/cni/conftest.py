@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +15,9 @@ from typing import Any
 import pytest
 
 from tests.support import sim_rig
+from tests.support.cni_plugin import PLUGIN
 from tests.support.net import require_root
 
-PLUGIN = Path(sys.executable).parent / "rdmad-cni"
 CNI_PLUGIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
 PCI = {"sim0": "0000:5e:00.0", "sim1": "0000:5e:00.1"}
 
@@ -36,7 +35,7 @@ def cni_path() -> str:
 @pytest.fixture(autouse=True)
 def _root() -> None:
     require_root()
-    assert PLUGIN.exists(), f"{PLUGIN} is not installed (scripts/bootstrap.sh)"
+    assert PLUGIN.exists(), f"{PLUGIN} is not built: run scripts/build-cni.sh (or make setup)"
 
 
 @dataclass

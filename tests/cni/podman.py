@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.cni.conftest import PLUGIN
+from tests.support.cni_plugin import PLUGIN
 
 BUSYBOX = Path("/bin/busybox")
 APPLETS = ("sh", "ip", "sleep", "cat", "ls")
@@ -54,6 +54,7 @@ class Podman:
         # The plugin reaches podman through the conflist's plugin dir, not a system dir.
         plugins = self.home / "plugins"
         plugins.mkdir()
+        assert PLUGIN.exists(), f"{PLUGIN} is not built: run scripts/build-cni.sh (or make setup)"
         (plugins / "rdmad").symlink_to(PLUGIN)
         (self.home / "containers.conf").write_text(
             "[containers]\n"

@@ -97,6 +97,7 @@ check "rdmactl list (root)"     "$(get rdmactl_root_list_rc)/$(get rdmactl_root_
 check "rdmactl list (nobody)"   "$(get rdmactl_user_list_rc)" '^0$'
 check "rdmactl claim (nobody)"  "$(get rdmactl_user_claim_rc) $(get rdmactl_user_claim_err)" \
     '^1 rdmactl: .*AccessDenied'
+check "CNI plugin VERSION"      "$(get cni_version_rc) $(get cni_versions)" '^0 (.* )?1\.1\.0( |$)'
 check "shared Claim"            "$(get claim)"             '^o "/io/rdmad1/'
 check "Claim.Release"           "$(get release_rc)"        '^0$'
 check "rxe0 available again" "$(get listdevices_after)" '"rxe0" "available"'

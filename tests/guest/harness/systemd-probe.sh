@@ -14,6 +14,8 @@ set -u
 
 kv() { printf '@%s=%s\n' "$1" "$2"; }
 section() { printf '\n===== %s\n' "$*"; }
+# jget EXPR: EXPR on the JSON document on stdin (as j), printed
+jget() { python3 -c 'import json, sys; print(eval(sys.argv[1], {}, {"j": json.load(sys.stdin)}))' "$1"; }
 
 if [ "${1:-}" = setup ]; then
     exec >/rdmad-setup.out 2>&1
@@ -61,6 +63,11 @@ out=$(as_nobody rdmactl claim rxe0 probe1 --shared 2>&1); kv rdmactl_user_claim_
 echo "$out"
 kv rdmactl_user_claim_err "$(head -n 1 <<<"$out")"
 
+section "the CNI plugin (Go, a static binary): VERSION"
+out=$(echo '{"cniVersion":"1.0.0"}' | CNI_COMMAND=VERSION /usr/lib/cni/rdmad)
+kv cni_version_rc $?; echo "$out"
+kv cni_versions "$(jget '" ".join(j["supportedVersions"])' <<<"$out" 2>&1)"
+
 section "shared claim into netns probe1, then release"
 claim=$(busctl --system call io.rdmad1 /io/rdmad1 io.rdmad1.Manager Claim 'ssa{sv}' \
     rxe0 probe1 1 shared b true); kv claim_rc $?
@@ -80,7 +87,6 @@ section "apt remove with a live claim, then reinstall: the claim is reconciled"
 # cannot move: a software RDMA device dies with its netdev's move)
 out=$(rdmactl --json claim rxe0 probe1 --shared --ifname net1 2>&1); kv pkg_claim_rc $?
 echo "$out"
-jget() { python3 -c 'import json, sys; print(eval(sys.argv[1], {}, {"j": json.load(sys.stdin)}))' "$1"; }
 pkg_claim=$(jget 'j["id"]' <<<"$out" 2>&1)
 kv pkg_claim_id "$pkg_claim"
 apt-get remove -y -q rdmad; kv apt_remove_rc $?
