@@ -78,7 +78,6 @@ class CdiWriter(CoreObserver):
     def claimed(self, claim: Claim) -> None:
         path = self.path_for(claim.id)
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
             # Readable by every runtime, as a spec written by a plain open() would be.
             write_swapped(path, json.dumps(spec_for(claim), indent=1).encode(), mode=0o644)
         except OSError as exc:

@@ -373,7 +373,8 @@ class Core:
             await self._undo_failed_claim(claim, target, exc)
             raise
         self._observers.claimed(claim)
-        await self._tracker.reread_device(dev.name)  # its port's netdev left init_net
+        if not claim.shared:  # a macvlan child changes nothing the device record shows
+            await self._tracker.reread_device(dev.name)  # its port's netdev left init_net
         self._tracker.announce(self._tracker.view(self._inv.devices.get(dev.name, dev)))
         return claim
 
@@ -487,7 +488,8 @@ class Core:
                     source.close()
         elif claim.rdma_moved:
             await self._await_rdma_return(claim)
-        await self._tracker.reread_device(claim.device)
+        if not claim.shared:
+            await self._tracker.reread_device(claim.device)
 
     async def _await_rdma_return(self, claim: Claim) -> None:
         """The netns is dead: the kernel's rdma_dev_exit_net brings the device home by itself,

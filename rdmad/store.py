@@ -37,7 +37,6 @@ class CorruptState(Exception):
 class Store:
     def __init__(self, directory: Path) -> None:
         self.path = directory / STATE_FILE
-        self._dir = directory
         self._encoded: dict[str, str] = {}  # claim id -> its JSON as of its last change
 
     def load(self) -> State:
@@ -78,7 +77,6 @@ class Store:
             f'"pending_restores":{restores}}}'
         ).encode()
         try:
-            self._dir.mkdir(parents=True, exist_ok=True)
             # Swapped in, not renamed over: replacing the file would free an inode through
             # RCU just before the netns move that follows, and the move would wait for it.
             write_swapped(self.path, data)

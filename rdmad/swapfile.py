@@ -53,10 +53,17 @@ def spare_of(path: Path) -> Path:
 
 def write_swapped(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Make `data` the content of `path` atomically and durably (fsync of file and
-    directory). `mode`: of a newly created file (before the umask). OSError on failure,
-    with `path` as it was."""
+    directory). `mode`: of a newly created file (before the umask). The directory is made
+    when it is missing. OSError on failure, with `path` as it was."""
     spare = spare_of(path)
-    fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    try:
+        fd = os.open(spare, flags, mode)
+    except FileNotFoundError:
+        # The first write, or the directory was removed (/run is a tmpfs): made only then,
+        # not before every write, which is twice on each claim's way.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(spare, flags, mode)
     try:
         view = memoryview(data)
         while view:

@@ -18,6 +18,22 @@ def test_the_first_write_creates_the_file(tmp_path: Path) -> None:
     assert path.read_bytes() == b"one"
 
 
+def test_a_missing_directory_is_made(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "rdmad" / "state.json"
+    write_swapped(path, b"one")
+    assert path.read_bytes() == b"one"
+
+
+def test_a_directory_removed_between_writes_is_made_again(tmp_path: Path) -> None:
+    path = tmp_path / "rdmad" / "state.json"
+    write_swapped(path, b"one")
+    for p in path.parent.iterdir():
+        p.unlink()
+    path.parent.rmdir()
+    write_swapped(path, b"two")
+    assert path.read_bytes() == b"two"
+
+
 def test_each_write_replaces_the_content(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     for data in (b"one", b"two", b"three"):
