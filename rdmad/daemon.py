@@ -28,6 +28,7 @@ from rdmad.errors import RdmadError
 from rdmad.eventlog import EventLog
 from rdmad.kernel.addr_events import AddrEventSource
 from rdmad.kernel.netns import KernelNetnsResolver
+from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_events import RtnlEventSource
 from rdmad.options import parse_netns_mode
@@ -53,13 +54,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def _rdma_backend(cfg: Config, resolver: KernelNetnsResolver) -> RdmaBackend:
+def _rdma_backend(cfg: Config, resolver: KernelNetnsResolver, rtnl: NlChannel) -> RdmaBackend:
     if cfg.sim_devices:
         log.warning("using the SIMULATED RDMA backend: %s", cfg.sim_devices)
-        return SimRdma(parse_sim_devices(cfg.sim_devices), resolver, parse_netns_mode(cfg.sim_mode))
+        devices = parse_sim_devices(cfg.sim_devices)
+        return SimRdma(devices, resolver, rtnl, parse_netns_mode(cfg.sim_mode))
     from rdmad.kernel.rdma import KernelRdma
 
-    return KernelRdma(init_netns_fd=resolver.init_fd)
+    return KernelRdma(rtnl, init_netns_fd=resolver.init_fd)
 
 
 def _event_sources(cfg: Config) -> list[EventSource]:
@@ -88,7 +90,7 @@ async def run(cfg: Config) -> int:
 
     resolver = KernelNetnsResolver()
     net = await RtnlBackend.create(resolver)
-    rdma = _rdma_backend(cfg, resolver)
+    rdma = _rdma_backend(cfg, resolver, net.channel)
     core = Core(net, rdma, resolver, Store(cfg.state_dir), shared_limit=cfg.shared_limit)
     sources = _event_sources(cfg)
     for source in list(sources):

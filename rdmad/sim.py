@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from rdmad.backend import NetnsResolver, NetnsTarget, Placement, netns_reachable
 from rdmad.errors import KernelError, ModeBusy, NoSuchDevice, NotSupported, from_errno
 from rdmad.kernel.netns import run_in_netns
-from rdmad.kernel.rdma_gids import addresses_in, gid_of
+from rdmad.kernel.nlsocket import NlChannel
+from rdmad.kernel.rdma_gids import addresses_of, gid_of
 from rdmad.model import (
     ROCE_V2,
     CharDev,
@@ -73,6 +74,12 @@ def parse_sim_devices(spec: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def _node_guid(name: str) -> str:
+    """A simulated device's node GUID: stable for its name, as a real one is for its NIC."""
+    guid = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return ":".join(guid[i : i + 4] for i in range(0, 16, 4))
+
+
 class SimRdma:
     """RdmaBackend whose devices are simulated and whose netdevs are real."""
 
@@ -80,9 +87,11 @@ class SimRdma:
         self,
         devices: list[tuple[str, str]],
         resolver: NetnsResolver,
+        rtnl: NlChannel,
         mode: NetnsMode = NetnsMode.SHARED,
     ) -> None:
         self._resolver = resolver
+        self._rtnl = rtnl  # init_net's: a GID table follows its netdevs' addresses
         self._mode = mode
         self._minors = itertools.count()
         self._names = _IfNames()
@@ -139,11 +148,10 @@ class SimRdma:
             dev.ifindex = self._names.index_of(dev.netdev)
         name = self._names.name_of(dev.ifindex) if dev.netns_inode == 0 else None
         netdev = name or ""
-        guid = hashlib.sha256(dev.name.encode()).hexdigest()[:16]
         return RdmaDevice(
             index=dev.index,
             name=dev.name,
-            node_guid=":".join(guid[i : i + 4] for i in range(0, 16, 4)),
+            node_guid=_node_guid(dev.name),
             driver="rdmad_sim",
             link_layer="Ethernet",
             ports=(Port(1, "ACTIVE" if netdev else "DOWN", "LINK_UP", netdev),),
@@ -202,13 +210,13 @@ class SimRdma:
         dev = self._devs.get(device)
         if dev is None:
             raise KernelError(errno.ENODEV, f"GID table of {device}")
-        default = "fe80:0000:0000:0000:" + self._describe(dev).node_guid
+        default = "fe80:0000:0000:0000:" + _node_guid(dev.name)
         if netdev is None:
             types = ("IB/RoCE v1", ROCE_V2)
             return tuple(Gid(1, i, default, t, dev.netdev) for i, t in enumerate(types))
         assert inside is not None
         out: list[Gid] = []
-        for cidr in await addresses_in(inside, netdev.ifindex):
+        for cidr in await addresses_of(self._rtnl, netdev):
             gid = gid_of(cidr)
             slots = dev.gid_slots
             index = slots.setdefault((gid, inside.inode), 2 + 2 * len(slots))

@@ -62,10 +62,14 @@ class KernelRdma:
     """Implements rdmad.backend.RdmaBackend for the running kernel.
 
     `init_netns_fd` is an fd of init_net (the daemon's own netns); without one, the backend
-    opens /proc/self/ns/net itself. It is the NET_NS_FD of every move home.
+    opens /proc/self/ns/net itself. It is the NET_NS_FD of every move home. `rtnl` is
+    init_net's rtnetlink channel: a shared claim's GID entries follow its netdev's addresses.
     """
 
-    def __init__(self, *, init_netns_fd: int | None = None, sysfs_root: str = "/sys") -> None:
+    def __init__(
+        self, rtnl: NlChannel, *, init_netns_fd: int | None = None, sysfs_root: str = "/sys"
+    ) -> None:
+        self._rtnl = rtnl
         self._sysfs = sysfs_root
         self._own_init_fd = init_netns_fd is None
         self._init_fd = (
@@ -203,7 +207,7 @@ class KernelRdma:
     async def gids(
         self, device: str, inside: NetnsTarget | None, netdev: Placement | None
     ) -> tuple[Gid, ...]:
-        return await claim_gids(device, inside, netdev, self._sysfs)
+        return await claim_gids(device, inside, netdev, self._rtnl, self._sysfs)
 
     async def counters(
         self, device: RdmaDevice, inside: NetnsTarget | None

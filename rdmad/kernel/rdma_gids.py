@@ -21,14 +21,14 @@ import functools
 import ipaddress
 import logging
 import os
-import socket
 import time
 from collections.abc import Awaitable, Callable
 
 from rdmad.backend import NetnsTarget, Placement
 from rdmad.errors import from_errno
+from rdmad.kernel.netlink import NetlinkError
 from rdmad.kernel.netns import run_in_netns
-from rdmad.kernel.nlsocket import NlChannel, open_socket
+from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rtnl_msgs import Cidr, addresses
 from rdmad.model import Gid
 
@@ -149,21 +149,21 @@ async def _table(device: str, inside: NetnsTarget | None, sysfs_root: str) -> tu
         raise from_errno(e.errno or errno.EIO, what) from e
 
 
-async def addresses_in(inside: NetnsTarget, ifindex: int) -> list[Cidr]:
-    """The addresses of netdev `ifindex` inside `inside`, from a socket made (and closed)
-    there."""
-    sock = await run_in_netns(inside.fd, functools.partial(open_socket, socket.NETLINK_ROUTE))
-    channel = NlChannel(sock)
+async def addresses_of(rtnl: NlChannel, netdev: Placement) -> list[Cidr]:
+    """The addresses of a placed netdev, read through init_net's rtnetlink channel `rtnl` by
+    its netns's nsid (IFA_TARGET_NETNSID): no socket in that netns, no thread to make one."""
     try:
-        return await addresses(channel, ifindex)
-    finally:
-        channel.close()
+        return await addresses(rtnl, netdev.ifindex, target_nsid=netdev.nsid)
+    except NetlinkError as e:
+        what = f"reading the addresses of {netdev.ifname} (netns id {netdev.nsid})"
+        raise from_errno(e.errno or errno.EIO, what) from e
 
 
 async def claim_gids(
     device: str,
     inside: NetnsTarget | None,
     netdev: Placement | None,
+    rtnl: NlChannel,
     sysfs_root: str = "/sys",
 ) -> tuple[Gid, ...]:
     """The entries of `device`'s table a claim gets: all of them, or with `netdev` (a netdev
@@ -176,7 +176,7 @@ async def claim_gids(
             lambda: _table(device, inside, sysfs_root), lambda g: g, set(), device
         )
     assert inside is not None
-    cidrs = await addresses_in(inside, netdev.ifindex)
+    cidrs = await addresses_of(rtnl, netdev)
     want = {gid_of(c) for c in cidrs}
 
     def mine(gids: tuple[Gid, ...]) -> tuple[Gid, ...]:

@@ -155,6 +155,11 @@ class RtnlBackend:
     async def create(cls, resolver: KernelNetnsResolver) -> RtnlBackend:
         return cls(NlChannel.open(socket.NETLINK_ROUTE), resolver)
 
+    @property
+    def channel(self) -> NlChannel:
+        """init_net's rtnetlink channel, which the RDMA backend reads addresses through."""
+        return self._nl
+
     async def close(self) -> None:
         self._nl.close()
 

@@ -72,6 +72,7 @@ IFF_UP = 1
 # include/uapi/linux/if_addr.h
 IFA_ADDRESS = 1
 IFA_LOCAL = 2
+IFA_TARGET_NETNSID = 10
 # include/uapi/linux/net_namespace.h
 NETNSA_NSID = 1
 NETNSA_FD = 3
@@ -292,15 +293,20 @@ async def del_altname(ch: NlChannel, index: int, name: str) -> None:
     await ch.request(_request(RTM_DELLINKPROP, _link_body(index, [prop])))
 
 
-def addr_request(index: int) -> Build:
-    """An RTM_GETADDR dump, every family, of netdev `index` (0: of every netdev). The kernel
-    filters it by the index (strict checking): it sends that netdev's messages and no others."""
-    return _request(RTM_GETADDR, _addr_body(index), NLM_F_DUMP)
+def addr_request(index: int, target_nsid: int | None = None) -> Build:
+    """An RTM_GETADDR dump, every family, of netdev `index` (0: of every netdev), in the
+    channel's netns or the one `target_nsid` names. The kernel filters it by the index
+    (strict checking): it sends that netdev's messages and no others."""
+    body = _addr_body(index)
+    if target_nsid is not None:
+        body += attr_i32(IFA_TARGET_NETNSID, target_nsid)
+    return _request(RTM_GETADDR, body, NLM_F_DUMP)
 
 
-async def addresses(ch: NlChannel, index: int) -> list[Cidr]:
-    """The addresses of netdev `index`, all families."""
-    msgs = await ch.request(addr_request(index))
+async def addresses(ch: NlChannel, index: int, *, target_nsid: int | None = None) -> list[Cidr]:
+    """The addresses of netdev `index`, all families, in the channel's netns or the one
+    `target_nsid` names (read from here: no socket in that netns)."""
+    msgs = await ch.request(addr_request(index, target_nsid))
     return [a.cidr for a in map(addr_from, msgs) if a.cidr is not None]
 
 

@@ -19,6 +19,7 @@ import pytest
 from rdmad.errors import ModeBusy, NotSupported
 from rdmad.events import Event, RdmaChanged
 from rdmad.kernel.netns import KernelNetnsResolver, NetnsHandle
+from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rdma import KernelRdma
 from rdmad.kernel.udev import RdmaMonitorEvents
 from rdmad.model import ChardevKind, NetnsMode, RdmaDevice
@@ -73,9 +74,11 @@ def rxe(veth: str) -> Iterator[str]:
 
 @pytest.fixture
 async def backend() -> AsyncIterator[KernelRdma]:
-    b = KernelRdma()
+    rtnl = NlChannel.open(socket.NETLINK_ROUTE)
+    b = KernelRdma(rtnl)
     yield b
     await b.close()
+    rtnl.close()
 
 
 @pytest.fixture

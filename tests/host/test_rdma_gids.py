@@ -9,8 +9,13 @@ from __future__ import annotations
 import ipaddress
 import os
 
+import pytest
+
+from rdmad.backend import Placement
+from rdmad.errors import RdmadError
 from rdmad.kernel.netns import KernelNetnsResolver, run_in_netns
-from rdmad.kernel.rdma_gids import addresses_in, gid_of, mount_sysfs
+from rdmad.kernel.rdma_gids import addresses_of, gid_of, mount_sysfs
+from rdmad.kernel.rtnl import RtnlBackend
 from tests.support.net import ip, link
 
 
@@ -36,15 +41,23 @@ async def test_a_sysfs_mounted_from_inside_a_netns_shows_that_netns(
     assert link("gidt0") is None
 
 
-async def test_addresses_are_read_from_inside_the_netns(
-    netns: str, resolver: KernelNetnsResolver
+async def test_a_placed_netdevs_addresses_are_read_by_its_netns_id(
+    netns: str, resolver: KernelNetnsResolver, rtnl: RtnlBackend
 ) -> None:
     ip("link", "add", "gidt0", "type", "veth", "peer", "name", "gidt1", netns=netns)
     ip("addr", "add", "192.0.2.10/24", "dev", "gidt0", netns=netns)
     ifindex = int(ip("-o", "link", "show", "gidt0", netns=netns).split(":")[0])
     with resolver.open(netns) as target:
-        found = await addresses_in(target, ifindex)
+        nsid = await rtnl.nsid(target)
+    found = await addresses_of(rtnl.channel, Placement(nsid, ifindex, "gidt0"))
     assert ipaddress.ip_interface("192.0.2.10/24") in found
+
+
+async def test_addresses_behind_an_unknown_netns_id_are_a_named_error(
+    rtnl: RtnlBackend,
+) -> None:
+    with pytest.raises(RdmadError):
+        await addresses_of(rtnl.channel, Placement(4_000_000, 1, "gidt0"))
 
 
 def test_an_ipv4_address_maps_to_the_gid_sysfs_shows() -> None:

@@ -149,7 +149,7 @@ async def test_device_removed_while_claimed_is_released_as_device_removed(
     source = RtnlEventSource()
     with temp_veth("rl") as pair:
         settings = {"sim0": host_settings(pair.host)}
-        sim = SimRdma([("sim0", pair.host)], resolver)
+        sim = SimRdma([("sim0", pair.host)], resolver, net.channel)
         core = Core(net, sim, resolver, Store(tmp_path))
         observer = ReleasedObserver()
         core.add_observer(observer)
