@@ -135,6 +135,12 @@ async def _opening_in_netns(netns_fd: int) -> AsyncIterator[_Opening]:
         await opening.close()
 
 
+@contextlib.asynccontextmanager
+async def _in_netns(netns_fd: int) -> AsyncIterator[NlChannel]:
+    async with _opening_in_netns(netns_fd) as opening:
+        yield await opening.channel()
+
+
 class RtnlBackend:
     """Implements rdmad.backend.NetdevBackend. Build with `await RtnlBackend.create(resolver)`."""
 
@@ -144,12 +150,6 @@ class RtnlBackend:
         # A netns's nsid cannot change while a handle of ours holds the netns: ask once per
         # handle (a claim needs it before and after the move).
         self._nsids: weakref.WeakKeyDictionary[NetnsTarget, int] = weakref.WeakKeyDictionary()
-        # Macvlans are made and configured one at a time, in the order asked (a FIFO lock):
-        # the kernel serialises their requests under the RTNL lock anyway, and interleaved,
-        # each claim yielding while its in-netns socket is made, a burst of 64 shared claims
-        # got nearly every reply at the end (each claim's p50 1.65x the serial sequence's).
-        self._making_macvlan = asyncio.Lock()
-        self._macvlans_asked = 0  # claims in add_macvlan: making one or waiting to
 
     @classmethod
     async def create(cls, resolver: KernelNetnsResolver) -> RtnlBackend:
@@ -270,45 +270,20 @@ class RtnlBackend:
         cidrs = parse_cidrs(addresses)
         where = netns_label(target.inode)
         what = f"creating macvlan {ifname} of netdev {parent_ifindex} in {where}"
-        self._macvlans_asked += 1
         try:
-            # The in-netns socket is made (by a worker) while this claim waits its turn.
-            async with _opening_in_netns(target.fd) as opening, self._making_macvlan:
-                ns_index = await self._make_macvlan(
-                    opening, parent_ifindex, target, ifname, mtu, cidrs, what
-                )
-        finally:
-            self._macvlans_asked -= 1
-        nsid = await self.nsid(target)
-        return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
-
-    async def _make_macvlan(
-        self,
-        opening: _Opening,
-        parent_ifindex: int,
-        target: NetnsTarget,
-        ifname: str,
-        mtu: int | None,
-        cidrs: list[Cidr],
-        what: str,
-    ) -> int:
-        where = netns_label(target.inode)
-        # Alone, the creation is sent inline; with claims queued behind it, from a worker
-        # (rtnl_busy), so that the loop serves them meanwhile.
-        busy = rtnl_busy() if self._macvlans_asked > 1 else contextlib.nullcontext()
-        try:
-            with busy:
-                await new_macvlan(self._nl, parent_ifindex, ifname, net_ns_fd=target.fd, mtu=mtu)
+            await new_macvlan(self._nl, parent_ifindex, ifname, net_ns_fd=target.fd, mtu=mtu)
         except NetlinkError as e:
             raise self._name_error(e, what, ifname, where) from e
         step("macvlan-created", ifname)
-        ns = await opening.channel()
+        async with _in_netns(target.fd) as ns:
 
-        async def undo(ns_index: int) -> None:
-            with contextlib.suppress(NetlinkError):
-                await dellink(ns, ns_index, name=ifname)
+            async def undo(ns_index: int) -> None:
+                with contextlib.suppress(NetlinkError):
+                    await dellink(ns, ns_index, name=ifname)
 
-        return await _configure_placed(ns, ifname, cidrs, where, undo)
+            ns_index = await _configure_placed(ns, ifname, cidrs, where, undo)
+        nsid = await self.nsid(target)
+        return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
     async def bring_home(
         self, placement: Placement, host: HostConfig, source: NetnsTarget | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import socket
 import subprocess
@@ -320,60 +319,3 @@ async def test_deleting_a_macvlan_is_sent_off_the_event_loop(
         await backend.close()
     assert link("net1", netns) is None
     assert sock.senders and threading.get_ident() not in sock.senders
-
-
-async def test_a_macvlan_alone_is_created_from_the_event_loop(
-    resolver: KernelNetnsResolver, veth: VethPair, netns: str
-) -> None:
-    # 1-2 ms of RTNL work: a thread hop would cost a lone claim more than it saves.
-    channel, sock = watched_channel()
-    backend = RtnlBackend(channel, resolver)
-    try:
-        with resolver.open(netns) as target:
-            await backend.add_macvlan(veth.host_ifindex(), target, "net1", None, ())
-    finally:
-        await backend.close()
-    assert sock.senders and set(sock.senders) == {threading.get_ident()}
-
-
-async def test_macvlans_with_claims_queued_behind_them_are_created_off_the_event_loop(
-    resolver: KernelNetnsResolver, veth: VethPair
-) -> None:
-    channel, sock = watched_channel()
-    backend = RtnlBackend(channel, resolver)
-    try:
-        with temp_netns() as a, temp_netns() as b, temp_netns() as c:
-            targets = [resolver.open(n) for n in (a, b, c)]
-            try:
-                await asyncio.gather(
-                    *(
-                        backend.add_macvlan(veth.host_ifindex(), t, "net1", None, ())
-                        for t in targets
-                    )
-                )
-            finally:
-                for t in targets:
-                    t.close()
-    finally:
-        await backend.close()
-    assert any(sender != threading.get_ident() for sender in sock.senders)
-
-
-async def test_macvlans_asked_for_at_once_are_each_made_and_configured_in_turn(
-    rtnl: RtnlBackend, resolver: KernelNetnsResolver, veth: VethPair
-) -> None:
-    # FIFO: a burst's claims get their replies one after another, not all at the end.
-    seen: list[str] = []
-    with temp_netns() as a, temp_netns() as b, temp_netns() as c, on_steps(seen.append):
-        targets = [resolver.open(n) for n in (a, b, c)]
-        try:
-            await asyncio.gather(
-                *(
-                    rtnl.add_macvlan(veth.host_ifindex(), t, "net1", None, ("198.51.100.3/24",))
-                    for t in targets
-                )
-            )
-        finally:
-            for t in targets:
-                t.close()
-    assert seen == ["macvlan-created", "addresses-set"] * 3
