@@ -247,14 +247,7 @@ func parseNetconf(raw []byte, command string) (*netConf, error) {
 			"supported: "+strings.Join(supportedVersions, ", "))
 	}
 	c := &netConf{Version: version, Raw: raw}
-	var problems []error
-	get := func(obj map[string]any, key string, into *string) {
-		v, err := typed(obj, key, "")
-		problems = append(problems, err)
-		*into = v
-	}
-	get(doc, "name", &c.Name)
-	if err := firstError(problems); err != nil {
+	if c.Name, err = typed(doc, "name", ""); err != nil {
 		return nil, err
 	}
 	if !validName.MatchString(c.Name) {
@@ -264,19 +257,27 @@ func parseNetconf(raw []byte, command string) (*netConf, error) {
 	if err != nil {
 		return nil, err
 	}
-	get(doc, "device", &c.Device)
-	get(doc, "deviceID", &c.DeviceID)
-	if c.DeviceID == "" {
-		get(runtime, "deviceID", &c.DeviceID)
-	}
-	get(doc, "busAddress", &c.BusAddress)
-	get(doc, "CNIDeviceInfoFile", &c.DeviceInfoFile)
-	if c.DeviceInfoFile == "" {
-		get(runtime, "CNIDeviceInfoFile", &c.DeviceInfoFile)
-	}
-	get(runtime, "mac", &c.MAC)
-	if err := firstError(problems); err != nil {
-		return nil, err
+	// runtimeConfig's deviceID and CNIDeviceInfoFile count where the top level has none
+	// (Multus injects either): a key already set skips its later source.
+	for _, f := range []struct {
+		obj  map[string]any
+		key  string
+		into *string
+	}{
+		{doc, "device", &c.Device},
+		{doc, "deviceID", &c.DeviceID},
+		{runtime, "deviceID", &c.DeviceID},
+		{doc, "busAddress", &c.BusAddress},
+		{doc, "CNIDeviceInfoFile", &c.DeviceInfoFile},
+		{runtime, "CNIDeviceInfoFile", &c.DeviceInfoFile},
+		{runtime, "mac", &c.MAC},
+	} {
+		if *f.into != "" {
+			continue
+		}
+		if *f.into, err = typed(f.obj, f.key, ""); err != nil {
+			return nil, err
+		}
 	}
 	if c.Selector, err = parseSelector(doc["selector"]); err != nil {
 		return nil, err
@@ -357,15 +358,6 @@ func parseNetconf(raw []byte, command string) (*netConf, error) {
 		}
 	}
 	return c, nil
-}
-
-func firstError(errs []error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func parseChardevs(doc map[string]any) ([]string, error) {
