@@ -104,7 +104,7 @@ def _is_link_local(iface: Cidr) -> bool:
 
 class _Opening:
     """An in-netns socket being opened (by a worker thread) and wrapped, for use after a
-    netns move: both happen while the move runs on another worker, not after it."""
+    netns move or a macvlan's creation: both happen while the kernel does that, not after."""
 
     def __init__(self, netns_fd: int) -> None:
         # a worker starts on it now
