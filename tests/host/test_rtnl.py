@@ -13,11 +13,12 @@ import pytest
 
 from rdmad.backend import Placement
 from rdmad.errors import InvalidArgs, InvalidNetns, KernelError
-from rdmad.kernel.netlink import Build, Message
+from rdmad.kernel.addr_events import RTNLGRP_IPV4_IFADDR
+from rdmad.kernel.netlink import Build, Message, split
 from rdmad.kernel.netns import KernelNetnsResolver
-from rdmad.kernel.nlsocket import NlChannel, open_socket
+from rdmad.kernel.nlsocket import RECV_SIZE, NlChannel, open_socket
 from rdmad.kernel.rtnl import RtnlBackend
-from rdmad.kernel.rtnl_msgs import RTM_NEWADDR, RTM_NEWLINK, addr_from, link_from
+from rdmad.kernel.rtnl_msgs import RTM_NEWADDR, RTM_NEWLINK, RTNLGRP_LINK, addr_from, link_from
 from rdmad.model import HostConfig
 from tests.support.net import VethPair, addresses, ip, is_up, link, temp_netns, unique_name
 from tests.support.sending_threads import watched_channel
@@ -180,6 +181,42 @@ async def test_bring_home_restores_name_mtu_addresses_and_state(
     assert link("net1", netns) is None
     assert await rtnl.host_config(home.ifindex) == replace(configured, ifindex=home.ifindex)
     assert (home.name, home.mtu, home.up) == (configured.name, configured.mtu, configured.up)
+
+
+async def test_bring_home_gives_the_netdev_its_addresses_before_it_comes_up(
+    rtnl: RtnlBackend,
+    resolver: KernelNetnsResolver,
+    veth: VethPair,
+    netns: str,
+    configured: HostConfig,
+) -> None:
+    # As ifupdown does; and coming up starts the kernel's own work under the RTNL lock
+    # (linkwatch, IPv6 routes), which the address request would otherwise wait behind.
+    with resolver.open(netns) as target:
+        p = await rtnl.place(configured.ifindex, target, "net1", 1400, ())
+    events = open_socket(socket.NETLINK_ROUTE, (RTNLGRP_LINK, RTNLGRP_IPV4_IFADDR))
+    with events:
+        home = await rtnl.bring_home(p, configured)
+        seen = [m for m in _drained(events) if m.type in (RTM_NEWLINK, RTM_NEWADDR)]
+    mine = [
+        m
+        for m in seen
+        if (m.type == RTM_NEWLINK and link_from(m).index == home.ifindex)
+        or (m.type == RTM_NEWADDR and addr_from(m).index == home.ifindex)
+    ]
+    added = next(i for i, m in enumerate(mine) if m.type == RTM_NEWADDR)
+    up = next(i for i, m in enumerate(mine) if m.type == RTM_NEWLINK and link_from(m).up)
+    assert added < up
+
+
+def _drained(sock: socket.socket) -> list[Message]:
+    """Every message queued on a non-blocking subscription socket."""
+    out: list[Message] = []
+    while True:
+        try:
+            out += split(sock.recv(RECV_SIZE))
+        except BlockingIOError:
+            return out
 
 
 async def test_bring_home_fails_clearly_when_the_netns_is_gone(
