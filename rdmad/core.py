@@ -121,7 +121,7 @@ class Core:
 
     # ------------------------------------------------------------------ queries
     def devices(self) -> list[DeviceView]:
-        return self._tracker.views()
+        return self._tracker.announced_views()
 
     def device(self, name: str) -> DeviceView:
         dev = self._inv.devices.get(check_device_name(name))

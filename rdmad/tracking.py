@@ -116,6 +116,12 @@ class InventoryTracker:
             for d in sorted(chosen, key=lambda d: d.index)
         ]
 
+    def announced_views(self) -> list[DeviceView]:
+        """Every device as observers were last told, by index: a listing that agrees with
+        the devices' bus properties, and builds no view per call (ListDevices at 1024
+        devices spent half its time building them)."""
+        return sorted(self._announced.values(), key=lambda v: v.device.index)
+
     def view(self, dev: RdmaDevice) -> DeviceView:
         return self._inv.view(dev, self._book.of(dev.name), self._book.netns_mode)
 

@@ -13,7 +13,7 @@ from rdmad.errors import DeviceBusy, ModeBusy, Unavailable
 from rdmad.model import Claim, ClaimOptions, DeviceState, DeviceView, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver, Observers
 from rdmad.store import Store
-from tests.support.core_rig import Recorder, Rigs, idle, two_nics
+from tests.support.core_rig import WAIT, Recorder, Rigs, idle, two_nics
 
 WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=("10.0.0.5/24",))
 SHARED = ClaimOptions(shared=True)
@@ -39,6 +39,24 @@ async def test_a_claim_is_announced_claimed_when_the_call_returns(
     mark = rig.seen.mark()
     await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     assert rig.seen.state_changes("mlx5_0", mark, AVAILABLE) == ["claimed"]
+
+
+async def test_the_device_list_shows_what_observers_were_told_while_a_claim_runs(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    # ListDevices and the devices' bus properties agree: no passing state mid-claim.
+    rig = await rigs.start(two_nics(), Store(tmp_path))
+    gate = rig.kernel.pause("gids")  # the netdev is in the netns by then
+    claiming = asyncio.create_task(
+        rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
+    )
+    await asyncio.wait_for(gate.reached.wait(), WAIT)
+    await idle()
+    listed = {v.device.name: v.state for v in rig.core.devices()}
+    assert listed == {"mlx5_0": AVAILABLE, "mlx5_1": AVAILABLE}
+    gate.go.set()
+    await claiming
+    assert [v.state for v in rig.core.devices()] == [DeviceState.CLAIMED, AVAILABLE]
 
 
 async def test_a_shared_claim_and_its_release_show_as_shared_then_available(
