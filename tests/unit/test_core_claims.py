@@ -10,7 +10,7 @@ import pytest
 
 from rdmad.core import SHARED_CLAIMS_AT_ONCE
 from rdmad.errors import DeviceBusy, NoSuchClaim, NoSuchDevice, NotSupported, Unavailable
-from rdmad.model import ClaimOptions, DeviceState, NetnsMode, ReleaseReason
+from rdmad.model import Claim, ClaimOptions, DeviceState, NetnsMode, ReleaseReason
 from rdmad.store import Store
 from tests.support.core_rig import WAIT, Rig, Rigs, idle, two_nics
 from tests.support.fake_kernel import INIT, FakeKernel, Gate
@@ -253,11 +253,16 @@ def nics(n: int) -> FakeKernel:
     return kernel
 
 
-async def shared_claim_held_at_its_macvlan(rig: Rig, k: int) -> tuple[asyncio.Task[object], Gate]:
-    """A shared claim of mlx5_K (child rdmaK) stopped where it creates its macvlan."""
-    gate = rig.kernel.pause("add_macvlan")
+def start_shared_claim(rig: Rig, k: int) -> asyncio.Task[Claim]:
+    """A shared claim of mlx5_K into `pod` (child rdmaK), running."""
     opts = ClaimOptions(shared=True, ifname=f"rdma{k}")
-    task = asyncio.create_task(rig.core.claim(f"mlx5_{k}", rig.process.resolver.open("pod"), opts))
+    return asyncio.create_task(rig.core.claim(f"mlx5_{k}", rig.process.resolver.open("pod"), opts))
+
+
+async def shared_claim_held_at_its_macvlan(rig: Rig, k: int) -> tuple[asyncio.Task[Claim], Gate]:
+    """A shared claim of mlx5_K stopped where it creates its macvlan."""
+    gate = rig.kernel.pause("add_macvlan")
+    task = start_shared_claim(rig, k)
     await asyncio.wait_for(gate.reached.wait(), WAIT)
     return task, gate
 
@@ -269,11 +274,7 @@ async def test_a_shared_claim_beyond_the_ones_running_at_once_waits_for_a_slot(
     rig = await rigs.start(nics(n + 1), Store(tmp_path))
     running = [await shared_claim_held_at_its_macvlan(rig, k) for k in range(n)]
     gate = rig.kernel.pause("add_macvlan")
-    late = asyncio.create_task(
-        rig.core.claim(
-            f"mlx5_{n}", rig.process.resolver.open("pod"), ClaimOptions(shared=True, ifname="late")
-        )
-    )
+    late = start_shared_claim(rig, n)
     await idle()
     assert not gate.reached.is_set()
     first, first_gate = running[0]
@@ -284,7 +285,7 @@ async def test_a_shared_claim_beyond_the_ones_running_at_once_waits_for_a_slot(
         g.go.set()
     gate.go.set()
     await asyncio.gather(*(t for t, _g in running[1:]), late)
-    assert rig.kernel.link("late", "pod") is not None
+    assert rig.kernel.link(f"rdma{n}", "pod") is not None
 
 
 async def test_shared_claims_waiting_for_a_slot_get_one_in_arrival_order(
@@ -293,16 +294,7 @@ async def test_shared_claims_waiting_for_a_slot_get_one_in_arrival_order(
     n = SHARED_CLAIMS_AT_ONCE
     rig = await rigs.start(nics(n + 2), Store(tmp_path))
     running = [await shared_claim_held_at_its_macvlan(rig, k) for k in range(n)]
-    waiting = [
-        asyncio.create_task(
-            rig.core.claim(
-                f"mlx5_{k}",
-                rig.process.resolver.open("pod"),
-                ClaimOptions(shared=True, ifname=f"rdma{k}"),
-            )
-        )
-        for k in (n, n + 1)
-    ]
+    waiting = [start_shared_claim(rig, k) for k in (n, n + 1)]
     await idle()
     earlier, later = waiting
     running[0][1].go.set()
