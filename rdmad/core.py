@@ -66,14 +66,6 @@ log = logging.getLogger("rdmad.core")
 DEFAULT_SHARED_IFNAME = "net1"
 # How long a physical netdev may take to come home after its netns died (measured: tens of ms).
 RETURN_TIMEOUT_S = 5.0
-# Shared claims that run at once; more wait for a slot, in arrival order. A shared claim's
-# kernel work is sent from the event loop, so when many run together their steps interleave,
-# each finishes in the same loop turn as the others, and every reply waits for the last: in
-# a burst of 64, each claim's reply came at 1.8x the time the same claim of a serial
-# sequence was done. A few at a time, each replies when it is done, and one claim's
-# in-netns socket (made by a worker thread) still overlaps another's work
-# (docs/performance.md, "Bursts").
-SHARED_CLAIMS_AT_ONCE = 3
 
 
 class Core:
@@ -91,7 +83,6 @@ class Core:
         self._resolver = resolver
         self._store = store
         self._shared_limit = shared_limit
-        self._shared_slots = asyncio.Semaphore(SHARED_CLAIMS_AT_ONCE)
         self._inv = Inventory()
         self._book = ClaimBook()
         self._observers = Observers()
@@ -269,8 +260,7 @@ class Core:
                 raise Unavailable("no RDMA subsystem is present (is ib_core loaded?)")
             if check_device_name(device) not in self._inv.devices:
                 raise NoSuchDevice(f"no RDMA device {device!r}")
-            slot = self._shared_slots if options.shared else contextlib.nullcontext()
-            async with self._operating_on(device), slot:
+            async with self._operating_on(device):
                 return await self._claim_locked(self._inv.devices[device], target, options)
         finally:
             target.close()

@@ -3,17 +3,15 @@ kernel (tests/support/fake_kernel.py), no root, no bus."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
-from rdmad.core import SHARED_CLAIMS_AT_ONCE
 from rdmad.errors import DeviceBusy, NoSuchClaim, NoSuchDevice, NotSupported, Unavailable
-from rdmad.model import Claim, ClaimOptions, DeviceState, NetnsMode, ReleaseReason
+from rdmad.model import ClaimOptions, DeviceState, NetnsMode, ReleaseReason
 from rdmad.store import Store
-from tests.support.core_rig import WAIT, Rig, Rigs, idle, two_nics
-from tests.support.fake_kernel import INIT, FakeKernel, Gate
+from tests.support.core_rig import Rigs, idle, two_nics
+from tests.support.fake_kernel import INIT
 
 WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=("10.0.0.5/24",))
 SHARED = ClaimOptions(shared=True)
@@ -241,84 +239,6 @@ async def test_shared_claims_stop_at_the_limit(rigs: Rigs, tmp_path: Path) -> No
     with pytest.raises(DeviceBusy, match="limit"):
         await rig.core.claim("mlx5_0", rig.process.resolver.open("p2"), SHARED)
     assert kernel.links_in("p2") == []
-
-
-def nics(n: int) -> FakeKernel:
-    """A host with mlx5_K on ethK for K < n, and a netns `pod`."""
-    kernel = FakeKernel(NetnsMode.SHARED)
-    for k in range(n):
-        kernel.add_nic(f"eth{k}")
-        kernel.add_rdma(f"mlx5_{k}", f"eth{k}")
-    kernel.add_netns("pod")
-    return kernel
-
-
-def start_shared_claim(rig: Rig, k: int) -> asyncio.Task[Claim]:
-    """A shared claim of mlx5_K into `pod` (child rdmaK), running."""
-    opts = ClaimOptions(shared=True, ifname=f"rdma{k}")
-    return asyncio.create_task(rig.core.claim(f"mlx5_{k}", rig.process.resolver.open("pod"), opts))
-
-
-async def shared_claim_held_at_its_macvlan(rig: Rig, k: int) -> tuple[asyncio.Task[Claim], Gate]:
-    """A shared claim of mlx5_K stopped where it creates its macvlan."""
-    gate = rig.kernel.pause("add_macvlan")
-    task = start_shared_claim(rig, k)
-    await asyncio.wait_for(gate.reached.wait(), WAIT)
-    return task, gate
-
-
-async def test_a_shared_claim_beyond_the_ones_running_at_once_waits_for_a_slot(
-    rigs: Rigs, tmp_path: Path
-) -> None:
-    n = SHARED_CLAIMS_AT_ONCE
-    rig = await rigs.start(nics(n + 1), Store(tmp_path))
-    running = [await shared_claim_held_at_its_macvlan(rig, k) for k in range(n)]
-    gate = rig.kernel.pause("add_macvlan")
-    late = start_shared_claim(rig, n)
-    await idle()
-    assert not gate.reached.is_set()
-    first, first_gate = running[0]
-    first_gate.go.set()
-    await first
-    await asyncio.wait_for(gate.reached.wait(), WAIT)
-    for _task, g in running[1:]:
-        g.go.set()
-    gate.go.set()
-    await asyncio.gather(*(t for t, _g in running[1:]), late)
-    assert rig.kernel.link(f"rdma{n}", "pod") is not None
-
-
-async def test_shared_claims_waiting_for_a_slot_get_one_in_arrival_order(
-    rigs: Rigs, tmp_path: Path
-) -> None:
-    n = SHARED_CLAIMS_AT_ONCE
-    rig = await rigs.start(nics(n + 2), Store(tmp_path))
-    running = [await shared_claim_held_at_its_macvlan(rig, k) for k in range(n)]
-    waiting = [start_shared_claim(rig, k) for k in (n, n + 1)]
-    await idle()
-    earlier, later = waiting
-    running[0][1].go.set()
-    await earlier
-    assert not later.done() and rig.kernel.link(f"rdma{n + 1}", "pod") is None
-    for _task, g in running[1:]:
-        g.go.set()
-    await asyncio.gather(*(t for t, _g in running[1:]), later)
-
-
-async def test_a_whole_claim_does_not_wait_for_shared_claims_slots(
-    rigs: Rigs, tmp_path: Path
-) -> None:
-    n = SHARED_CLAIMS_AT_ONCE
-    kernel = nics(n + 1)
-    kernel.add_netns("other")
-    rig = await rigs.start(kernel, Store(tmp_path))
-    running = [await shared_claim_held_at_its_macvlan(rig, k) for k in range(n)]
-    await asyncio.wait_for(
-        rig.core.claim(f"mlx5_{n}", rig.process.resolver.open("other"), WHOLE), WAIT
-    )
-    for task, g in running:
-        g.go.set()
-        await task
 
 
 async def test_a_shared_device_refuses_a_whole_claim(rigs: Rigs, tmp_path: Path) -> None:
