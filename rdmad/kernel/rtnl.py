@@ -329,9 +329,8 @@ class RtnlBackend:
             return await self._netdev(cur.ifindex, what)
         # A netdev loses all its addresses when it changes netns: add the host's back.
         await _add_addresses(self._nl, cur.ifindex, parse_cidrs(host.addresses), what)
-        if host.up:  # off the loop: on a large node this request holds the RTNL lock long
-            with rtnl_busy(), _op(what + ": setting it up"):
-                await setlink(self._nl, cur.ifindex, up=True)
+        if host.up:
+            await _set_state(self._nl, cur.ifindex, None, True, what)
         return replace(cur, up=host.up)
 
     async def restore(self, ifindex: int, host: HostConfig) -> None:
@@ -345,10 +344,8 @@ class RtnlBackend:
             await self._rename_home(ifindex, host.name, what)
             step("host-renamed", host.name)
         await _sync_addresses(self._nl, ifindex, cidrs, what)
-        # MTU and admin state in one message: one round trip less on every release.
         mtu = host.mtu if host.mtu and cur.mtu != host.mtu else None
-        with _op(what + ": setting " + ("MTU and " if mtu else "") + "admin state"):
-            await setlink(self._nl, ifindex, mtu=mtu, up=host.up)
+        await _set_state(self._nl, ifindex, mtu, host.up, what)
 
     async def _rename_home(self, ifindex: int, name: str, what: str) -> None:
         """Rename a returned netdev to its host name. udev gives a netdev that comes back
@@ -516,6 +513,14 @@ async def _configure_placed(
         await undo(ns_index)
         raise
     return ns_index
+
+
+async def _set_state(ch: NlChannel, index: int, mtu: int | None, up: bool, what: str) -> None:
+    """The last step of putting a netdev back: MTU and admin state in one message, sent off
+    the loop. Coming up on a large node holds the RTNL lock long (linkwatch, a walk of every
+    IPv6 route), so it comes after the addresses, and the loop keeps serving meanwhile."""
+    with rtnl_busy(), _op(what + ": setting " + ("MTU and " if mtu else "") + "admin state"):
+        await setlink(ch, index, mtu=mtu, up=up)
 
 
 async def _sync_addresses(
