@@ -97,9 +97,10 @@ class Raw:
 
     async def release(self) -> None:
         assert self.ns is not None
+        # as rdmad does: the MTU in the netns, where the kernel's walk of IPv6 routes is short
+        await self.ns.link("set", index=self.index, mtu=HOST_MTU)
         await self.ns.link("set", index=self.index, net_ns_fd=self._init_fd, ifname=self.host)
         addr, plen = HOST_ADDR.split("/")
-        await self.init.link("set", index=self.index, mtu=HOST_MTU)
         await self.init.addr("add", index=self.index, address=addr, prefixlen=int(plen))
         await self.init.link("set", index=self.index, state="up")
 

@@ -344,20 +344,26 @@ def move_link_blocking(
     ifname: str | None = None,
     mtu: int | None = None,
     up: bool | None = None,
+    mtu_before: int | None = None,
 ) -> None:
     """One RTM_SETLINK that moves a netdev between netns, sent from the calling thread's
-    netns on a socket of its own: run it on a worker thread (rdmad.kernel.netns).
+    netns on a socket of its own: run it on a worker thread (rdmad.kernel.netns). `mtu` is
+    set in the target, after the move; `mtu_before` in the source, before it, by a request
+    of its own on the same socket.
 
     Why not on the loop: a netlink request runs in the sender's send() call, and a move
     waits there for RCU (15-25 ms here). On the loop thread that stalls every other client,
     and the move's own events pile up to be handled after it; off the loop, they are handled
     while it runs. This is the one request that blocks that long, so it is the one sent
-    this way. NetlinkError if the kernel refused it, or never answered."""
-    build = setlink_request(index, net_ns_fd=net_ns_fd, ifname=ifname, mtu=mtu, up=up)
+    this way. NetlinkError if the kernel refused either, or never answered."""
+    builds = [setlink_request(index, net_ns_fd=net_ns_fd, ifname=ifname, mtu=mtu, up=up)]
+    if mtu_before is not None:
+        builds.insert(0, setlink_request(index, mtu=mtu_before))
     try:
         with open_socket(socket.NETLINK_ROUTE, blocking=True) as sock:
             sock.settimeout(MOVE_TIMEOUT_S)
-            transact(sock, build)
+            for seq, build in enumerate(builds, 1):
+                transact(sock, build, seq)
     except NetlinkError:
         raise
     except OSError as e:  # the socket itself failed, or the kernel never answered

@@ -192,21 +192,43 @@ async def test_bring_home_gives_the_netdev_its_addresses_before_it_comes_up(
 ) -> None:
     # As ifupdown does; and coming up starts the kernel's own work under the RTNL lock
     # (linkwatch, IPv6 routes), which the address request would otherwise wait behind.
+    seen = await _brought_home_seen_from_init_net(rtnl, resolver, netns, configured)
+    added = next(i for i, m in enumerate(seen) if m.type == RTM_NEWADDR)
+    up = next(i for i, m in enumerate(seen) if m.type == RTM_NEWLINK and link_from(m).up)
+    assert added < up
+
+
+async def test_bring_home_sets_the_host_mtu_before_the_netdev_leaves_the_claims_netns(
+    rtnl: RtnlBackend,
+    resolver: KernelNetnsResolver,
+    veth: VethPair,
+    netns: str,
+    configured: HostConfig,
+) -> None:
+    # An MTU change walks every IPv6 route of the netdev's netns: few in the claim's,
+    # thousands in init_net on a large node. So init_net sees it arrive with the host MTU.
+    seen = await _brought_home_seen_from_init_net(rtnl, resolver, netns, configured)
+    links = [link_from(m) for m in seen if m.type == RTM_NEWLINK]
+    assert links and {lk.mtu for lk in links} == {configured.mtu}
+
+
+async def _brought_home_seen_from_init_net(
+    rtnl: RtnlBackend, resolver: KernelNetnsResolver, netns: str, configured: HostConfig
+) -> list[Message]:
+    """Place the `configured` netdev with MTU 1400, bring it home, and return the link and
+    IPv4 address events init_net saw about it meanwhile, in order."""
     with resolver.open(netns) as target:
         p = await rtnl.place(configured.ifindex, target, "net1", 1400, ())
     events = open_socket(socket.NETLINK_ROUTE, (RTNLGRP_LINK, RTNLGRP_IPV4_IFADDR))
     with events:
         home = await rtnl.bring_home(p, configured)
         seen = _drained(events)
-    mine = [
+    return [
         m
         for m in seen
         if (m.type == RTM_NEWLINK and link_from(m).index == home.ifindex)
         or (m.type == RTM_NEWADDR and addr_from(m).index == home.ifindex)
     ]
-    added = next(i for i, m in enumerate(mine) if m.type == RTM_NEWADDR)
-    up = next(i for i, m in enumerate(mine) if m.type == RTM_NEWLINK and link_from(m).up)
-    assert added < up
 
 
 def _drained(sock: socket.socket) -> list[Message]:
