@@ -8,12 +8,12 @@ from rdmad import logfields
 from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver
 
-log = logging.getLogger("rdmad.events")
+log = logging.getLogger(__name__)
 
 _RELEASE_IDS = {
     ReleaseReason.REQUESTED: logfields.MESSAGE_RELEASED,
     ReleaseReason.NETNS_GONE: logfields.MESSAGE_NETNS_GONE,
-    ReleaseReason.DEVICE_REMOVED: logfields.MESSAGE_DEVICE_REMOVED,
+    ReleaseReason.DEVICE_REMOVED: logfields.MESSAGE_RELEASED_DEVICE_REMOVED,
     ReleaseReason.RECONCILED: logfields.MESSAGE_RECONCILED,
 }
 

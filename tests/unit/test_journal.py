@@ -54,6 +54,7 @@ def test_message_ids_are_fixed_distinct_uuids() -> None:
         "MESSAGE_DEVICE_ADDED",
         "MESSAGE_DEVICE_REMOVED",
         "MESSAGE_NETNS_GONE",
+        "MESSAGE_RELEASED_DEVICE_REMOVED",
         "MESSAGE_MODE_CHANGED",
         "MESSAGE_RECONCILED",
         "MESSAGE_GIDS_CHANGED",
