@@ -8,23 +8,19 @@ ContextVar set in that handler is what the method sees as "the message I am hand
 
 from __future__ import annotations
 
-import logging
 from contextvars import ContextVar
 
 from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
-from dbus_fast.errors import DBusError
 
 from rdmad.bus.names import DBUS_NAME, DBUS_PATH
-from rdmad.errors import AccessDenied
-
-log = logging.getLogger(__name__)
+from rdmad.errors import AccessDenied, RdmadError
 
 _current: ContextVar[Message | None] = ContextVar("rdmad_current_message", default=None)
 
 _NAME_OWNER_CHANGED = (
-    "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',"
-    "member='NameOwnerChanged',path='/org/freedesktop/DBus'"
+    f"type='signal',sender='{DBUS_NAME}',interface='{DBUS_NAME}',"
+    f"member='NameOwnerChanged',path='{DBUS_PATH}'"
 )
 
 
@@ -77,19 +73,24 @@ class Credentials:
         return self._groups[sender]
 
     async def require_privileged(self, action: str) -> None:
-        """Raise AccessDenied unless the current caller is root or in the allowed group."""
+        """Raise AccessDenied unless the current caller is root or in the allowed group,
+        or when the bus daemon cannot say who the caller is (it may have left)."""
         msg = current_message()
         sender = msg.sender if msg is not None else None
         if not sender:
             # Not dispatched from the bus (no message): refuse rather than guess.
             raise AccessDenied(f"{action}: cannot identify the caller")
-        if await self.uid(sender) == 0:
-            return
-        if self.allowed_gid is not None and self.allowed_gid in await self.groups(sender):
-            return
+        try:
+            if await self.uid(sender) == 0:
+                return
+            if self.allowed_gid is not None and self.allowed_gid in await self.groups(sender):
+                return
+        except RdmadError as exc:
+            raise AccessDenied(f"{action}: cannot identify the caller: {exc}") from exc
         raise AccessDenied(f"{action} needs root or membership of the configured group")
 
     async def _dbus_call(self, member: str, signature: str, body: list[object]) -> Message:
+        """Call the bus daemon; its refusal (or no reply) is an RdmadError."""
         reply = await self._bus.call(
             Message(
                 destination=DBUS_NAME,
@@ -102,5 +103,5 @@ class Credentials:
         )
         if reply is None or reply.message_type is MessageType.ERROR:
             name = reply.error_name if reply is not None else "no reply"
-            raise DBusError("org.freedesktop.DBus.Error.Failed", f"{member} failed: {name}")
+            raise RdmadError(f"the bus daemon's {member} failed: {name}")
         return reply

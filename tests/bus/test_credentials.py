@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Callable
+from typing import cast
 
+import pytest
+from dbus_fast import Message
+from dbus_fast.aio import MessageBus
+
+from rdmad.bus.credentials import Credentials
 from rdmad.bus.names import MANAGER_IFACE, MANAGER_PATH
+from rdmad.errors import AccessDenied
 from tests.bus.conftest import Live
 from tests.support.bus import run_as
 
@@ -32,3 +39,31 @@ async def test_daemon_allows_members_of_the_configured_group(live_group: Live) -
 async def test_daemon_denies_non_members_when_a_group_is_configured(live_group: Live) -> None:
     got = await run_as(live_group.address, MANAGER_PATH, MANAGER_IFACE, *CLAIM, extra_groups=[4243])
     assert got == "org.freedesktop.DBus.Error.AccessDenied"
+
+
+class BusOfALeftCaller:
+    """The bus as Credentials sees it when the caller has left before the privilege check:
+    the bus daemon answers every question about it with an error."""
+
+    def __init__(self) -> None:
+        self.handlers: list[Callable[[Message], None]] = []
+
+    def add_message_handler(self, handler: Callable[[Message], None]) -> None:
+        self.handlers.append(handler)
+
+    async def call(self, msg: Message) -> Message:
+        msg.serial = 1  # as a bus numbers what it sends
+        if msg.member == "AddMatch":
+            return Message.new_method_return(msg)
+        return Message.new_error(msg, "org.freedesktop.DBus.Error.NameHasNoOwner", "no such name")
+
+
+async def test_a_caller_the_bus_daemon_cannot_identify_is_denied() -> None:
+    bus = BusOfALeftCaller()
+    credentials = Credentials(cast(MessageBus, bus), allowed_gid=4242)
+    await credentials.start()
+    call = Message(path=MANAGER_PATH, interface=MANAGER_IFACE, member="Claim", sender=":1.42")
+    for handler in bus.handlers:  # as the bus does just before it dispatches the call
+        handler(call)
+    with pytest.raises(AccessDenied, match=r"Claim: cannot identify the caller: .*NameHasNoOwner"):
+        await credentials.require_privileged("Claim")
