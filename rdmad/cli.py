@@ -42,12 +42,15 @@ from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.names import (
     BUS_NAME,
     CLAIM_IFACE,
+    DBUS_NAME,
+    DBUS_PATH,
     DEVICE_IFACE,
     MANAGER_IFACE,
     MANAGER_PATH,
 )
 from rdmad.cli_stats import cmd_stats, stats_arguments
-from rdmad.model import ChardevKind, NetnsMode
+from rdmad.model import ChardevKind
+from rdmad.options import NETNS_MODES
 
 EXIT_FAILED, EXIT_UNREACHABLE = 1, 3  # 2: a usage error, from argparse
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report it (128 + SIGINT)
@@ -245,9 +248,9 @@ async def cmd_monitor(c: Client, a: argparse.Namespace, out: TextIO) -> None:
     rule = f"type='signal',sender='{BUS_NAME}',path_namespace='{MANAGER_PATH}'"
     reply = await c.bus.call(
         Message(
-            destination="org.freedesktop.DBus",
-            path="/org/freedesktop/DBus",
-            interface="org.freedesktop.DBus",
+            destination=DBUS_NAME,
+            path=DBUS_PATH,
+            interface=DBUS_NAME,
             member="AddMatch",
             signature="s",
             body=[rule],
@@ -354,7 +357,7 @@ def _mode_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "mode",
         nargs="?",
-        choices=[NetnsMode.SHARED.value, NetnsMode.EXCLUSIVE.value],
+        choices=NETNS_MODES,
         help="set this mode (only while no other netns exists); without it, show the mode",
     )
 

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 from dbus_fast.errors import DBusError
 
 from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE
+from rdmad.errors import NoSuchClaim, NoSuchDevice
 
 if TYPE_CHECKING:
     from rdmad.bus.client import Client
 
-NO_SUCH_DEVICE = "io.rdmad1.Error.NoSuchDevice"
 # Clears the terminal from the top-left corner down, so each frame replaces the last.
 HOME_AND_CLEAR = "\x1b[H\x1b[J"
 
@@ -46,13 +46,13 @@ async def collect(c: Client, target: str | None) -> dict[str, Any]:
     dev_rows = [d for d in devices if target in (None, d[0])]
     claim_rows = [r for r in claims if target in (None, r[0])]
     if target is not None and not dev_rows and not claim_rows:
-        raise DBusError(NO_SUCH_DEVICE, f"no RDMA device or claim {target!r}")
+        raise DBusError(NoSuchDevice.dbus_name, f"no RDMA device or claim {target!r}")
     out: dict[str, Any] = {"devices": [], "claims": []}
     for name, _state, _netdev, path in dev_rows:
         try:
             scope, ports = await _counters(c, path, DEVICE_IFACE)
         except DBusError as e:
-            if target is None and e.type == NO_SUCH_DEVICE:
+            if target is None and e.type == NoSuchDevice.dbus_name:
                 continue
             raise
         out["devices"].append({"device": name, "scope": scope, "ports": ports})
@@ -60,7 +60,7 @@ async def collect(c: Client, target: str | None) -> dict[str, Any]:
         try:
             scope, ports = await _counters(c, path, CLAIM_IFACE)
         except DBusError as e:
-            if target is None and e.type in (NO_SUCH_DEVICE, "io.rdmad1.Error.NoSuchClaim"):
+            if target is None and e.type in (NoSuchDevice.dbus_name, NoSuchClaim.dbus_name):
                 continue
             raise
         out["claims"].append(
