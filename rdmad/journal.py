@@ -10,7 +10,6 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Mapping
 from typing import Any, Final
 
 from rdmad.logfields import EVENT_FIELDS
@@ -67,9 +66,8 @@ class RdmadJournalHandler(_journal.JournalHandler):  # type: ignore[misc]  # unt
 class KeyValueFormatter(logging.Formatter):
     """`LEVEL logger: message device=... netns=... claim=... reason=...`, one line."""
 
-    def __init__(self, timestamps: bool = True) -> None:
-        fmt = "%(asctime)s " if timestamps else ""
-        super().__init__(fmt + "%(levelname)s %(name)s: %(message)s")
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
@@ -98,19 +96,17 @@ def _quote(value: str) -> str:
     return f'"{escaped}"'
 
 
-def stderr_is_journal(environ: Mapping[str, str] | None = None, fd: int = 2) -> bool:
-    """True when `fd` is the stream systemd connected to the journal (JOURNAL_STREAM).
+def stderr_is_journal() -> bool:
+    """True when stderr (fd 2) is the stream systemd connected to the journal (JOURNAL_STREAM).
 
     JOURNAL_STREAM is inherited by children whose stderr may point elsewhere, so it must
-    match fd's device and inode, as sd_journal_stream_fd(3) recommends.
+    match stderr's device and inode, as sd_journal_stream_fd(3) recommends.
     """
-    env = os.environ if environ is None else environ
-    value = env.get("JOURNAL_STREAM", "")
-    dev, sep, ino = value.partition(":")
+    dev, sep, ino = os.environ.get("JOURNAL_STREAM", "").partition(":")
     if not sep:
         return False
     try:
-        st = os.fstat(fd)
+        st = os.fstat(2)
         return (st.st_dev, st.st_ino) == (int(dev), int(ino))
     except (OSError, ValueError):
         return False
@@ -119,27 +115,23 @@ def stderr_is_journal(environ: Mapping[str, str] | None = None, fd: int = 2) -> 
 _OURS = "_rdmad_handler"
 
 
-def setup_logging(level: int | str = logging.INFO, *, target: str = "auto") -> logging.Handler:
-    """Install rdmad's one handler on the root logger and return it.
+def setup_logging(level: int | str = logging.INFO) -> logging.Handler:
+    """Install rdmad's one handler on the root logger and return it: the journal's when
+    stderr is the journal stream, else key=value lines on stderr.
 
-    target: "journal", "stderr" or "auto" (journal when stderr is the journal stream).
     The rdmad.* loggers get `level`; libraries stay at WARNING so that --log-level debug
     shows rdmad's decisions, not a library's chatter.
     """
     if isinstance(level, str):
         level = logging.getLevelNamesMapping()[level.upper()]
-    if target == "auto":
-        target = "journal" if stderr_is_journal() else "stderr"
     handler: logging.Handler
-    if target == "journal":
+    if stderr_is_journal():
         handler = RdmadJournalHandler()
         # journald adds its own timestamp and priority
         handler.setFormatter(logging.Formatter("%(message)s"))
-    elif target == "stderr":
+    else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(KeyValueFormatter())
-    else:
-        raise ValueError(f"log target must be auto, journal or stderr, not {target!r}")
     setattr(handler, _OURS, True)
 
     root = logging.getLogger()

@@ -11,7 +11,6 @@ import contextlib
 import importlib
 import logging
 import os
-from collections.abc import Mapping
 from typing import Any
 
 # systemd-python, imported by name: for mypy, the checkout's top-level systemd/ directory
@@ -51,20 +50,19 @@ def notify_watchdog() -> bool:
     return notify("WATCHDOG=1")
 
 
-def watchdog_interval(environ: Mapping[str, str] | None = None) -> float | None:
+def watchdog_interval() -> float | None:
     """Seconds between WATCHDOG=1 pings (half of WATCHDOG_USEC), or None if not asked for.
 
     WATCHDOG_PID, when set, names the process systemd watches: a child that inherited the
     environment must not ping on its parent's behalf.
     """
-    env = os.environ if environ is None else environ
     try:
-        usec = int(env.get("WATCHDOG_USEC", ""))
+        usec = int(os.environ.get("WATCHDOG_USEC", ""))
     except ValueError:
         return None
     if usec <= 0:
         return None
-    pid = env.get("WATCHDOG_PID")
+    pid = os.environ.get("WATCHDOG_PID")
     if pid:
         try:
             if int(pid) != os.getpid():

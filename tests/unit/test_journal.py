@@ -27,12 +27,25 @@ def logger() -> Iterator[logging.Logger]:
         root.removeHandler(h)
 
 
+def stderr_journal_stream() -> str:
+    """JOURNAL_STREAM as systemd sets it when stderr (fd 2) is the journal's stream."""
+    st = os.fstat(2)
+    return f"{st.st_dev}:{st.st_ino}"
+
+
 def stderr_logging(level: str, monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
-    """rdmad's stderr logging at `level`, written to the returned buffer."""
+    """rdmad's stderr logging (not under systemd) at `level`, written to the returned buffer."""
+    monkeypatch.delenv("JOURNAL_STREAM", raising=False)
     out = io.StringIO()
     monkeypatch.setattr(sys, "stderr", out)
-    journal.setup_logging(level, target="stderr")
+    journal.setup_logging(level)
     return out
+
+
+def journal_logging(level: str, monkeypatch: pytest.MonkeyPatch) -> logging.Handler:
+    """rdmad's logging with stderr connected to the journal, as under systemd."""
+    monkeypatch.setenv("JOURNAL_STREAM", stderr_journal_stream())
+    return journal.setup_logging(level)
 
 
 def journal_entries(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, str]]:
@@ -107,9 +120,12 @@ def test_levels(logger: logging.Logger, monkeypatch: pytest.MonkeyPatch) -> None
     assert "WARNING rdmad.test_journal: shown" in out.getvalue()
 
 
-def test_setup_replaces_its_own_handler(logger: logging.Logger) -> None:
-    first = journal.setup_logging("info", target="stderr")
-    second = journal.setup_logging("info", target="stderr")
+def test_setup_replaces_its_own_handler(
+    logger: logging.Logger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("JOURNAL_STREAM", raising=False)
+    first = journal.setup_logging("info")
+    second = journal.setup_logging("info")
     handlers = logging.getLogger().handlers
     assert second in handlers
     assert first not in handlers
@@ -153,7 +169,7 @@ def test_journal_handler_sends_fields(
     logger: logging.Logger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent = journal_entries(monkeypatch)
-    handler = journal.setup_logging("info", target="journal")
+    handler = journal_logging("info", monkeypatch)
     assert isinstance(handler, journal.RdmadJournalHandler)
     logfields.log_event(logger, logfields.MESSAGE_START, "rdmad ready")
     logfields.log_event(
@@ -175,22 +191,17 @@ def test_journal_handler_sends_fields(
             assert key.replace("_", "").isalnum() and key.isupper(), key
 
 
-def test_stderr_is_journal_matches_device_and_inode() -> None:
-    r, w = os.pipe()
-    try:
-        st = os.fstat(w)
-        assert journal.stderr_is_journal({"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}, fd=w)
-        assert not journal.stderr_is_journal({"JOURNAL_STREAM": f"{st.st_dev}:1"}, fd=w)
-        assert not journal.stderr_is_journal({"JOURNAL_STREAM": "junk"}, fd=w)
-        assert not journal.stderr_is_journal({}, fd=w)
-    finally:
-        os.close(r)
-        os.close(w)
-
-
-def test_bad_target() -> None:
-    with pytest.raises(ValueError, match="log target"):
-        journal.setup_logging(target="syslog")
+def test_stderr_is_journal_matches_device_and_inode(monkeypatch: pytest.MonkeyPatch) -> None:
+    dev, _, ino = stderr_journal_stream().partition(":")
+    monkeypatch.setenv("JOURNAL_STREAM", f"{dev}:{ino}")
+    assert journal.stderr_is_journal()
+    # inherited from a parent whose stderr was the journal: ours is another file
+    monkeypatch.setenv("JOURNAL_STREAM", f"{dev}:{int(ino) + 1}")
+    assert not journal.stderr_is_journal()
+    monkeypatch.setenv("JOURNAL_STREAM", "junk")
+    assert not journal.stderr_is_journal()
+    monkeypatch.delenv("JOURNAL_STREAM")
+    assert not journal.stderr_is_journal()
 
 
 def test_journal_handler_with_real_send(
@@ -199,7 +210,7 @@ def test_journal_handler_with_real_send(
     """Through systemd-python's own send() (only its socket write, sendv, replaced): it
     rejects a str CODE_LINE, which a fake sender does not notice."""
     sent = journal_entries(monkeypatch)
-    journal.setup_logging("info", target="journal")
+    journal_logging("info", monkeypatch)
     logfields.log_event(logger, logfields.MESSAGE_START, "rdmad ready", device="rxe0")
     (entry,) = sent
     assert entry["MESSAGE"] == "rdmad ready"

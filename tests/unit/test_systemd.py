@@ -73,8 +73,14 @@ def test_vanished_socket_does_not_raise(tmp_path: Path, monkeypatch: pytest.Monk
         ({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": "junk"}, None),
     ],
 )
-def test_watchdog_interval(env: dict[str, str], expected: float | None) -> None:
-    assert systemd.watchdog_interval(env) == expected
+def test_watchdog_interval(
+    env: dict[str, str], expected: float | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("WATCHDOG_USEC", "WATCHDOG_PID"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    assert systemd.watchdog_interval() == expected
 
 
 async def test_no_watchdog_task_without_watchdog_usec(notify_sock: socket.socket) -> None:
