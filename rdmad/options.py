@@ -1,28 +1,18 @@
 """Validation of what a caller or the configuration may ask for (claim options, names,
-addresses, the netns mode), checked before any kernel state is touched. Each check lives
-here once."""
+addresses, the netns mode), checked before any kernel state is touched. Each check of a
+value lives here once. The functions take plain Python values: which D-Bus type each claim
+option must arrive in is the bus edge's check (rdmad.bus.objects.claim_options)."""
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Sequence
 
 from rdmad.errors import InvalidArgs
-from rdmad.model import ChardevKind, ClaimOptions, NetnsMode
+from rdmad.model import DEFAULT_CHARDEVS, ChardevKind, ClaimOptions, NetnsMode
 
 Cidr = ipaddress.IPv4Interface | ipaddress.IPv6Interface
-
-# D-Bus signature each option must carry; anything else is InvalidArgs.
-OPTION_SIGNATURES: dict[str, str] = {
-    "ifname": "s",
-    "mtu": "u",
-    "addresses": "as",
-    "shared": "b",
-    "chardevs": "as",
-    "owner": "s",
-    "netdev": "b",
-    "cdi_name": "s",
-}
 
 OWNER_MAX_BYTES = 256
 MTU_MIN, MTU_MAX = 68, 65535
@@ -68,30 +58,28 @@ def parse_cidr(text: str) -> Cidr:
         raise InvalidArgs(f"invalid address {text!r}: expected a CIDR like 192.0.2.10/24") from None
 
 
-def parse_claim_options(raw: dict[str, tuple[str, object]]) -> ClaimOptions:
-    """Turn {name: (signature, value)} into ClaimOptions, or raise InvalidArgs."""
-    for name, (signature, _) in raw.items():
-        want = OPTION_SIGNATURES.get(name)
-        if want is None:
-            known = ", ".join(sorted(OPTION_SIGNATURES))
-            raise InvalidArgs(f"unknown claim option {name!r} (known: {known})")
-        if signature != want:
-            raise InvalidArgs(f"claim option {name!r} must be of type '{want}', not '{signature}'")
-    values = {name: value for name, (_, value) in raw.items()}
-
-    ifname = values.get("ifname")
-    mtu = values.get("mtu")
-    if isinstance(mtu, int) and not MTU_MIN <= mtu <= MTU_MAX:
+def parse_claim_options(
+    *,
+    ifname: str | None = None,
+    mtu: int | None = None,
+    addresses: Sequence[str] = (),
+    shared: bool = False,
+    chardevs: Sequence[str] = DEFAULT_CHARDEVS,
+    owner: str = "",
+    netdev: bool | None = None,
+    cdi_name: str = "",
+) -> ClaimOptions:
+    """A caller's claim options, each given as its plain value (or left out), as validated
+    ClaimOptions; InvalidArgs on any value rdmad cannot take."""
+    if mtu is not None and not MTU_MIN <= mtu <= MTU_MAX:
         raise InvalidArgs(f"mtu {mtu} is out of range {MTU_MIN}-{MTU_MAX}")
-    owner = str(values.get("owner", ""))
     if len(owner.encode("utf-8", "surrogatepass")) > OWNER_MAX_BYTES:
         raise InvalidArgs(f"owner is longer than {OWNER_MAX_BYTES} bytes")
     if "\x00" in owner:
         raise InvalidArgs("owner must not contain NUL")
-    raw_addresses = _as_list(values.get("addresses", []))
-    addresses = tuple(parse_cidr(str(a)).with_prefixlen for a in raw_addresses)
+    cidrs = tuple(parse_cidr(a).with_prefixlen for a in addresses)
     kinds: list[ChardevKind] = []
-    for kind in _as_list(values.get("chardevs", ["uverbs", "rdma_cm"])):
+    for kind in chardevs:
         try:
             parsed = ChardevKind(kind)
         except ValueError:
@@ -99,29 +87,20 @@ def parse_claim_options(raw: dict[str, tuple[str, object]]) -> ClaimOptions:
             raise InvalidArgs(f"unknown char device kind {kind!r} (known: {known})") from None
         if parsed not in kinds:
             kinds.append(parsed)
-    shared = bool(values.get("shared", False))
-    netdev = bool(values.get("netdev", True))
-    if shared and "netdev" in values:
+    if shared and netdev is not None:
         raise InvalidArgs("option 'netdev' applies to whole-device claims only")
-    cdi_name = str(values.get("cdi_name", ""))
     if cdi_name and not _CDI_NAME.match(cdi_name):
         raise InvalidArgs(
             f"invalid CDI name {cdi_name!r}: letters, digits, '_', '-' and '.', "
             "starting and ending with a letter or digit"
         )
     return ClaimOptions(
-        ifname=check_ifname(str(ifname)) if ifname is not None else None,
-        mtu=int(mtu) if isinstance(mtu, int) else None,
-        addresses=addresses,
+        ifname=check_ifname(ifname) if ifname is not None else None,
+        mtu=mtu,
+        addresses=cidrs,
         shared=shared,
         chardevs=tuple(kinds),
         owner=owner,
-        netdev=netdev,
+        netdev=True if netdev is None else netdev,
         cdi_name=cdi_name,
     )
-
-
-def _as_list(value: object) -> list[str]:
-    if not isinstance(value, list | tuple):
-        raise InvalidArgs("expected an array of strings")
-    return [str(v) for v in value]

@@ -93,9 +93,31 @@ def counted(stats: OpStats, operation: str) -> Iterator[None]:
         raise
 
 
+# The D-Bus type each claim option must arrive in; its value is rdmad.options' to check.
+OPTION_SIGNATURES: dict[str, str] = {
+    "ifname": "s",
+    "mtu": "u",
+    "addresses": "as",
+    "shared": "b",
+    "chardevs": "as",
+    "owner": "s",
+    "netdev": "b",
+    "cdi_name": "s",
+}
+
+
 def claim_options(raw: dict[str, Variant]) -> ClaimOptions:
     """a{sv} as received → validated ClaimOptions (InvalidArgs on anything wrong)."""
-    return parse_claim_options({k: (v.signature, v.value) for k, v in raw.items()})
+    for name, variant in raw.items():
+        want = OPTION_SIGNATURES.get(name)
+        if want is None:
+            known = ", ".join(sorted(OPTION_SIGNATURES))
+            raise InvalidArgs(f"unknown claim option {name!r} (known: {known})")
+        if variant.signature != want:
+            raise InvalidArgs(
+                f"claim option {name!r} must be of type '{want}', not '{variant.signature}'"
+            )
+    return parse_claim_options(**{name: variant.value for name, variant in raw.items()})
 
 
 class ManagerInterface(ServiceInterface):

@@ -37,19 +37,3 @@ async def test_unexpected_exception_becomes_failed_and_the_connection_keeps_work
     assert caught.value.type == "io.rdmad1.Error.Failed"
     assert "ZeroDivisionError" in caught.value.text
     assert await live.call("ListClaims") == [[]]
-
-
-async def test_unknown_claim_option_is_invalid_args(live: Live) -> None:
-    from dbus_fast import Variant
-
-    with pytest.raises(DBusError) as caught:
-        await live.call("Claim", "ssa{sv}", ["mlx5_0", "ns1", {"colour": Variant("s", "red")}])
-    assert caught.value.type == "org.freedesktop.DBus.Error.InvalidArgs"
-
-
-async def test_claim_option_of_wrong_type_is_invalid_args(live: Live) -> None:
-    from dbus_fast import Variant
-
-    with pytest.raises(DBusError) as caught:
-        await live.call("Claim", "ssa{sv}", ["mlx5_0", "ns1", {"mtu": Variant("s", "9000")}])
-    assert caught.value.type == "org.freedesktop.DBus.Error.InvalidArgs"

@@ -1,0 +1,69 @@
+"""Claim's options as they arrive on the bus: the bus edge takes the options it knows, each
+in its own D-Bus type, and hands their values to rdmad.options to check."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+from dbus_fast import Variant
+from dbus_fast.errors import DBusError
+
+from rdmad.bus.objects import OPTION_SIGNATURES
+from rdmad.errors import InvalidArgs
+from rdmad.model import ChardevKind, ClaimOptions
+from rdmad.options import parse_claim_options
+from tests.bus.conftest import Live
+
+
+def test_the_bus_takes_exactly_the_claim_options_rdmad_has() -> None:
+    assert set(OPTION_SIGNATURES) == set(inspect.signature(parse_claim_options).parameters)
+    assert set(OPTION_SIGNATURES) == {f.name for f in dataclasses.fields(ClaimOptions)}
+
+
+async def test_options_reach_the_core_as_claim_options(live: Live) -> None:
+    options = {
+        "ifname": Variant("s", "net0"),
+        "mtu": Variant("u", 9000),
+        "addresses": Variant("as", ["10.0.0.5/24"]),
+        "chardevs": Variant("as", ["umad"]),
+        "owner": Variant("s", "ctr"),
+        "netdev": Variant("b", False),
+        "cdi_name": Variant("s", "web.eth0"),
+    }
+    await live.call("Claim", "ssa{sv}", ["mlx5_0", "ns1", options])
+    assert live.core.last_options == ClaimOptions(
+        ifname="net0",
+        mtu=9000,
+        addresses=("10.0.0.5/24",),
+        chardevs=(ChardevKind.UMAD,),
+        owner="ctr",
+        netdev=False,
+        cdi_name="web.eth0",
+    )
+
+
+async def test_an_unknown_claim_option_is_invalid_args_naming_the_known_ones(live: Live) -> None:
+    with pytest.raises(DBusError) as caught:
+        await live.call("Claim", "ssa{sv}", ["mlx5_0", "ns1", {"colour": Variant("s", "red")}])
+    assert caught.value.type == InvalidArgs.dbus_name
+    assert caught.value.text == (
+        "unknown claim option 'colour' (known: addresses, cdi_name, chardevs, ifname, mtu, "
+        "netdev, owner, shared)"
+    )
+
+
+async def test_a_claim_option_of_the_wrong_type_is_invalid_args(live: Live) -> None:
+    with pytest.raises(DBusError) as caught:
+        await live.call("Claim", "ssa{sv}", ["mlx5_0", "ns1", {"mtu": Variant("i", 1500)}])
+    assert caught.value.type == InvalidArgs.dbus_name
+    assert caught.value.text == "claim option 'mtu' must be of type 'u', not 'i'"
+
+
+async def test_a_bad_option_value_is_invalid_args_from_the_one_check(live: Live) -> None:
+    with pytest.raises(DBusError) as caught:
+        await live.call("Claim", "ssa{sv}", ["mlx5_0", "ns1", {"mtu": Variant("u", 67)}])
+    assert caught.value.type == InvalidArgs.dbus_name
+    assert caught.value.text == "mtu 67 is out of range 68-65535"
+    assert live.core.claims() == []
