@@ -1,8 +1,9 @@
 """The state machine: claims, release, reconciliation, the RDMA netns mode.
 
 Imports no D-Bus, pyroute2 or pyudev. It drives the protocols in rdmad.backend, leaves
-applying the events in rdmad.events to an InventoryTracker (rdmad.tracking), persists
-through a Store, and tells observers (rdmad.observer) what changed.
+applying the events in rdmad.events to an InventoryTracker (rdmad.tracking) and giving back
+what a claim took to GiveBack (rdmad.giveback), persists through a Store, and tells
+observers (rdmad.observer) what changed.
 
 Crash safety: a claim is written as PENDING before the kernel is touched and as RELEASING
 before it is given back, so a daemon killed at any step finds out at start what to undo or
@@ -38,6 +39,7 @@ from rdmad.errors import (
     Unavailable,
 )
 from rdmad.events import Event
+from rdmad.giveback import GiveBack, placement
 from rdmad.inventory import Inventory
 from rdmad.model import (
     Claim,
@@ -64,8 +66,6 @@ from rdmad.tracking import InventoryTracker
 log = logging.getLogger("rdmad.core")
 
 DEFAULT_SHARED_IFNAME = "net1"
-# How long a physical netdev may take to come home after its netns died (measured: tens of ms).
-RETURN_TIMEOUT_S = 5.0
 
 
 class Core:
@@ -87,6 +87,7 @@ class Core:
         self._book = ClaimBook()
         self._observers = Observers()
         self._tracker = InventoryTracker(self._inv, net, rdma, self._book, self._observers, self)
+        self._giveback = GiveBack(net, rdma, resolver, self._inv, self._book, self._tracker)
         # Released(reconciled) found at start, announced once observers are attached.
         self._startup_releases: list[Claim] = []
         self.startup_notes: list[str] = []
@@ -225,18 +226,18 @@ class Core:
             alive = (claim.nsid < 0 or claim.nsid in live) and self._netns_reachable(claim)
             if claim.phase == ClaimPhase.PENDING:
                 log.warning("claim %s was interrupted while being made: undoing it", claim.id)
-                await self._give_back(claim, netns_alive=alive)
+                await self._giveback.give_back(claim, netns_alive=alive)
                 self._drop(claim)
             elif claim.phase == ClaimPhase.RELEASING:
                 log.warning("claim %s was interrupted while being released: finishing", claim.id)
-                await self._give_back(claim, netns_alive=alive)
+                await self._giveback.give_back(claim, netns_alive=alive)
                 self._drop(claim)
                 self._startup_releases.append(claim)
             elif not alive:
-                await self._give_back(claim, netns_alive=False)
+                await self._giveback.give_back(claim, netns_alive=False)
                 self._drop(claim)
                 self._startup_releases.append(claim)
-        await self._restore_pending()
+        await self._giveback.restore_pending()
         self._save()
 
     def _netns_reachable(self, claim: Claim) -> bool:
@@ -417,7 +418,7 @@ class Core:
             log.error("claim of %s failed unexpectedly: %r", claim.device, exc)
         try:
             if claim.netdev_moved:
-                await self._bring_netdev_home(claim)
+                await self._giveback.bring_netdev_home(claim)
             if claim.rdma_moved:
                 await self._rdma.move_home(claim.device, target)
         except RdmadError as undo_exc:
@@ -450,7 +451,7 @@ class Core:
             self._save(claim)
             step("releasing-written", f"claim {claim.id}")
             # By inode, not nsid: a dead netns's nsid may already name another one.
-            await self._give_back(claim, netns_alive=self._netns_reachable(claim))
+            await self._giveback.give_back(claim, netns_alive=self._netns_reachable(claim))
             self._drop(claim)
             self._save(claim)
             step("released-written", f"claim {claim.id}")
@@ -465,104 +466,6 @@ class Core:
 
     def _drop(self, claim: Claim) -> None:
         self._book.claims.pop(claim.id, None)
-
-    async def _give_back(self, claim: Claim, *, netns_alive: bool) -> None:
-        """Return what a claim took, wherever it is now. Idempotent: parts already home are
-        just restored."""
-        if claim.netdev_moved:
-            if claim.shared:
-                if netns_alive:
-                    with contextlib.suppress(RdmadError):  # already gone with its parent
-                        await self._net.delete(self._placement(claim))
-            elif netns_alive:
-                await self._bring_netdev_home(claim)
-            else:
-                await self._restore_returned(claim)
-            step("netdev-returned", f"claim {claim.id}")
-        if claim.rdma_moved and netns_alive and not await self._rdma_home(claim.device):
-            source = self._resolver.reopen(claim.netns_inode, claim.netns_path)
-            if source is not None:
-                try:
-                    await self._rdma.move_home(claim.device, source)
-                finally:
-                    source.close()
-        elif claim.rdma_moved:
-            await self._await_rdma_return(claim)
-        if not claim.shared:
-            await self._tracker.reread_device(claim.device)
-
-    async def _await_rdma_return(self, claim: Claim) -> None:
-        """The netns is dead: the kernel's rdma_dev_exit_net brings the device home by itself,
-        shortly after RTM_DELNSID. Wait for it (the claim's lock keeps it in the inventory
-        meanwhile), so the claim ends with the device available, not briefly "removed"."""
-        if await self._rdma_home(claim.device):
-            return
-        if not await self._tracker.wait_for_device(claim.device, RETURN_TIMEOUT_S):
-            log.warning("%s has not come back from %s yet", claim.device, claim.netns)
-
-    async def _rdma_home(self, device: str) -> bool:
-        """Whether init_net sees `device` (a release killed after its move home finishes).
-        Asked by its index (kept across netns moves), not by listing every device."""
-        known = self._inv.devices.get(device)
-        if known is None:
-            return device in {d.name for d in await self._rdma.list_devices()}
-        found = await self._rdma.get_device(known.index)
-        return found is not None and found.name == device
-
-    async def _bring_netdev_home(self, claim: Claim) -> None:
-        assert claim.host is not None or claim.shared
-        if claim.shared:
-            await self._net.delete(self._placement(claim))
-            return
-        assert claim.host is not None
-        home = self._inv.netdevs.get(claim.host.ifindex)
-        if home is not None:  # never left, or already back
-            try:
-                await self._net.restore(home.ifindex, claim.host)
-                await self._tracker.reread_netdev(home.ifindex)
-                return
-            except RdmadError as exc:
-                # The inventory lags: the RTM_DELLINK of our own move may still be queued.
-                log.debug("%s is not home after all (%s): bringing it home", claim.host.name, exc)
-        placement = Placement(claim.nsid, claim.ns_ifindex or claim.host.ifindex, claim.ifname)
-        source = self._resolver.reopen(claim.netns_inode, claim.netns_path)
-        try:
-            self._tracker.netdev_is(await self._net.bring_home(placement, claim.host, source))
-        finally:
-            if source is not None:
-                source.close()
-
-    @staticmethod
-    def _placement(claim: Claim) -> Placement:
-        return Placement(claim.nsid, claim.ns_ifindex, claim.ifname)
-
-    async def _restore_returned(self, claim: Claim) -> None:
-        """The netns is dead: a physical netdev comes back by itself; wait, then restore it."""
-        host = claim.host
-        if host is None or host.kind:
-            return  # virtual netdevs are destroyed with their netns
-        if host.ifindex not in self._inv.netdevs and not await self._tracker.wait_for_link(
-            host.ifindex, RETURN_TIMEOUT_S
-        ):
-            log.warning(
-                "%s (ifindex %d) has not come back from %s yet; will restore it when it does",
-                host.name,
-                host.ifindex,
-                claim.netns,
-            )
-            self._book.pending_restores.append(host)
-            return
-        await self._net.restore(host.ifindex, host)
-        await self._tracker.reread_netdev(host.ifindex)
-
-    async def _restore_pending(self) -> None:
-        for host in list(self._book.pending_restores):
-            if host.ifindex in self._inv.netdevs:
-                try:
-                    await self._net.restore(host.ifindex, host)
-                except RdmadError as exc:
-                    log.error("could not restore %s: %s", host.name, exc)
-                self._book.pending_restores.remove(host)
 
     # ------------------------------------------------------------------ mode
     async def set_netns_mode(self, mode: NetnsMode) -> None:
@@ -585,7 +488,7 @@ class Core:
 
     # What the tracker asks of the claims: see rdmad.tracking.ClaimKeeper.
     async def retry_restores(self) -> None:
-        await self._restore_pending()
+        await self._giveback.restore_pending()
         self._save()
 
     async def end_claim(self, claim: Claim, reason: ReleaseReason) -> None:
@@ -608,7 +511,7 @@ class Core:
             self._save(claim)
             alive = reason != ReleaseReason.NETNS_GONE
             try:
-                await self._give_back(claim, netns_alive=alive)
+                await self._giveback.give_back(claim, netns_alive=alive)
             except RdmadError as exc:
                 log.error("claim %s: could not give everything back: %s", claim.id, exc)
             self._drop(claim)
@@ -625,7 +528,7 @@ class Core:
             if target is None:
                 return  # dying: NetnsGone ends the claim
             try:
-                gids = await self._claim_gids(claim, target, self._placement(claim))
+                gids = await self._claim_gids(claim, target, placement(claim))
             finally:
                 target.close()
             if gids == claim.gids:

@@ -85,7 +85,7 @@ async def test_a_nic_that_comes_home_late_is_waited_for_then_restored(
 async def test_a_nic_later_than_the_wait_is_restored_whenever_it_comes_home(
     rigs: Rigs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("rdmad.core.RETURN_TIMEOUT_S", 0.01)  # the NIC is later than that
+    monkeypatch.setattr("rdmad.giveback.RETURN_TIMEOUT_S", 0.01)  # the NIC is later than that
     kernel = two_nics()
     before = host_side(kernel)
     kernel.nics_return_late = True

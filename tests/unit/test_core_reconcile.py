@@ -159,7 +159,7 @@ async def test_a_dead_netns_whose_nsid_another_netns_got_meanwhile_still_ends_it
 async def test_a_restore_still_owed_at_a_crash_is_done_when_the_next_start_finds_the_nic(
     rigs: Rigs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("rdmad.core.RETURN_TIMEOUT_S", 0.01)  # the NIC is later than that
+    monkeypatch.setattr("rdmad.giveback.RETURN_TIMEOUT_S", 0.01)  # the NIC is later than that
     kernel = two_nics()
     before = host_side(kernel)
     kernel.nics_return_late = True

@@ -1,0 +1,145 @@
+"""Giving back what a claim took, wherever its netns is now: its netdev home to init_net
+with its host settings, its RDMA device back to init_net.
+
+Every way a claim ends goes through here (rdmad.core.Core): a release, the kernel ending it
+(netns death, device removal), the undo of a failed claim, and reconciliation at start. The
+core decides when; this decides how, from what the claim recorded it moved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from rdmad.backend import NetdevBackend, NetnsResolver, Placement, RdmaBackend
+from rdmad.claims import ClaimBook
+from rdmad.errors import RdmadError
+from rdmad.inventory import Inventory
+from rdmad.model import Claim
+from rdmad.steps import step
+from rdmad.tracking import InventoryTracker
+
+log = logging.getLogger(__name__)
+
+# How long a physical netdev may take to come home after its netns died (measured: tens of ms).
+RETURN_TIMEOUT_S = 5.0
+
+
+def placement(claim: Claim) -> Placement:
+    """Where a claim's netdev sits in its netns."""
+    return Placement(claim.nsid, claim.ns_ifindex, claim.ifname)
+
+
+class GiveBack:
+    def __init__(
+        self,
+        net: NetdevBackend,
+        rdma: RdmaBackend,
+        resolver: NetnsResolver,
+        inventory: Inventory,
+        book: ClaimBook,
+        tracker: InventoryTracker,
+    ) -> None:
+        self._net = net
+        self._rdma = rdma
+        self._resolver = resolver
+        self._inv = inventory
+        self._book = book
+        self._tracker = tracker
+
+    async def give_back(self, claim: Claim, *, netns_alive: bool) -> None:
+        """Return what a claim took, wherever it is now. Idempotent: parts already home are
+        just restored."""
+        if claim.netdev_moved:
+            if claim.shared:
+                if netns_alive:
+                    with contextlib.suppress(RdmadError):  # already gone with its parent
+                        await self._net.delete(placement(claim))
+            elif netns_alive:
+                await self.bring_netdev_home(claim)
+            else:
+                await self._restore_returned(claim)
+            step("netdev-returned", f"claim {claim.id}")
+        if claim.rdma_moved and netns_alive and not await self._rdma_home(claim.device):
+            source = self._resolver.reopen(claim.netns_inode, claim.netns_path)
+            if source is not None:
+                try:
+                    await self._rdma.move_home(claim.device, source)
+                finally:
+                    source.close()
+        elif claim.rdma_moved:
+            await self._await_rdma_return(claim)
+        if not claim.shared:
+            await self._tracker.reread_device(claim.device)
+
+    async def _await_rdma_return(self, claim: Claim) -> None:
+        """The netns is dead: the kernel's rdma_dev_exit_net brings the device home by itself,
+        shortly after RTM_DELNSID. Wait for it (the claim's lock keeps it in the inventory
+        meanwhile), so the claim ends with the device available, not briefly "removed"."""
+        if await self._rdma_home(claim.device):
+            return
+        if not await self._tracker.wait_for_device(claim.device, RETURN_TIMEOUT_S):
+            log.warning("%s has not come back from %s yet", claim.device, claim.netns)
+
+    async def _rdma_home(self, device: str) -> bool:
+        """Whether init_net sees `device` (a release killed after its move home finishes).
+        Asked by its index (kept across netns moves), not by listing every device."""
+        known = self._inv.devices.get(device)
+        if known is None:
+            return device in {d.name for d in await self._rdma.list_devices()}
+        found = await self._rdma.get_device(known.index)
+        return found is not None and found.name == device
+
+    async def bring_netdev_home(self, claim: Claim) -> None:
+        """From a live netns: delete a shared claim's child, move a whole claim's netdev home
+        and restore its host settings."""
+        assert claim.host is not None or claim.shared
+        if claim.shared:
+            await self._net.delete(placement(claim))
+            return
+        assert claim.host is not None
+        home = self._inv.netdevs.get(claim.host.ifindex)
+        if home is not None:  # never left, or already back
+            try:
+                await self._net.restore(home.ifindex, claim.host)
+                await self._tracker.reread_netdev(home.ifindex)
+                return
+            except RdmadError as exc:
+                # The inventory lags: the RTM_DELLINK of our own move may still be queued.
+                log.debug("%s is not home after all (%s): bringing it home", claim.host.name, exc)
+        where = Placement(claim.nsid, claim.ns_ifindex or claim.host.ifindex, claim.ifname)
+        source = self._resolver.reopen(claim.netns_inode, claim.netns_path)
+        try:
+            self._tracker.netdev_is(await self._net.bring_home(where, claim.host, source))
+        finally:
+            if source is not None:
+                source.close()
+
+    async def _restore_returned(self, claim: Claim) -> None:
+        """The netns is dead: a physical netdev comes back by itself; wait, then restore it."""
+        host = claim.host
+        if host is None or host.kind:
+            return  # virtual netdevs are destroyed with their netns
+        if host.ifindex not in self._inv.netdevs and not await self._tracker.wait_for_link(
+            host.ifindex, RETURN_TIMEOUT_S
+        ):
+            log.warning(
+                "%s (ifindex %d) has not come back from %s yet; will restore it when it does",
+                host.name,
+                host.ifindex,
+                claim.netns,
+            )
+            self._book.pending_restores.append(host)
+            return
+        await self._net.restore(host.ifindex, host)
+        await self._tracker.reread_netdev(host.ifindex)
+
+    async def restore_pending(self) -> None:
+        """Restore the host settings of the netdevs that came home late (pending_restores)."""
+        for host in list(self._book.pending_restores):
+            if host.ifindex in self._inv.netdevs:
+                try:
+                    await self._net.restore(host.ifindex, host)
+                except RdmadError as exc:
+                    log.error("could not restore %s: %s", host.name, exc)
+                self._book.pending_restores.remove(host)
