@@ -27,8 +27,8 @@ from rdmad.model import (
 class NetnsTarget(Protocol):
     """An open network namespace, held only for the duration of one operation.
 
-    The core closes it (or leaves it to a `with` block) as soon as the operation is over:
-    an open fd keeps a dead netns alive, and rdmad must never pin a claimed netns.
+    The core calls close() as soon as the operation is over: an open fd keeps a dead netns
+    alive, and rdmad must never pin a claimed netns.
     """
 
     @property

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rdmad.model import (
     INIT_NETNS,
@@ -111,7 +111,7 @@ class Inventory:
         shown = dev
         if whole and whole[0].host is not None and not dev.netdev:
             # While its netdev is in the netns, callers still know the device by the host name.
-            shown = dev.with_changes(netdev=whole[0].host.name)
+            shown = replace(dev, netdev=whole[0].host.name)
         return DeviceView(shown, state, netns, tuple(c.id for c in mine))
 
     def has_netdev(self, dev: RdmaDevice) -> bool:

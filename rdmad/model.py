@@ -6,7 +6,7 @@ Plain data only. Nothing here talks to the kernel or the bus.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
 class NetnsMode(enum.StrEnum):
@@ -117,9 +117,6 @@ class RdmaDevice:
     parent: str = ""  # SR-IOV: the PF's RDMA device name, for a VF
     virtual: bool = False  # software device (rxe, siw): its netdev must not move
 
-    def with_changes(self, **changes: object) -> RdmaDevice:
-        return replace(self, **changes)  # type: ignore[arg-type]
-
 
 @dataclass(frozen=True)
 class Netdev:
@@ -159,7 +156,9 @@ class ClaimOptions:
 
 
 class ClaimPhase(enum.StrEnum):
-    """Written before each kernel step, so a restarted daemon knows what to finish or undo."""
+    """Where a claim stands, saved with it: PENDING before the claim's first kernel step,
+    ACTIVE once its last is done, RELEASING before a release's first step. A restarted
+    daemon undoes a PENDING claim and finishes a RELEASING one."""
 
     PENDING = "pending"  # claim in progress: undo it at start
     ACTIVE = "active"
