@@ -37,7 +37,6 @@ class Client:
         *,
         path: str = MANAGER_PATH,
         interface: str = MANAGER_IFACE,
-        fds: Sequence[int] = (),
     ) -> list[Any]:
         """The reply's body; an error reply raises Unreachable or DBusError (its name)."""
         reply = await self.bus.call(
@@ -48,7 +47,6 @@ class Client:
                 member=member,
                 signature=signature,
                 body=list(body),
-                unix_fds=list(fds),
             )
         )
         if reply is None:

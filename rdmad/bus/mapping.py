@@ -23,8 +23,6 @@ R = TypeVar("R")
 
 
 def to_dbus_error(exc: BaseException) -> DBusError:
-    if isinstance(exc, DBusError):
-        return exc
     if isinstance(exc, RdmadError):
         return DBusError(exc.dbus_name, str(exc) or type(exc).__name__)
     return DBusError(RdmadError.dbus_name, f"internal error: {type(exc).__name__}: {exc}")
@@ -40,7 +38,7 @@ def bus_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return await fn(*args, **kwargs)
-        except (DBusError, RdmadError) as exc:
+        except RdmadError as exc:
             raise to_dbus_error(exc) from exc
         except Exception as exc:
             log.exception("unexpected error in D-Bus method %s", fn.__qualname__)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -44,8 +43,6 @@ from rdmad.bus.objects import (
 )
 from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver
-
-log = logging.getLogger(__name__)
 
 
 class NameTaken(RuntimeError):

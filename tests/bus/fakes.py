@@ -4,7 +4,6 @@ the in-memory kernel's netns resolver. End-to-end tests use the real Core."""
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 from rdmad.backend import NetnsResolver, NetnsTarget
 from rdmad.errors import NoSuchClaim, NoSuchDevice
@@ -138,9 +137,3 @@ class FakeCore:
         self.netns_mode = mode
         for o in self.observers:
             o.mode_changed(mode)
-
-    # test helpers: pretend the kernel changed something
-    def change_device(self, name: str, **changes: object) -> None:
-        self.devs[name] = replace(self.devs[name], **changes)  # type: ignore[arg-type]
-        for o in self.observers:
-            o.device_changed(self.device(name))
