@@ -10,14 +10,12 @@ alive. An overrun (ENOBUFS) is reported as Resync("addr").
 
 from __future__ import annotations
 
-import errno
 import logging
 import socket
 
 from rdmad.backend import EventSink
-from rdmad.errors import from_errno
 from rdmad.events import AddressChanged, Event, Resync
-from rdmad.kernel.netlink import Message
+from rdmad.kernel.netlink import Message, kernel_error
 from rdmad.kernel.nlsocket import NlSubscription, open_socket
 from rdmad.kernel.rtnl_msgs import RTM_DELADDR, RTM_NEWADDR, addr_index
 
@@ -61,7 +59,7 @@ class AddrEventSource:
         except OSError as e:
             # EPERM without CAP_NET_BROADCAST: claims keep the GIDs read when made.
             what = "listening to address changes in every netns (NETLINK_LISTEN_ALL_NSID)"
-            raise from_errno(e.errno or errno.EIO, what) from e
+            raise kernel_error(e, what) from e
         self._sub = NlSubscription(sock, on_message, on_overrun)
 
     async def stop(self) -> None:

@@ -14,7 +14,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
-from rdmad.errors import RdmadError, from_errno
+from rdmad.errors import RdmadError, Unavailable, from_errno
 
 NLMSG_NOOP = 1
 NLMSG_ERROR = 2
@@ -220,9 +220,14 @@ class Reply:
 
 
 def kernel_error(e: OSError, what: str) -> RdmadError:
-    """The named error a caller sees for a failed netlink request on `what`, with the
-    kernel's own words when it gave any."""
-    mapped = from_errno(e.errno or errno.EIO, what)
+    """The named error a caller sees for a failed kernel request on `what` (netlink, or a
+    syscall of the kernel adapters), with the kernel's own words when it gave any."""
+    err = e.errno or errno.EIO
+    if err in (errno.EPROTONOSUPPORT, errno.ECONNREFUSED) and not isinstance(e, NetlinkError):
+        # The socket's, not a reply's: the family's kernel side is absent or went away. Of
+        # the families rdmad speaks, only NETLINK_RDMA can be (ib_core not loaded).
+        return Unavailable("no RDMA subsystem: the kernel has no NETLINK_RDMA (ib_core not loaded)")
+    mapped = from_errno(err, what)
     extack = getattr(e, "extack", "")
     if extack:
         mapped.args = (f"{mapped.args[0]}: {extack}",)

@@ -39,17 +39,6 @@ _LINK_LAYER_BY_PROTOCOL = {
 _GONE = (errno.EINVAL, errno.ENODEV, errno.ENOENT)
 
 
-def _unavailable() -> Unavailable:
-    return Unavailable("no RDMA subsystem: the kernel has no NETLINK_RDMA (ib_core not loaded)")
-
-
-def _error(e: OSError, what: str) -> RdmadError:
-    err = e.errno or errno.EIO
-    if err in (errno.EPROTONOSUPPORT, errno.ECONNREFUSED):
-        return _unavailable()
-    return kernel_error(e, what)
-
-
 def _gone(name: str) -> NoSuchDevice:
     return NoSuchDevice(f"RDMA device {name} went away while its counters were read")
 
@@ -86,7 +75,7 @@ class KernelRdma:
             try:
                 self._sock = NlChannel.open(nl.NETLINK_RDMA)
             except OSError as e:
-                raise _error(e, "opening RDMA netlink") from e
+                raise kernel_error(e, "opening RDMA netlink") from e
         return self._sock
 
     async def _request(
@@ -99,7 +88,7 @@ class KernelRdma:
             if e.errno == errno.ECONNREFUSED and s is self._sock:
                 s.close()  # ib_core went away under us; reopen on the next call
                 self._sock = None
-            raise _error(e, what) from e
+            raise kernel_error(e, what) from e
 
     # -- RdmaBackend ------------------------------------------------------------------
 
@@ -186,7 +175,7 @@ class KernelRdma:
         try:
             await move_from_netns(from_fd, send)
         except OSError as e:
-            mapped = _error(e, what)
+            mapped = kernel_error(e, what)
             if isinstance(mapped, NotSupported):
                 raise NotSupported(f"cannot move {moving}: {await self._why_not()}") from e
             raise mapped from e
@@ -240,7 +229,7 @@ class KernelRdma:
             sock = await run_in_netns(target.fd, functools.partial(open_socket, nl.NETLINK_RDMA))
             return NlChannel(sock)
         except OSError as e:
-            raise _error(e, f"opening RDMA netlink in {target.path or 'netns'}") from e
+            raise kernel_error(e, f"opening RDMA netlink in {target.path or 'netns'}") from e
 
     async def _why_not(self) -> str:
         """EOPNOTSUPP has two causes the kernel does not tell apart: ask which one."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import errno
 import functools
 import ipaddress
 import logging
@@ -25,8 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from rdmad.backend import NetnsTarget, Placement
-from rdmad.errors import from_errno
-from rdmad.kernel.netlink import NetlinkError
+from rdmad.kernel.netlink import NetlinkError, kernel_error
 from rdmad.kernel.netns import run_in_netns
 from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rtnl_msgs import Cidr, addresses
@@ -145,8 +143,7 @@ async def _table(device: str, inside: NetnsTarget | None, sysfs_root: str) -> tu
     except FileNotFoundError:
         return ()  # gone meanwhile, or no ports: a claim still stands without GIDs
     except OSError as e:
-        what = f"reading the GID table of {device} in {where}"
-        raise from_errno(e.errno or errno.EIO, what) from e
+        raise kernel_error(e, f"reading the GID table of {device} in {where}") from e
 
 
 async def addresses_of(rtnl: NlChannel, netdev: Placement) -> list[Cidr]:
@@ -156,7 +153,7 @@ async def addresses_of(rtnl: NlChannel, netdev: Placement) -> list[Cidr]:
         return await addresses(rtnl, netdev.ifindex, target_nsid=netdev.nsid)
     except NetlinkError as e:
         what = f"reading the addresses of {netdev.ifname} (netns id {netdev.nsid})"
-        raise from_errno(e.errno or errno.EIO, what) from e
+        raise kernel_error(e, what) from e
 
 
 async def claim_gids(

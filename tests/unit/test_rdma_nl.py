@@ -8,6 +8,7 @@ import struct
 
 import pytest
 
+from rdmad.errors import KernelError, Unavailable
 from rdmad.kernel import netlink
 from rdmad.kernel import rdma_nl as nl
 
@@ -137,6 +138,23 @@ def test_nlmsg_error_carries_the_extended_ack_message() -> None:
     flags = netlink.NLM_F_CAPPED | netlink.NLM_F_ACK_TLVS
     (err,) = netlink.split(error(4, -errno.EOPNOTSUPP, flags, nla(1, b"no netns change\0")))
     assert netlink.parse_error(err) == (errno.EOPNOTSUPP, "no netns change")
+
+
+def test_a_kernel_refusal_is_named_with_the_kernels_own_words() -> None:
+    refused = netlink.NetlinkError(errno.EINVAL, "MTU too big")
+    mapped = netlink.kernel_error(refused, "setting the MTU")
+    assert isinstance(mapped, KernelError)
+    assert str(mapped) == "setting the MTU: EINVAL (Invalid argument): MTU too big"
+
+
+def test_a_netlink_family_the_kernel_lacks_is_unavailable() -> None:
+    no_family = OSError(errno.EPROTONOSUPPORT, "Protocol not supported")
+    assert isinstance(netlink.kernel_error(no_family, "opening RDMA netlink"), Unavailable)
+
+
+def test_a_kernel_reply_with_econnrefused_is_a_kernel_error_not_unavailable() -> None:
+    refused = netlink.NetlinkError(errno.ECONNREFUSED)
+    assert isinstance(netlink.kernel_error(refused, "reading netdev 3"), KernelError)
 
 
 def test_attributes_skip_pad_and_strip_flag_bits() -> None:
