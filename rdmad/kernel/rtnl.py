@@ -107,17 +107,21 @@ class _Opening:
     """An in-netns socket being opened (by a worker thread) and wrapped, for use after a
     netns move or a macvlan's creation: both happen while the kernel does that, not after."""
 
-    def __init__(self, netns_fd: int) -> None:
+    def __init__(self, netns_fd: int, where: str) -> None:
         # a worker starts on it now
         sock = submit_in_netns(netns_fd, functools.partial(open_socket, socket.NETLINK_ROUTE))
         self._ns = asyncio.ensure_future(self._wrap(sock))
+        self._where = where
 
     @staticmethod
     async def _wrap(sock: Awaitable[socket.socket]) -> NlChannel:
         return NlChannel(await sock)
 
     async def channel(self) -> NlChannel:
-        return await asyncio.shield(self._ns)
+        try:
+            return await asyncio.shield(self._ns)
+        except OSError as e:  # setns() or socket() on the worker
+            raise kernel_error(e, f"opening rtnetlink in {self._where}") from e
 
     async def close(self) -> None:
         try:
@@ -128,8 +132,8 @@ class _Opening:
 
 
 @contextlib.asynccontextmanager
-async def _opening_in_netns(netns_fd: int) -> AsyncIterator[_Opening]:
-    opening = _Opening(netns_fd)
+async def _opening_in_netns(netns_fd: int, where: str) -> AsyncIterator[_Opening]:
+    opening = _Opening(netns_fd, where)
     try:
         yield opening
     finally:
@@ -206,7 +210,7 @@ class RtnlBackend:
         host = host or await self.host_config(ifindex)
         where = netns_label(target.inode)
         what = f"moving {host.name} into {where} as {ifname}" + (f" with MTU {mtu}" if mtu else "")
-        async with _opening_in_netns(target.fd) as opening:
+        async with _opening_in_netns(target.fd, where) as opening:
             try:
                 # One message: the netdev arrives with its name, MTU and admin state.
                 await self._move(
@@ -217,7 +221,7 @@ class RtnlBackend:
                     mtu=mtu,
                     up=True,
                 )
-            except NetlinkError as e:
+            except OSError as e:  # the kernel's refusal, or setns() on the mover thread
                 # Not atomic: the kernel moves first, then sets MTU, name and state (and
                 # renames after the move unless the old name is taken in the target), so
                 # a failed step leaves the netdev in the target as host.name or ifname.
@@ -267,7 +271,7 @@ class RtnlBackend:
         what = f"creating macvlan {ifname} of netdev {parent_ifindex} in {where}"
         # The in-netns socket is made (by a worker) while the kernel makes the macvlan, as
         # for a move, instead of after it (docs/performance.md, "Shared claim").
-        async with _opening_in_netns(target.fd) as opening:
+        async with _opening_in_netns(target.fd, where) as opening:
             try:
                 await new_macvlan(self._nl, parent_ifindex, ifname, net_ns_fd=target.fd, mtu=mtu)
             except NetlinkError as e:
@@ -318,7 +322,7 @@ class RtnlBackend:
                 ifname=host.name,
                 mtu_before=host.mtu or None,
             )
-        except NetlinkError as e:
+        except OSError as e:  # the kernel's refusal, or setns() on the mover thread
             raise self._name_error(e, what, host.name, "init_net") from e
         finally:
             if opened is not None:
@@ -490,7 +494,7 @@ class RtnlBackend:
         return await _ifindex_in(self._nl, name, "init_net")
 
     @staticmethod
-    def _name_error(e: NetlinkError, what: str, name: str, where: str) -> RdmadError:
+    def _name_error(e: OSError, what: str, name: str, where: str) -> RdmadError:
         if e.errno == errno.EEXIST:
             return InvalidArgs(f"{what}: the name {name} is already taken in {where}")
         return kernel_error(e, what)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import threading
@@ -15,7 +16,7 @@ from rdmad.backend import Placement
 from rdmad.errors import InvalidArgs, InvalidNetns, KernelError
 from rdmad.kernel.addr_events import RTNLGRP_IPV4_IFADDR
 from rdmad.kernel.netlink import Build, Message, split
-from rdmad.kernel.netns import KernelNetnsResolver
+from rdmad.kernel.netns import KernelNetnsResolver, NetnsHandle
 from rdmad.kernel.nlsocket import RECV_SIZE, NlChannel, open_socket
 from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_msgs import RTM_NEWADDR, RTM_NEWLINK, RTNLGRP_LINK, addr_from, link_from
@@ -246,6 +247,15 @@ async def test_bring_home_fails_clearly_when_the_netns_is_gone(
 ) -> None:
     with pytest.raises(InvalidNetns, match="nsid 4242"):
         await rtnl.bring_home(Placement(4242, 7, "net1"), configured)
+
+
+async def test_bring_home_from_a_file_that_is_not_a_netns_is_a_kernel_error(
+    rtnl: RtnlBackend, configured: HostConfig
+) -> None:
+    # The mover thread's setns() into it fails (EINVAL) before any request is sent.
+    source = NetnsHandle(os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC), 0, "/dev/null")
+    with source, pytest.raises(KernelError, match="EINVAL"):
+        await rtnl.bring_home(Placement(4242, 7, "net1"), configured, source)
 
 
 @pytest.fixture
