@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import errno
 import functools
-import ipaddress
 import logging
 import socket
 import weakref
@@ -63,6 +62,7 @@ from rdmad.kernel.rtnl_msgs import (
     setlink,
 )
 from rdmad.model import HostConfig, Netdev, netns_label
+from rdmad.options import parse_cidr
 from rdmad.steps import step
 
 log = logging.getLogger(__name__)
@@ -76,17 +76,9 @@ def netdev_from_link(link: Link) -> Netdev:
     return Netdev(ifindex=link.index, name=link.ifname, mtu=link.mtu, up=link.up, kind=link.kind)
 
 
-def parse_cidrs(addresses: tuple[str, ...]) -> list[Cidr]:
+def _parse_cidrs(addresses: tuple[str, ...]) -> list[Cidr]:
     """Parse CIDRs up front, so a malformed one fails before the kernel is touched."""
-    out = []
-    for a in addresses:
-        if "/" not in a:
-            raise InvalidArgs(f"address {a!r} needs a prefix length (CIDR, e.g. 10.0.0.2/24)")
-        try:
-            out.append(ipaddress.ip_interface(a))
-        except ValueError as e:
-            raise InvalidArgs(f"address {a!r} is not a valid CIDR: {e}") from None
-    return out
+    return [parse_cidr(a) for a in addresses]
 
 
 @contextlib.contextmanager
@@ -206,7 +198,7 @@ class RtnlBackend:
         addresses: tuple[str, ...],
         host: HostConfig | None = None,
     ) -> Placement:
-        cidrs = parse_cidrs(addresses)
+        cidrs = _parse_cidrs(addresses)
         host = host or await self.host_config(ifindex)
         where = netns_label(target.inode)
         what = f"moving {host.name} into {where} as {ifname}" + (f" with MTU {mtu}" if mtu else "")
@@ -266,7 +258,7 @@ class RtnlBackend:
         mtu: int | None,
         addresses: tuple[str, ...],
     ) -> Placement:
-        cidrs = parse_cidrs(addresses)
+        cidrs = _parse_cidrs(addresses)
         where = netns_label(target.inode)
         what = f"creating macvlan {ifname} of netdev {parent_ifindex} in {where}"
         # The in-netns socket is made (by a worker) while the kernel makes the macvlan, as
@@ -334,13 +326,13 @@ class RtnlBackend:
             await self.restore(cur.ifindex, host)  # something else changed it meanwhile
             return await self._netdev(cur.ifindex, what)
         # A netdev loses all its addresses when it changes netns: add the host's back.
-        await _add_addresses(self._nl, cur.ifindex, parse_cidrs(host.addresses), what)
+        await _add_addresses(self._nl, cur.ifindex, _parse_cidrs(host.addresses), what)
         if host.up:
             await _set_state(self._nl, cur.ifindex, None, True, what)
         return replace(cur, up=host.up)
 
     async def restore(self, ifindex: int, host: HostConfig) -> None:
-        cidrs = parse_cidrs(host.addresses)
+        cidrs = _parse_cidrs(host.addresses)
         with _op(f"reading netdev {ifindex}"):
             cur = netdev_from_link(await getlink(self._nl, ifindex))
         what = f"restoring {cur.name} (ifindex {ifindex}) as {host.name}"
