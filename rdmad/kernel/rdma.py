@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 from rdmad.backend import NetnsTarget, Placement
 from rdmad.errors import (
-    InvalidArgs,
     ModeBusy,
     NoSuchDevice,
     NotSupported,
@@ -100,8 +99,7 @@ class KernelRdma:
         return NetnsMode.SHARED if nl.sys_info(msg).netns_shared else NetnsMode.EXCLUSIVE
 
     async def set_netns_mode(self, mode: NetnsMode) -> None:
-        if mode not in (NetnsMode.SHARED, NetnsMode.EXCLUSIVE):
-            raise InvalidArgs(f"netns mode must be shared or exclusive, not {mode!s}")
+        """`mode`: shared or exclusive (rdmad.options.parse_netns_mode)."""
         build = functools.partial(nl.set_netns_mode, shared=mode is NetnsMode.SHARED)
         try:
             await self._request(build, f"setting the RDMA netns mode to {mode}")
