@@ -41,6 +41,14 @@ from rdmad.errors import (
 from rdmad.events import Event
 from rdmad.giveback import GiveBack, placement
 from rdmad.inventory import Inventory
+from rdmad.logfields import (
+    MESSAGE_CLAIM_FAILED,
+    MESSAGE_GIDS_UNREADABLE,
+    MESSAGE_INTERRUPTED,
+    MESSAGE_NOT_RETURNED,
+    MESSAGE_NSID_REUSED,
+    log_event,
+)
 from rdmad.model import (
     Claim,
     ClaimOptions,
@@ -55,6 +63,7 @@ from rdmad.model import (
     PortCounters,
     RdmaDevice,
     ReleaseReason,
+    netns_label,
 )
 from rdmad.observer import CoreObserver, Observers
 from rdmad.opstats import OpStats
@@ -225,11 +234,29 @@ class Core:
             # The nsid says dead for sure; a live nsid may have been reused by another netns.
             alive = (claim.nsid < 0 or claim.nsid in live) and self._netns_reachable(claim)
             if claim.phase == ClaimPhase.PENDING:
-                log.warning("claim %s was interrupted while being made: undoing it", claim.id)
+                log_event(
+                    log,
+                    MESSAGE_INTERRUPTED,
+                    f"claim {claim.id} of {claim.device} was interrupted while being made: "
+                    "undoing it",
+                    device=claim.device,
+                    netns=claim.netns,
+                    claim=claim.id,
+                    level=logging.WARNING,
+                )
                 await self._giveback.give_back(claim, netns_alive=alive)
                 self._drop(claim)
             elif claim.phase == ClaimPhase.RELEASING:
-                log.warning("claim %s was interrupted while being released: finishing", claim.id)
+                log_event(
+                    log,
+                    MESSAGE_INTERRUPTED,
+                    f"claim {claim.id} of {claim.device} was interrupted while being released: "
+                    "finishing the release",
+                    device=claim.device,
+                    netns=claim.netns,
+                    claim=claim.id,
+                    level=logging.WARNING,
+                )
                 await self._giveback.give_back(claim, netns_alive=alive)
                 self._drop(claim)
                 self._startup_releases.append(claim)
@@ -251,6 +278,16 @@ class Core:
             claim = await self._claim(device, target, options)
         except RdmadError as e:
             self.stats.failed("claim", e.dbus_name)
+            netns = netns_label(target.inode)
+            log_event(
+                log,
+                MESSAGE_CLAIM_FAILED,
+                f"claim of {device} into {netns} failed: {e}",
+                device=device,
+                netns=netns,
+                error=e.dbus_name,
+                level=logging.WARNING,
+            )
             raise
         self.stats.claimed(time.monotonic() - started)
         return claim
@@ -297,8 +334,8 @@ class Core:
         if not opts.netdev:
             if not exclusive:
                 raise NotSupported(
-                    f"{dev.name}: moving only the RDMA device needs exclusive netns mode; "
-                    "the subsystem is in shared mode (SetNetnsMode('exclusive'))"
+                    f"{dev.name}: moving only the RDMA device needs the RDMA subsystem in "
+                    "exclusive netns mode; it is in shared mode (switch it to exclusive first)"
                 )
             return
         if dev.virtual:
@@ -389,8 +426,14 @@ class Core:
         try:
             return await self._rdma.gids(claim.device, inside, placed if claim.shared else None)
         except RdmadError as exc:
-            log.warning(
-                "claim %s: cannot read the GID table of %s: %s", claim.id, claim.device, exc
+            log_event(
+                log,
+                MESSAGE_GIDS_UNREADABLE,
+                f"claim {claim.id}: cannot read the GID table of {claim.device}: {exc}",
+                device=claim.device,
+                netns=claim.netns,
+                claim=claim.id,
+                level=logging.WARNING,
             )
             return ()
 
@@ -414,8 +457,16 @@ class Core:
         self, claim: Claim, target: NetnsTarget, exc: BaseException
     ) -> None:
         """Put everything back as it was before a failed claim, then forget the claim."""
-        if not isinstance(exc, RdmadError):
-            log.error("claim of %s failed unexpectedly: %r", claim.device, exc)
+        if not isinstance(exc, RdmadError):  # an RdmadError is logged by claim()
+            log_event(
+                log,
+                MESSAGE_CLAIM_FAILED,
+                f"claim {claim.id} of {claim.device} failed unexpectedly: {exc!r}",
+                device=claim.device,
+                netns=claim.netns,
+                claim=claim.id,
+                level=logging.ERROR,
+            )
         try:
             if claim.netdev_moved:
                 await self._giveback.bring_netdev_home(claim)
@@ -423,7 +474,16 @@ class Core:
                 await self._rdma.move_home(claim.device, target)
         except RdmadError as undo_exc:
             # Leave it PENDING on disk: the next start (or an operator) finishes the undo.
-            log.error("could not undo claim %s: %s", claim.id, undo_exc)
+            log_event(
+                log,
+                MESSAGE_NOT_RETURNED,
+                f"could not undo the failed claim {claim.id} of {claim.device}: {undo_exc}; "
+                "the next start finishes the undo",
+                device=claim.device,
+                netns=claim.netns,
+                claim=claim.id,
+                level=logging.ERROR,
+            )
             return
         self._book.claims.pop(claim.id, None)
         with contextlib.suppress(RdmadError):
@@ -499,12 +559,15 @@ class Core:
             if reason == ReleaseReason.NETNS_GONE and self._netns_reachable(claim):
                 # A stale RTM_DELNSID: nsids are reused as soon as a netns dies, so an event
                 # still queued about a dead netns can carry the nsid this live one got since.
-                log.info(
-                    "claim %s: nsid %d was dropped but %s is alive (nsid reused); "
-                    "keeping the claim",
-                    claim.id,
-                    claim.nsid,
-                    claim.netns,
+                log_event(
+                    log,
+                    MESSAGE_NSID_REUSED,
+                    f"claim {claim.id}: nsid {claim.nsid} was dropped but {claim.netns} is "
+                    "alive (nsid reused); keeping the claim",
+                    device=claim.device,
+                    netns=claim.netns,
+                    claim=claim.id,
+                    level=logging.INFO,
                 )
                 return
             claim.phase = ClaimPhase.RELEASING
@@ -513,7 +576,16 @@ class Core:
             try:
                 await self._giveback.give_back(claim, netns_alive=alive)
             except RdmadError as exc:
-                log.error("claim %s: could not give everything back: %s", claim.id, exc)
+                log_event(
+                    log,
+                    MESSAGE_NOT_RETURNED,
+                    f"claim {claim.id} of {claim.device} ended ({reason.value}) but could not "
+                    f"give everything back: {exc}",
+                    device=claim.device,
+                    netns=claim.netns,
+                    claim=claim.id,
+                    level=logging.ERROR,
+                )
             self._drop(claim)
             self._save(claim)
         self._finish_release(claim, reason)

@@ -15,6 +15,7 @@ from rdmad.backend import NetdevBackend, NetnsResolver, Placement, RdmaBackend
 from rdmad.claims import ClaimBook
 from rdmad.errors import RdmadError
 from rdmad.inventory import Inventory
+from rdmad.logfields import MESSAGE_NOT_RETURNED, log_event
 from rdmad.model import Claim
 from rdmad.steps import step
 from rdmad.tracking import InventoryTracker
@@ -79,7 +80,15 @@ class GiveBack:
         if await self._rdma_home(claim.device):
             return
         if not await self._tracker.wait_for_device(claim.device, RETURN_TIMEOUT_S):
-            log.warning("%s has not come back from %s yet", claim.device, claim.netns)
+            log_event(
+                log,
+                MESSAGE_NOT_RETURNED,
+                f"{claim.device} has not come back from {claim.netns} yet",
+                device=claim.device,
+                netns=claim.netns,
+                claim=claim.id,
+                level=logging.WARNING,
+            )
 
     async def _rdma_home(self, device: str) -> bool:
         """Whether init_net sees `device` (a release killed after its move home finishes).
@@ -123,11 +132,15 @@ class GiveBack:
         if host.ifindex not in self._inv.netdevs and not await self._tracker.wait_for_link(
             host.ifindex, RETURN_TIMEOUT_S
         ):
-            log.warning(
-                "%s (ifindex %d) has not come back from %s yet; will restore it when it does",
-                host.name,
-                host.ifindex,
-                claim.netns,
+            log_event(
+                log,
+                MESSAGE_NOT_RETURNED,
+                f"{host.name} (ifindex {host.ifindex}, the netdev of {claim.device}) has not "
+                f"come back from {claim.netns} yet; will restore it when it does",
+                device=claim.device,
+                netns=claim.netns,
+                claim=claim.id,
+                level=logging.WARNING,
             )
             self._book.pending_restores.append(host)
             return
@@ -141,5 +154,12 @@ class GiveBack:
                 try:
                     await self._net.restore(host.ifindex, host)
                 except RdmadError as exc:
-                    log.error("could not restore %s: %s", host.name, exc)
+                    # What is pending records the netdev only: no device, netns or claim.
+                    log_event(
+                        log,
+                        MESSAGE_NOT_RETURNED,
+                        f"could not restore the host settings of {host.name} "
+                        f"(ifindex {host.ifindex}): {exc}",
+                        level=logging.ERROR,
+                    )
                 self._book.pending_restores.remove(host)

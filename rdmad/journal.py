@@ -64,7 +64,8 @@ class RdmadJournalHandler(_journal.JournalHandler):  # type: ignore[misc]  # unt
 
 
 class KeyValueFormatter(logging.Formatter):
-    """`LEVEL logger: message device=... netns=... claim=... reason=...`, one line."""
+    """`LEVEL logger: message device=... netns=... claim=...` (and whichever other
+    rdmad.logfields fields the record has), one line."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")

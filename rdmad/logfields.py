@@ -1,5 +1,6 @@
 """What one journal event carries: a MESSAGE_ID naming its kind and whichever of the
-RDMAD_DEVICE, RDMAD_NETNS, RDMAD_CLAIM and RDMAD_REASON fields apply, so that e.g.
+RDMAD_DEVICE, RDMAD_NETNS, RDMAD_CLAIM, RDMAD_REASON and RDMAD_ERROR fields apply, so
+that e.g.
 
     journalctl -u rdmad MESSAGE_ID=<MESSAGE_CLAIMED> RDMAD_DEVICE=mlx5_0
 
@@ -24,6 +25,15 @@ MESSAGE_MODE_CHANGED: Final = "9f92938cd6c84151aa659318143eb1ad"
 MESSAGE_RECONCILED: Final = "af5005ea085c4c00a3e94c9655ed0957"
 MESSAGE_GIDS_CHANGED: Final = "4120b9189eb549368916a48434483c5f"
 MESSAGE_RESYNC: Final = "55820fbd8b124c448138f9eaf3ea0606"
+# a claim refused or failed (and rolled back); RDMAD_ERROR: the error's D-Bus name
+MESSAGE_CLAIM_FAILED: Final = "56c8106540d048d7ad35af2ff6d5b9ce"
+# a claim or release a crash interrupted, finished at start
+MESSAGE_INTERRUPTED: Final = "48dd9d4e6aaf4b678d13cb280cfc1872"
+# what a claim took is not back in init_net as it was (yet): an operator may have to step in
+MESSAGE_NOT_RETURNED: Final = "84fed45eb174426fa1eb8cdd58df960d"
+MESSAGE_GIDS_UNREADABLE: Final = "ee57270e940c4ce2998c131d4fcc3b83"  # the claim works without
+# a netns death reported by an nsid that a live claim's netns has since been given: ignored
+MESSAGE_NSID_REUSED: Final = "6a1e682f2c624b41a6ca2c92b1255c4d"
 MESSAGE_START: Final = "437dce355abf4ffebd66e09ca16f3080"
 MESSAGE_STOP: Final = "09a98dc9b33d4b1092e6415b2d426007"
 
@@ -33,6 +43,7 @@ EVENT_FIELDS: Final = {
     "RDMAD_NETNS": "netns",
     "RDMAD_CLAIM": "claim",
     "RDMAD_REASON": "reason",
+    "RDMAD_ERROR": "error",
     "RDMAD_STEP": "step",  # rdmad.steps: how far a claim or release got
 }
 
@@ -46,6 +57,7 @@ def log_event(
     netns: str | None = None,
     claim: str | None = None,
     reason: str | None = None,
+    error: str | None = None,
     level: int = logging.INFO,
 ) -> None:
     """Log one event with its MESSAGE_ID and whichever of the RDMAD_* fields apply."""
@@ -55,6 +67,7 @@ def log_event(
         ("RDMAD_NETNS", netns),
         ("RDMAD_CLAIM", claim),
         ("RDMAD_REASON", reason),
+        ("RDMAD_ERROR", error),
     ):
         if value is not None:
             extra[key] = str(value)

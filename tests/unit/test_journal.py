@@ -72,6 +72,11 @@ def test_message_ids_are_fixed_distinct_uuids() -> None:
         "MESSAGE_RECONCILED",
         "MESSAGE_GIDS_CHANGED",
         "MESSAGE_RESYNC",
+        "MESSAGE_CLAIM_FAILED",
+        "MESSAGE_INTERRUPTED",
+        "MESSAGE_NOT_RETURNED",
+        "MESSAGE_GIDS_UNREADABLE",
+        "MESSAGE_NSID_REUSED",
         "MESSAGE_START",
         "MESSAGE_STOP",
     }
