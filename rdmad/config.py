@@ -27,7 +27,9 @@ class Config:
 
 
 class ConfigError(Exception):
-    pass
+    """A bad setting. Raised at start only (load(), and the daemon's wiring before the bus
+    name is taken): it stops rdmad with its message and never reaches a D-Bus caller, so
+    it is not an RdmadError."""
 
 
 def parser() -> argparse.ArgumentParser:

@@ -31,7 +31,10 @@ class State:
 
 
 class CorruptState(Exception):
-    """The state file exists but cannot be read; the daemon rebuilds from the kernel."""
+    """The state file exists but cannot be read; the daemon rebuilds from the kernel.
+
+    Raised by Store.load, which runs at start only (Core.start handles it): it never
+    reaches a D-Bus caller, so it is not an RdmadError."""
 
 
 class Store:
