@@ -61,10 +61,6 @@ class NetnsHandle:
     def path(self) -> str:
         return self._path
 
-    @property
-    def closed(self) -> bool:
-        return self._fd < 0
-
     def close(self) -> None:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
@@ -122,16 +118,9 @@ class KernelNetnsResolver:
     recognise init_net and to move things home. Holding it pins nothing: init_net never dies.
     """
 
-    def __init__(self, init_path: str = SELF_NETNS) -> None:
-        fd = os.open(init_path, _OPEN_FLAGS)
-        try:
-            st = os.fstat(fd)
-            if _ns_type(fd) != CLONE_NEWNET:
-                raise InvalidNetns(f"{init_path} is not a network namespace")
-        except BaseException:
-            os.close(fd)
-            raise
-        self._init_fd = fd
+    def __init__(self) -> None:
+        self._init_fd = os.open(SELF_NETNS, _OPEN_FLAGS)
+        st = os.fstat(self._init_fd)
         self._init_ino = st.st_ino
         self._nsfs_dev = st.st_dev
 
@@ -356,12 +345,6 @@ class NetnsRunner:
             if self._pool is pool:
                 self._pool = self._new_pool()
         pool.shutdown(wait=False)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
-        if self._init_fd >= 0:
-            os.close(self._init_fd)
-            self._init_fd = -1
 
 
 _runners: dict[str, NetnsRunner] = {}

@@ -54,11 +54,8 @@ class KernelRdma:
     init_net's rtnetlink channel: a shared claim's GID entries follow its netdev's addresses.
     """
 
-    def __init__(
-        self, rtnl: NlChannel, *, init_netns_fd: int | None = None, sysfs_root: str = "/sys"
-    ) -> None:
+    def __init__(self, rtnl: NlChannel, *, init_netns_fd: int | None = None) -> None:
         self._rtnl = rtnl
-        self._sysfs = sysfs_root
         self._own_init_fd = init_netns_fd is None
         self._init_fd = (
             os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
@@ -194,7 +191,7 @@ class KernelRdma:
     async def gids(
         self, device: str, inside: NetnsTarget | None, netdev: Placement | None
     ) -> tuple[Gid, ...]:
-        return await claim_gids(device, inside, netdev, self._rtnl, self._sysfs)
+        return await claim_gids(device, inside, netdev, self._rtnl)
 
     async def counters(
         self, device: RdmaDevice, inside: NetnsTarget | None
@@ -243,7 +240,7 @@ class KernelRdma:
             functools.partial(nl.get_ports, index=info.index), f"listing ports of {info.name}"
         )
         ports = sorted(map(nl.port_info, ports_msgs), key=lambda p: p.port)
-        facts = sysfs_facts(info.name, self._sysfs)
+        facts = sysfs_facts(info.name)
         uverbs = await self._try_chardev("uverbs", info.index)
         nodes = [uverbs] if uverbs else []
         for p in ports:
@@ -356,7 +353,7 @@ class KernelRdma:
                 counters = {}
             # This process's sysfs shows init_net's devices only (the class is netns-tagged).
             if in_init_net:
-                sysfs = rdma_stats.sysfs_port_counters(device.name, port, self._sysfs)
+                sysfs = rdma_stats.sysfs_port_counters(device.name, port)
                 counters = sysfs | counters
             out.append(PortCounters(port, counters))
         return tuple(out)

@@ -126,19 +126,19 @@ def _table_in_netns(device: str) -> tuple[Gid, ...]:
         os.close(root)
 
 
-def _table_at(device: str, sysfs_root: str) -> tuple[Gid, ...]:
-    root = os.open(sysfs_root, _DIR_FLAGS)
+def _table_in_init_net(device: str) -> tuple[Gid, ...]:
+    root = os.open("/sys", _DIR_FLAGS)  # this process's sysfs: init_net's
     try:
         return read_table(device, root)
     finally:
         os.close(root)
 
 
-async def _table(device: str, inside: NetnsTarget | None, sysfs_root: str) -> tuple[Gid, ...]:
+async def _table(device: str, inside: NetnsTarget | None) -> tuple[Gid, ...]:
     where = inside.path if inside is not None else "init_net"
     try:
         if inside is None:
-            return await asyncio.to_thread(_table_at, device, sysfs_root)
+            return await asyncio.to_thread(_table_in_init_net, device)
         return await run_in_netns(inside.fd, lambda: _table_in_netns(device))
     except FileNotFoundError:
         return ()  # gone meanwhile, or no ports: a claim still stands without GIDs
@@ -161,7 +161,6 @@ async def claim_gids(
     inside: NetnsTarget | None,
     netdev: Placement | None,
     rtnl: NlChannel,
-    sysfs_root: str = "/sys",
 ) -> tuple[Gid, ...]:
     """The entries of `device`'s table a claim gets: all of them, or with `netdev` (a netdev
     in `inside`) those of its addresses; names repeat across netns, so an entry is the
@@ -169,9 +168,7 @@ async def claim_gids(
     in the entries of the IPv4 addresses (IPv6 ones may wait for DAD), or, for the whole
     table, any entry."""
     if netdev is None:
-        return await _settled(
-            lambda: _table(device, inside, sysfs_root), lambda g: g, set(), device
-        )
+        return await _settled(lambda: _table(device, inside), lambda g: g, set(), device)
     assert inside is not None
     cidrs = await addresses_of(rtnl, netdev)
     want = {gid_of(c) for c in cidrs}
@@ -180,7 +177,7 @@ async def claim_gids(
         return tuple(g for g in gids if g.netdev == netdev.ifname and g.gid in want)
 
     need = {gid_of(c) for c in cidrs if c.version == 4}
-    return await _settled(lambda: _table(device, inside, sysfs_root), mine, need, device)
+    return await _settled(lambda: _table(device, inside), mine, need, device)
 
 
 async def _settled(

@@ -31,8 +31,6 @@ RDMA_NL_GROUP_NOTIFY = 4
 class Cmd(enum.IntEnum):
     GET = 1
     SET = 2
-    NEWLINK = 3
-    DELLINK = 4
     PORT_GET = 5
     SYS_GET = 6
     SYS_SET = 7
@@ -45,25 +43,18 @@ class Attr(enum.IntEnum):
     DEV_INDEX = 1  # u32
     DEV_NAME = 2  # string
     PORT_INDEX = 3  # u32; in a GET reply: the number of ports
-    CAP_FLAGS = 4  # u64
-    FW_VERSION = 5  # string
     NODE_GUID = 6  # u64, host byte order
-    SYS_IMAGE_GUID = 7  # u64
     PORT_STATE = 12  # u8
     PORT_PHYS_STATE = 13  # u8
-    DEV_NODE_TYPE = 14  # u8
     NDEV_INDEX = 50  # u32
     NDEV_NAME = 51  # string
-    LINK_TYPE = 65  # string
     SYS_NETNS_MODE = 66  # u8: 1 shared, 0 exclusive
     DEV_PROTOCOL = 67  # string: ib, roce, iw, opa
     NET_NS_FD = 68  # u32
     CHARDEV_TYPE = 69  # string
     CHARDEV_NAME = 70  # string
-    CHARDEV_ABI = 71  # u64
     CHARDEV = 72  # u64, huge_encode_dev()
     UVERBS_DRIVER_ID = 73  # u64
-    SYS_COPY_ON_FORK = 93  # u8
     EVENT_TYPE = 102  # u8
     SYS_MONITOR_MODE = 103  # u8: present and 1 when MONITOR exists
 
@@ -148,14 +139,11 @@ class DevInfo:
     name: str
     ports: int
     node_guid: str
-    fw_version: str
     protocol: str  # ib, roce, iw, opa ("" on kernels that do not say)
 
 
 @dataclass(frozen=True)
 class PortInfo:
-    dev_index: int
-    dev_name: str
     port: int
     state: str
     phys_state: str
@@ -166,7 +154,6 @@ class PortInfo:
 @dataclass(frozen=True)
 class SysInfo:
     netns_shared: bool
-    copy_on_fork: bool
     monitor: bool  # the kernel has RDMA_NLDEV_CMD_MONITOR
 
 
@@ -175,7 +162,6 @@ class ChardevInfo:
     name: str  # the node's name under /dev/infiniband, e.g. uverbs0
     major: int
     minor: int
-    abi: int
     driver_id: int  # uverbs only: enum rdma_driver_id, else 0
 
 
@@ -184,9 +170,6 @@ class MonitorEvent:
     event: int  # EventType value (kept an int: newer kernels add types)
     dev_index: int
     dev_name: str
-    port: int
-    netdev_index: int
-    netdev_name: str
 
 
 def dev_info(msg: Message) -> DevInfo:
@@ -196,7 +179,6 @@ def dev_info(msg: Message) -> DevInfo:
         name=a.string(Attr.DEV_NAME),
         ports=a.u32(Attr.PORT_INDEX),
         node_guid=format_guid(a.u64(Attr.NODE_GUID)) if Attr.NODE_GUID in a else "",
-        fw_version=a.string(Attr.FW_VERSION),
         protocol=a.string(Attr.DEV_PROTOCOL),
     )
 
@@ -204,8 +186,6 @@ def dev_info(msg: Message) -> DevInfo:
 def port_info(msg: Message) -> PortInfo:
     a = attrs_of(msg)
     return PortInfo(
-        dev_index=a.u32(Attr.DEV_INDEX),
-        dev_name=a.string(Attr.DEV_NAME),
         port=a.u32(Attr.PORT_INDEX),
         state=_enum_name(PORT_STATES, a.u8(Attr.PORT_STATE)),
         phys_state=_enum_name(PHYS_STATES, a.u8(Attr.PORT_PHYS_STATE)),
@@ -218,7 +198,6 @@ def sys_info(msg: Message) -> SysInfo:
     a = attrs_of(msg)
     return SysInfo(
         netns_shared=bool(a.u8(Attr.SYS_NETNS_MODE, 1)),
-        copy_on_fork=bool(a.u8(Attr.SYS_COPY_ON_FORK)),
         monitor=bool(a.u8(Attr.SYS_MONITOR_MODE)),
     )
 
@@ -230,7 +209,6 @@ def chardev_info(msg: Message) -> ChardevInfo:
         name=a.string(Attr.CHARDEV_NAME),
         major=major,
         minor=minor,
-        abi=a.u64(Attr.CHARDEV_ABI),
         driver_id=a.u64(Attr.UVERBS_DRIVER_ID),
     )
 
@@ -241,9 +219,6 @@ def monitor_event(msg: Message) -> MonitorEvent:
         event=a.u8(Attr.EVENT_TYPE),
         dev_index=a.u32(Attr.DEV_INDEX),
         dev_name=a.string(Attr.DEV_NAME),
-        port=a.u32(Attr.PORT_INDEX),
-        netdev_index=a.u32(Attr.NDEV_INDEX),
-        netdev_name=a.string(Attr.NDEV_NAME),
     )
 
 
@@ -291,17 +266,3 @@ def get_chardev(seq: int, kind: str, index: int | None = None, port: int | None 
     if port is not None:
         attrs.append(attr_u32(Attr.PORT_INDEX, port))
     return encode(Cmd.GET_CHARDEV, attrs, seq=seq, flags=NLM_F_ACK)
-
-
-def new_link(seq: int, name: str, link_type: str, netdev: str) -> bytes:
-    """NEWLINK: `rdma link add NAME type rxe|siw netdev NETDEV`."""
-    attrs = [
-        attr_str(Attr.DEV_NAME, name),
-        attr_str(Attr.LINK_TYPE, link_type),
-        attr_str(Attr.NDEV_NAME, netdev),
-    ]
-    return encode(Cmd.NEWLINK, attrs, seq=seq, flags=NLM_F_ACK)
-
-
-def del_link(seq: int, index: int) -> bytes:
-    return encode(Cmd.DELLINK, [attr_u32(Attr.DEV_INDEX, index)], seq=seq, flags=NLM_F_ACK)
