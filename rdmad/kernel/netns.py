@@ -128,10 +128,6 @@ class KernelNetnsResolver:
     def init_fd(self) -> int:
         return self._init_fd
 
-    @property
-    def init_inode(self) -> int:
-        return self._init_ino
-
     def close(self) -> None:
         if self._init_fd >= 0:
             fd, self._init_fd = self._init_fd, -1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import os
 from collections.abc import Callable
 
 from rdmad.backend import NetnsTarget, Placement
@@ -49,19 +48,14 @@ def _index_by_name(messages: list[Message], name: str) -> int | None:
 class KernelRdma:
     """Implements rdmad.backend.RdmaBackend for the running kernel.
 
-    `init_netns_fd` is an fd of init_net (the daemon's own netns); without one, the backend
-    opens /proc/self/ns/net itself. It is the NET_NS_FD of every move home. `rtnl` is
-    init_net's rtnetlink channel: a shared claim's GID entries follow its netdev's addresses.
+    `init_netns_fd` is an fd of init_net (the daemon's own netns), kept open by its owner:
+    the NET_NS_FD of every move home. `rtnl` is init_net's rtnetlink channel: a shared
+    claim's GID entries follow its netdev's addresses.
     """
 
-    def __init__(self, rtnl: NlChannel, *, init_netns_fd: int | None = None) -> None:
+    def __init__(self, rtnl: NlChannel, *, init_netns_fd: int) -> None:
         self._rtnl = rtnl
-        self._own_init_fd = init_netns_fd is None
-        self._init_fd = (
-            os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-            if init_netns_fd is None
-            else init_netns_fd
-        )
+        self._init_fd = init_netns_fd
         self._sock: NlChannel | None = None
 
     # -- plumbing ---------------------------------------------------------------------
@@ -213,9 +207,6 @@ class KernelRdma:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        if self._own_init_fd and self._init_fd >= 0:
-            os.close(self._init_fd)
-            self._init_fd = -1
 
     # -- helpers ----------------------------------------------------------------------
 

@@ -73,9 +73,9 @@ def rxe(veth: str) -> Iterator[str]:
 
 
 @pytest.fixture
-async def backend() -> AsyncIterator[KernelRdma]:
+async def backend(resolver: KernelNetnsResolver) -> AsyncIterator[KernelRdma]:
     rtnl = NlChannel.open(socket.NETLINK_ROUTE)
-    b = KernelRdma(rtnl)
+    b = KernelRdma(rtnl, init_netns_fd=resolver.init_fd)
     yield b
     await b.close()
     rtnl.close()

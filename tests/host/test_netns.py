@@ -178,11 +178,12 @@ async def test_run_in_netns_runs_inside_and_returns_to_init_net(
     def where() -> int:
         return os.stat("/proc/thread-self/ns/net").st_ino
 
+    init_net = os.stat("/proc/self/ns/net").st_ino
     with resolver.open(netns) as h:
         assert await run_in_netns(h.fd, where) == netns_inode(netns)
     # the same worker threads are back home
-    assert await run_in_netns(resolver.init_fd, where) == resolver.init_inode
-    assert os.stat("/proc/thread-self/ns/net").st_ino == resolver.init_inode
+    assert await run_in_netns(resolver.init_fd, where) == init_net
+    assert where() == init_net
 
 
 async def test_run_in_netns_propagates_exceptions(
