@@ -1,19 +1,16 @@
 """rtnetlink events: link changes in init_net and nsid deletions, as rdmad.events.
 
-An NlSubscription (the event loop reads it) joined to RTNLGRP_LINK and RTNLGRP_NSID. An
-overrun (ENOBUFS) means messages were dropped: the source emits Resync("rtnl"), and the
-re-read it causes covers whatever was lost. The socket itself keeps working.
+A subscription (rdmad.kernel.nl_events) to RTNLGRP_LINK and RTNLGRP_NSID; an overrun is
+reported as Resync("rtnl").
 """
 
 from __future__ import annotations
 
-import logging
 import socket
 
-from rdmad.backend import EventSink
-from rdmad.events import Event, LinkChanged, LinkRemoved, NetnsGone, Resync
+from rdmad.events import Event, LinkChanged, LinkRemoved, NetnsGone
 from rdmad.kernel.netlink import Message
-from rdmad.kernel.nlsocket import NlSubscription, open_socket
+from rdmad.kernel.nl_events import NetlinkEvents
 from rdmad.kernel.rtnl import netdev_from_link
 from rdmad.kernel.rtnl_msgs import (
     RTM_DELLINK,
@@ -24,10 +21,6 @@ from rdmad.kernel.rtnl_msgs import (
     link_from,
     nsid_from,
 )
-
-log = logging.getLogger(__name__)
-
-DEFAULT_RCVBUF = 1 << 20
 
 
 def event_from_msg(msg: Message) -> Event | None:
@@ -43,30 +36,9 @@ def event_from_msg(msg: Message) -> Event | None:
     return None
 
 
-class RtnlEventSource:
-    """Implements rdmad.backend.EventSource. `rcvbuf` can be made tiny to provoke overruns."""
+class RtnlEventSource(NetlinkEvents):
+    """Implements rdmad.backend.EventSource."""
 
-    def __init__(self, rcvbuf: int = DEFAULT_RCVBUF) -> None:
-        self._rcvbuf = rcvbuf
-        self._sub: NlSubscription | None = None
-
-    async def start(self, sink: EventSink) -> None:
-        if self._sub is not None:
-            raise RuntimeError("RtnlEventSource already started")
-
-        def on_message(msg: Message) -> None:
-            event = event_from_msg(msg)
-            if event is not None:
-                sink(event)
-
-        def on_overrun() -> None:
-            log.warning("rtnetlink event socket overran; re-reading")
-            sink(Resync("rtnl"))
-
-        sock = open_socket(socket.NETLINK_ROUTE, (RTNLGRP_LINK, RTNLGRP_NSID), rcvbuf=self._rcvbuf)
-        self._sub = NlSubscription(sock, on_message, on_overrun)
-
-    async def stop(self) -> None:
-        if self._sub is not None:
-            self._sub.close()
-            self._sub = None
+    def __init__(self) -> None:
+        groups = (RTNLGRP_LINK, RTNLGRP_NSID)
+        super().__init__("rtnl", socket.NETLINK_ROUTE, groups, event_from_msg)

@@ -10,32 +10,28 @@ import asyncio
 import errno
 import os
 import socket
-from collections.abc import Callable
 from typing import Any
 
 import pyudev
 
 from rdmad.backend import EventSink
 from rdmad.errors import NotSupported
-from rdmad.events import RdmaChanged, Resync
+from rdmad.events import Event, RdmaChanged, Resync
 from rdmad.kernel import rdma_nl as nl
 from rdmad.kernel.netlink import Message
-from rdmad.kernel.nlsocket import NlChannel, NlSubscription, open_socket
+from rdmad.kernel.nl_events import NetlinkEvents
+from rdmad.kernel.nlsocket import NlChannel
 
 # infiniband: the devices; infiniband_verbs/_mad: their uverbs/umad/issm char devices.
 # Netdevs are rtnetlink's business, so "net" is not subscribed.
 RDMA_SUBSYSTEMS = ("infiniband", "infiniband_verbs", "infiniband_mad")
 UDEV_CONTROL = "/run/udev/control"
 
-MonitorFactory = Callable[[str], Any]  # source -> a started-able pyudev.Monitor look-alike
 
-
-def default_source() -> str:
-    """'udev' when udevd runs (its events arrive after /dev nodes exist), else 'kernel'."""
-    return "udev" if os.path.exists(UDEV_CONTROL) else "kernel"
-
-
-def _pyudev_monitor(source: str) -> Any:
+def new_monitor() -> Any:
+    """A pyudev monitor of udevd's events when udevd runs (they arrive after the /dev nodes
+    exist), else of the kernel's."""
+    source = "udev" if os.path.exists(UDEV_CONTROL) else "kernel"
     return pyudev.Monitor.from_netlink(pyudev.Context(), source=source)
 
 
@@ -49,25 +45,14 @@ def event_from_uevent(action: str, subsystem: str, sys_name: str) -> RdmaChanged
 
 
 class UdevEvents:
-    """Implements rdmad.backend.EventSource over a pyudev monitor. `rcvbuf` (bytes) replaces
-    libudev's 128 MiB receive buffer; only tests make it tiny, to provoke overruns."""
+    """Implements rdmad.backend.EventSource over a pyudev monitor."""
 
-    def __init__(
-        self,
-        source: str | None = None,
-        monitor_factory: MonitorFactory = _pyudev_monitor,
-        rcvbuf: int | None = None,
-    ) -> None:
-        self.source = source or default_source()
-        self._factory = monitor_factory
-        self._rcvbuf = rcvbuf
+    def __init__(self) -> None:
         self._monitor: Any = None
         self._sink: EventSink | None = None
 
     async def start(self, sink: EventSink) -> None:
-        monitor = self._factory(self.source)
-        if self._rcvbuf is not None:  # libudev forces it (SO_RCVBUFFORCE): needs CAP_NET_ADMIN
-            monitor.set_receive_buffer_size(self._rcvbuf)
+        monitor = new_monitor()
         for subsystem in RDMA_SUBSYSTEMS:
             monitor.filter_by(subsystem)
         monitor.start()  # subscribed from here on: the caller may enumerate now
@@ -104,15 +89,24 @@ class UdevEvents:
                 self._sink(event_from_uevent(device.action, device.subsystem, device.sys_name))
 
 
-class RdmaMonitorEvents:
+def event_from_monitor(msg: Message) -> Event | None:
+    """The RdmaChanged a MONITOR notification means, or None for another message."""
+    if nl.cmd_of(msg.type) != nl.Cmd.MONITOR:
+        return None
+    ev = nl.monitor_event(msg)
+    kind = nl.EventType(ev.event).name if ev.event < len(nl.EventType) else str(ev.event)
+    return RdmaChanged(f"{kind.lower()} {ev.dev_name or ev.dev_index}", ev.dev_name)
+
+
+class RdmaMonitorEvents(NetlinkEvents):
     """Implements rdmad.backend.EventSource over RDMA netlink MONITOR (newer kernels).
 
     Notifications arrive on the RDMA_NL_GROUP_NOTIFY multicast group of an init_net socket.
     """
 
     def __init__(self) -> None:
-        self._sub: NlSubscription | None = None
-        self._sink: EventSink | None = None
+        groups = (nl.RDMA_NL_GROUP_NOTIFY,)
+        super().__init__("rdma-monitor", nl.NETLINK_RDMA, groups, event_from_monitor)
 
     @staticmethod
     async def supported() -> bool:
@@ -130,21 +124,4 @@ class RdmaMonitorEvents:
     async def start(self, sink: EventSink) -> None:
         if not await self.supported():
             raise NotSupported("this kernel has no RDMA netlink monitor")
-        self._sink = sink
-        self._sub = NlSubscription(
-            open_socket(nl.NETLINK_RDMA, (nl.RDMA_NL_GROUP_NOTIFY,)),
-            self._notified,
-            lambda: sink(Resync("rdma-monitor")),
-        )
-
-    async def stop(self) -> None:
-        if self._sub is not None:
-            self._sub.close()
-            self._sub = None
-
-    def _notified(self, msg: Message) -> None:
-        if nl.cmd_of(msg.type) != nl.Cmd.MONITOR or self._sink is None:
-            return
-        ev = nl.monitor_event(msg)
-        kind = nl.EventType(ev.event).name if ev.event < len(nl.EventType) else str(ev.event)
-        self._sink(RdmaChanged(f"{kind.lower()} {ev.dev_name or ev.dev_index}", ev.dev_name))
+        await super().start(sink)

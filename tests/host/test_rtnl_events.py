@@ -63,9 +63,11 @@ async def test_netns_deletion_emits_netns_gone(
     await wait_for(events, lambda e: e == NetnsGone(nsid))
 
 
-async def test_overrun_emits_resync_and_keeps_going() -> None:
+async def test_overrun_emits_resync_and_keeps_going(monkeypatch: pytest.MonkeyPatch) -> None:
     queue: asyncio.Queue[Event] = asyncio.Queue()
-    source = RtnlEventSource(rcvbuf=1024)  # the kernel doubles it: a couple of messages
+    # the kernel doubles it: a couple of messages
+    monkeypatch.setattr(RtnlEventSource, "RCVBUF", 1024)
+    source = RtnlEventSource()
     await source.start(queue_sink(queue))
     names = [unique_name("eo") for _ in range(8)]
     try:

@@ -21,11 +21,12 @@ test can restart an armed daemon right after a crash and still have it come up.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import rdmad.daemon
 import rdmad.kernel.udev
@@ -74,6 +75,18 @@ def _replace(module: object, name: str, value: object) -> None:
     setattr(module, name, value)
 
 
+def _with_rcvbuf(new_monitor: Callable[[], Any], size: int) -> Callable[[], Any]:
+    """rdmad's pyudev monitors, with a receive buffer of `size` bytes instead of libudev's
+    128 MiB."""
+
+    def small() -> Any:
+        monitor = new_monitor()
+        monitor.set_receive_buffer_size(size)  # libudev forces it (SO_RCVBUFFORCE)
+        return monitor
+
+    return small
+
+
 def install(environ: dict[str, str]) -> None:
     unknown = set(k for k in environ if k.startswith(PREFIX)) - {
         CRASH_AT,
@@ -85,11 +98,10 @@ def install(environ: dict[str, str]) -> None:
         raise SystemExit(f"faulty_rdmad: unknown fault variables {sorted(unknown)}")
 
     if environ.get(RCVBUF):
-        source = functools.partial(RtnlEventSource, int(environ[RCVBUF]))
-        _replace(rdmad.daemon, "RtnlEventSource", source)
+        _replace(RtnlEventSource, "RCVBUF", int(environ[RCVBUF]))
     if environ.get(UDEV_RCVBUF):
-        udev = functools.partial(rdmad.kernel.udev.UdevEvents, rcvbuf=int(environ[UDEV_RCVBUF]))
-        _replace(rdmad.kernel.udev, "UdevEvents", udev)
+        new_monitor = _with_rcvbuf(rdmad.kernel.udev.new_monitor, int(environ[UDEV_RCVBUF]))
+        _replace(rdmad.kernel.udev, "new_monitor", new_monitor)
 
     points = {
         action: _point(environ[var])

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rdmad.events import Event, RdmaChanged, Resync
+from rdmad.kernel import udev
 from rdmad.kernel.rdma_sysfs import SysfsFacts, sysfs_facts
 from rdmad.kernel.udev import RDMA_SUBSYSTEMS, UdevEvents
 
@@ -32,10 +33,6 @@ class FakeMonitor:
         self.filters: list[str] = []
         self.started = False
         self.queue: list[FakeDevice | OSError] = []
-        self.rcvbuf: int | None = None
-
-    def set_receive_buffer_size(self, size: int) -> None:
-        self.rcvbuf = size
 
     def filter_by(self, subsystem: str) -> None:
         self.filters.append(subsystem)
@@ -61,64 +58,63 @@ class FakeMonitor:
         return item
 
 
-async def started(monitor: FakeMonitor) -> tuple[UdevEvents, asyncio.Queue[Event]]:
+@pytest.fixture
+def monitor(monkeypatch: pytest.MonkeyPatch) -> FakeMonitor:
+    """The monitor the udev source gets."""
+    fake = FakeMonitor()
+    monkeypatch.setattr(udev, "new_monitor", lambda: fake)
+    return fake
+
+
+async def started() -> tuple[UdevEvents, asyncio.Queue[Event]]:
     queue: asyncio.Queue[Event] = asyncio.Queue()
-    source = UdevEvents("kernel", lambda _source: monitor)
+    source = UdevEvents()
     await source.start(queue.put_nowait)
     return source, queue
 
 
-async def test_udev_source_subscribes_to_the_rdma_subsystems_before_returning() -> None:
-    monitor = FakeMonitor()
-    source, _ = await started(monitor)
+async def test_udev_source_subscribes_to_the_rdma_subsystems_before_returning(
+    monitor: FakeMonitor,
+) -> None:
+    source, _ = await started()
     assert monitor.started and monitor.filters == list(RDMA_SUBSYSTEMS)
     await source.stop()
 
 
-async def test_a_device_uevent_becomes_rdma_changed_naming_the_device() -> None:
-    monitor = FakeMonitor()
-    source, queue = await started(monitor)
+async def test_a_device_uevent_becomes_rdma_changed_naming_the_device(
+    monitor: FakeMonitor,
+) -> None:
+    source, queue = await started()
     monitor.push(FakeDevice("add", "infiniband", "rxe0"))
     expected = RdmaChanged("add infiniband/rxe0", device="rxe0")
     assert await asyncio.wait_for(queue.get(), 5) == expected
     await source.stop()
 
 
-async def test_a_char_device_uevent_names_the_node() -> None:
-    monitor = FakeMonitor()
-    source, queue = await started(monitor)
+async def test_a_char_device_uevent_names_the_node(monitor: FakeMonitor) -> None:
+    source, queue = await started()
     monitor.push(FakeDevice("remove", "infiniband_verbs", "uverbs3"))
     expected = RdmaChanged("remove infiniband_verbs/uverbs3", chardev="uverbs3")
     assert await asyncio.wait_for(queue.get(), 5) == expected
     await source.stop()
 
 
-async def test_udev_overrun_becomes_resync() -> None:
-    monitor = FakeMonitor()
-    source, queue = await started(monitor)
+async def test_udev_overrun_becomes_resync(monitor: FakeMonitor) -> None:
+    source, queue = await started()
     monitor.push(OSError(errno.ENOBUFS, "No buffer space available"))
     assert await asyncio.wait_for(queue.get(), 5) == Resync("udev")
     await source.stop()
 
 
 async def test_udev_pollerr_with_enobufs_pending_becomes_resync(
-    monkeypatch: pytest.MonkeyPatch,
+    monitor: FakeMonitor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """pyudev's poll() reports POLLERR as an OSError without errno; the pending socket error
     (read with SO_ERROR) says it was an overrun."""
-    monitor = FakeMonitor()
-    source, queue = await started(monitor)
+    source, queue = await started()
     monkeypatch.setattr(source, "_socket_error", lambda: errno.ENOBUFS)
     monitor.push(OSError("Error while polling fd: 7"))
     assert await asyncio.wait_for(queue.get(), 5) == Resync("udev")
-    await source.stop()
-
-
-async def test_udev_rcvbuf_is_set_on_the_monitor() -> None:
-    monitor = FakeMonitor()
-    source = UdevEvents("kernel", lambda _source: monitor, rcvbuf=4096)
-    await source.start(asyncio.Queue[Event]().put_nowait)
-    assert monitor.rcvbuf == 4096
     await source.stop()
 
 
