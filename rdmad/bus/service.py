@@ -46,7 +46,10 @@ from rdmad.observer import CoreObserver
 
 
 class NameTaken(RuntimeError):
-    """Another connection owns io.rdmad1: another rdmad is running."""
+    """Another connection owns io.rdmad1: another rdmad is running.
+
+    Raised by start_service only, before rdmad owns the name (the daemon exits with its
+    message): it never reaches a D-Bus caller, so it is not an RdmadError."""
 
 
 class _PatientSocket:
