@@ -30,7 +30,7 @@ from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rtnl_msgs import Cidr, addresses
 from rdmad.model import Gid
 
-log = logging.getLogger("rdmad.kernel")
+log = logging.getLogger(__name__)
 
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 # How long the kernel's GID workqueue may lag behind an address or a move: a bound, reached
