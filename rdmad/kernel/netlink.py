@@ -97,9 +97,7 @@ def iter_attrs(data: bytes) -> Iterator[tuple[int, bytes]]:
 
 
 class Attrs:
-    """Decoded attributes of one message or nest: the last value of each type wins.
-    (Plain classes here, not dataclasses: importing dataclasses costs the CNI plugin,
-    a process per pod start, more than the rest of its netlink side.)"""
+    """Decoded attributes of one message or nest: the last value of each type wins."""
 
     __slots__ = ("raw",)
 

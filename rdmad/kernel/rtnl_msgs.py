@@ -354,8 +354,10 @@ def move_link_blocking(
     Why not on the loop: a netlink request runs in the sender's send() call, and a move
     waits there for RCU (15-25 ms here). On the loop thread that stalls every other client,
     and the move's own events pile up to be handled after it; off the loop, they are handled
-    while it runs. This is the one request that blocks that long, so it is the one sent
-    this way. NetlinkError if the kernel refused either, or never answered."""
+    while it runs. A move is also sent from the netns it leaves, which only a thread can
+    enter (netns.move_from_netns, as for an RDMA device's move); a deletion, which waits as
+    long but from init_net, goes off the loop through its NlChannel (nlsocket.rtnl_busy).
+    NetlinkError if the kernel refused either, or never answered."""
     builds = [setlink_request(index, net_ns_fd=net_ns_fd, ifname=ifname, mtu=mtu, up=up)]
     if mtu_before is not None:
         builds.insert(0, setlink_request(index, mtu=mtu_before))
