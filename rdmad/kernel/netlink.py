@@ -101,8 +101,8 @@ class Attrs:
 
     __slots__ = ("raw",)
 
-    def __init__(self, raw: dict[int, bytes] | None = None) -> None:
-        self.raw: dict[int, bytes] = {} if raw is None else raw
+    def __init__(self, raw: dict[int, bytes]) -> None:
+        self.raw = raw
 
     @classmethod
     def parse(cls, data: bytes) -> Attrs:
