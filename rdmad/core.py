@@ -493,16 +493,17 @@ class Core:
         await self._tracker.reread_device(claim.device)
 
     # ------------------------------------------------------------------ release
-    async def release(self, claim_id: str, reason: ReleaseReason = ReleaseReason.REQUESTED) -> None:
+    async def release(self, claim_id: str) -> None:
+        """A release the claim's owner asked for (the kernel ends claims through end_claim)."""
         started = time.monotonic()
         try:
-            await self._release(claim_id, reason)
+            await self._release(claim_id)
         except RdmadError as e:
             self.stats.failed("release", e.dbus_name)
             raise
         self.stats.release_seconds.observe(time.monotonic() - started)
 
-    async def _release(self, claim_id: str, reason: ReleaseReason) -> None:
+    async def _release(self, claim_id: str) -> None:
         claim = self.get_claim(claim_id)
         async with self._operating_on(claim.device):
             if self._book.claims.get(claim_id) is not claim:
@@ -515,7 +516,7 @@ class Core:
             self._drop(claim)
             self._save(claim)
             step("released-written", f"claim {claim.id}")
-        self._finish_release(claim, reason)
+        self._finish_release(claim, ReleaseReason.REQUESTED)
 
     def _finish_release(self, claim: Claim, reason: ReleaseReason) -> None:
         self.stats.released(reason)

@@ -22,7 +22,7 @@ from rdmad.bus.mapping import bus_errors
 from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE, MANAGER_IFACE, claim_path, device_path
 from rdmad.bus.properties import Prop, PropertyTable
 from rdmad.errors import InvalidArgs, RdmadError
-from rdmad.model import Claim, ClaimOptions, Counters, DeviceView, NetnsMode, ReleaseReason
+from rdmad.model import Claim, ClaimOptions, Counters, DeviceView, NetnsMode
 from rdmad.observer import CoreObserver
 from rdmad.opstats import Histogram, OpStats
 from rdmad.options import parse_claim_options, parse_netns_mode
@@ -50,9 +50,7 @@ class CoreAPI(Protocol):
 
     async def claim(self, device: str, target: NetnsTarget, options: ClaimOptions) -> Claim: ...
 
-    async def release(
-        self, claim_id: str, reason: ReleaseReason = ReleaseReason.REQUESTED
-    ) -> None: ...
+    async def release(self, claim_id: str) -> None: ...
 
     async def set_netns_mode(self, mode: NetnsMode) -> None: ...
 
@@ -193,7 +191,7 @@ class ManagerInterface(ServiceInterface):
     async def Release(self, claim_id: DBusStr) -> None:
         with counted(self._core.stats, "release"):
             await self._credentials.require_privileged("Release")
-        await self._core.release(claim_id, ReleaseReason.REQUESTED)
+        await self._core.release(claim_id)
 
     @dbus_method()
     @bus_errors
@@ -315,7 +313,7 @@ class ClaimInterface(ServiceInterface):
     async def Release(self) -> None:
         with counted(self._core.stats, "release"):
             await self._credentials.require_privileged("Release")
-        await self._core.release(self.claim.id, ReleaseReason.REQUESTED)
+        await self._core.release(self.claim.id)
 
     @dbus_method()
     @bus_errors

@@ -124,12 +124,12 @@ class FakeCore:
             o.device_changed(self.device(device))
         return claim
 
-    async def release(self, claim_id: str, reason: ReleaseReason = ReleaseReason.REQUESTED) -> None:
+    async def release(self, claim_id: str) -> None:
         self._maybe_fail()
         claim = self.get_claim(claim_id)
         del self.claims_by_id[claim_id]
         for o in self.observers:
-            o.released(claim, reason)
+            o.released(claim, ReleaseReason.REQUESTED)
             o.device_changed(self.device(claim.device))
 
     async def set_netns_mode(self, mode: NetnsMode) -> None:
