@@ -116,7 +116,8 @@ async def run(cfg: Config) -> int:
     try:
         bus = await connect_bus(cfg.bus_address or None)
         service = await start_service(bus, core, resolver, _allowed_gid(cfg))
-    except (OSError, NameTaken, ConfigError) as exc:
+    except (OSError, NameTaken, ConfigError, RdmadError) as exc:
+        # RdmadError: the bus daemon refused a call of start's own (AddMatch)
         log.error("cannot serve on the bus: %s", exc)
         await _shutdown(core, sources, rdma, net)
         return EXIT_BUS
