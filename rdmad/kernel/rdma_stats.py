@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 
 from rdmad.kernel import rdma_nl as nl
+from rdmad.kernel import rdma_sysfs
 from rdmad.kernel.netlink import NLM_F_ACK, Attrs, Message, attr_u32, iter_attrs
 
 CMD_STAT_GET = 17  # RDMA_NLDEV_CMD_STAT_GET
@@ -65,13 +66,13 @@ def port_stats(msg: Message) -> PortStats:
     )
 
 
-def sysfs_port_counters(name: str, port: int, root: str = "/sys") -> dict[str, int]:
+def sysfs_port_counters(name: str, port: int) -> dict[str, int]:
     """ports/N/counters and ports/N/hw_counters of a device this process's sysfs shows.
 
     {} when the device has neither. A file that vanishes or cannot be read (the device went
     away mid-read, or a PMA counter the driver refuses) is left out.
     """
-    base = os.path.join(root, "class", "infiniband", name, "ports", str(port))
+    base = os.path.join(rdma_sysfs.INFINIBAND_CLASS, name, "ports", str(port))
     out: dict[str, int] = {}
     for sub in ("counters", "hw_counters"):
         directory = os.path.join(base, sub)

@@ -9,6 +9,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+# The RDMA devices this process's sysfs shows (its netns's, as sysfs was mounted from init_net).
+INFINIBAND_CLASS = "/sys/class/infiniband"
+
 
 @dataclass(frozen=True)
 class SysfsFacts:
@@ -44,8 +47,8 @@ def _pf_rdma_name(device_dir: str) -> str:
     return names[0] if names else ""
 
 
-def sysfs_facts(name: str, root: str = "/sys") -> SysfsFacts:
-    base = os.path.join(root, "class", "infiniband", name)
+def sysfs_facts(name: str) -> SysfsFacts:
+    base = os.path.join(INFINIBAND_CLASS, name)
     link_layer = _read(os.path.join(base, "ports", "1", "link_layer"))
     device_dir = os.path.join(base, "device")
     if not os.path.exists(device_dir):

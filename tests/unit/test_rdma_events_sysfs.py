@@ -123,24 +123,24 @@ def _link(path: Path, target: Path) -> None:
     os.symlink(target, path)
 
 
-def test_software_device_without_parent_is_virtual(tmp_path: Path) -> None:
-    port = tmp_path / "class/infiniband/rxe0/ports/1"
+def test_software_device_without_parent_is_virtual(sysfs: Path) -> None:
+    port = sysfs / "class/infiniband/rxe0/ports/1"
     port.mkdir(parents=True)
     (port / "link_layer").write_text("Ethernet\n")
-    assert sysfs_facts("rxe0", str(tmp_path)) == SysfsFacts(virtual=True, link_layer="Ethernet")
+    assert sysfs_facts("rxe0") == SysfsFacts(virtual=True, link_layer="Ethernet")
 
 
-def test_sriov_vf_reports_pci_numa_driver_and_its_pf(tmp_path: Path) -> None:
-    pf = tmp_path / "devices/pci0000:00/0000:3b:00.0"
-    vf = tmp_path / "devices/pci0000:00/0000:3b:00.2"
+def test_sriov_vf_reports_pci_numa_driver_and_its_pf(sysfs: Path) -> None:
+    pf = sysfs / "devices/pci0000:00/0000:3b:00.0"
+    vf = sysfs / "devices/pci0000:00/0000:3b:00.2"
     (pf / "infiniband/mlx5_0").mkdir(parents=True)
     vf.mkdir(parents=True)
     (vf / "numa_node").write_text("1\n")
-    _link(vf / "subsystem", tmp_path / "bus/pci")
-    _link(vf / "driver", tmp_path / "bus/pci/drivers/mlx5_core")
+    _link(vf / "subsystem", sysfs / "bus/pci")
+    _link(vf / "driver", sysfs / "bus/pci/drivers/mlx5_core")
     _link(vf / "physfn", pf)
-    _link(tmp_path / "class/infiniband/mlx5_2/device", vf)
-    facts = sysfs_facts("mlx5_2", str(tmp_path))
+    _link(sysfs / "class/infiniband/mlx5_2/device", vf)
+    facts = sysfs_facts("mlx5_2")
     assert facts == SysfsFacts(
         driver="mlx5_core", pci_address="0000:3b:00.2", numa_node=1, parent="mlx5_0"
     )

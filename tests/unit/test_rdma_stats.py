@@ -56,21 +56,21 @@ def test_captured_kernel_reply_matches_what_iproute2_printed(kernel: str) -> Non
     assert stats.counters["sent_pkts"] > 0 and stats.counters["rcvd_pkts"] > 0
 
 
-def test_sysfs_counters_read_both_directories_and_skip_lifespan(tmp_path: Path) -> None:
-    port = tmp_path / "class/infiniband/mlx5_0/ports/1"
+def test_sysfs_counters_read_both_directories_and_skip_lifespan(sysfs: Path) -> None:
+    port = sysfs / "class/infiniband/mlx5_0/ports/1"
     (port / "counters").mkdir(parents=True)
     (port / "hw_counters").mkdir()
     (port / "counters/port_xmit_data").write_text("1000\n")
     (port / "hw_counters/out_of_buffer").write_text("3\n")
     (port / "hw_counters/lifespan").write_text("10\n")
-    assert st.sysfs_port_counters("mlx5_0", 1, str(tmp_path)) == {
+    assert st.sysfs_port_counters("mlx5_0", 1) == {
         "port_xmit_data": 1000,
         "out_of_buffer": 3,
     }
 
 
-def test_sysfs_counters_of_a_device_without_them_are_empty(tmp_path: Path) -> None:
-    assert st.sysfs_port_counters("rxe0", 1, str(tmp_path)) == {}
+def test_sysfs_counters_of_a_device_without_them_are_empty(sysfs: Path) -> None:
+    assert st.sysfs_port_counters("rxe0", 1) == {}
 
 
 def test_u64_counters_survive_the_full_range() -> None:
