@@ -47,6 +47,7 @@ from rdmad.logfields import (
     MESSAGE_INTERRUPTED,
     MESSAGE_NOT_RETURNED,
     MESSAGE_NSID_REUSED,
+    log_claim_event,
     log_event,
 )
 from rdmad.model import (
@@ -234,27 +235,23 @@ class Core:
             # The nsid says dead for sure; a live nsid may have been reused by another netns.
             alive = (claim.nsid < 0 or claim.nsid in live) and self._netns_reachable(claim)
             if claim.phase == ClaimPhase.PENDING:
-                log_event(
+                log_claim_event(
                     log,
                     MESSAGE_INTERRUPTED,
+                    claim,
                     f"claim {claim.id} of {claim.device} was interrupted while being made: "
                     "undoing it",
-                    device=claim.device,
-                    netns=claim.netns,
-                    claim=claim.id,
                     level=logging.WARNING,
                 )
                 await self._giveback.give_back(claim, netns_alive=alive)
                 self._drop(claim)
             elif claim.phase == ClaimPhase.RELEASING:
-                log_event(
+                log_claim_event(
                     log,
                     MESSAGE_INTERRUPTED,
+                    claim,
                     f"claim {claim.id} of {claim.device} was interrupted while being released: "
                     "finishing the release",
-                    device=claim.device,
-                    netns=claim.netns,
-                    claim=claim.id,
                     level=logging.WARNING,
                 )
                 await self._giveback.give_back(claim, netns_alive=alive)
@@ -426,13 +423,11 @@ class Core:
         try:
             return await self._rdma.gids(claim.device, inside, placed if claim.shared else None)
         except RdmadError as exc:
-            log_event(
+            log_claim_event(
                 log,
                 MESSAGE_GIDS_UNREADABLE,
+                claim,
                 f"claim {claim.id}: cannot read the GID table of {claim.device}: {exc}",
-                device=claim.device,
-                netns=claim.netns,
-                claim=claim.id,
                 level=logging.WARNING,
             )
             return ()
@@ -458,13 +453,11 @@ class Core:
     ) -> None:
         """Put everything back as it was before a failed claim, then forget the claim."""
         if not isinstance(exc, RdmadError):  # an RdmadError is logged by claim()
-            log_event(
+            log_claim_event(
                 log,
                 MESSAGE_CLAIM_FAILED,
+                claim,
                 f"claim {claim.id} of {claim.device} failed unexpectedly: {exc!r}",
-                device=claim.device,
-                netns=claim.netns,
-                claim=claim.id,
                 level=logging.ERROR,
             )
         try:
@@ -474,14 +467,12 @@ class Core:
                 await self._rdma.move_home(claim.device, target)
         except RdmadError as undo_exc:
             # Leave it PENDING on disk: the next start (or an operator) finishes the undo.
-            log_event(
+            log_claim_event(
                 log,
                 MESSAGE_NOT_RETURNED,
+                claim,
                 f"could not undo the failed claim {claim.id} of {claim.device}: {undo_exc}; "
                 "the next start finishes the undo",
-                device=claim.device,
-                netns=claim.netns,
-                claim=claim.id,
                 level=logging.ERROR,
             )
             return
@@ -560,14 +551,12 @@ class Core:
             if reason == ReleaseReason.NETNS_GONE and self._netns_reachable(claim):
                 # A stale RTM_DELNSID: nsids are reused as soon as a netns dies, so an event
                 # still queued about a dead netns can carry the nsid this live one got since.
-                log_event(
+                log_claim_event(
                     log,
                     MESSAGE_NSID_REUSED,
+                    claim,
                     f"claim {claim.id}: nsid {claim.nsid} was dropped but {claim.netns} is "
                     "alive (nsid reused); keeping the claim",
-                    device=claim.device,
-                    netns=claim.netns,
-                    claim=claim.id,
                     level=logging.INFO,
                 )
                 return
@@ -577,14 +566,12 @@ class Core:
             try:
                 await self._giveback.give_back(claim, netns_alive=alive)
             except RdmadError as exc:
-                log_event(
+                log_claim_event(
                     log,
                     MESSAGE_NOT_RETURNED,
+                    claim,
                     f"claim {claim.id} of {claim.device} ended ({reason.value}) but could not "
                     f"give everything back: {exc}",
-                    device=claim.device,
-                    netns=claim.netns,
-                    claim=claim.id,
                     level=logging.ERROR,
                 )
             self._drop(claim)

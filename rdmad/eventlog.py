@@ -41,35 +41,29 @@ class EventLog(CoreObserver):
 
     def claimed(self, claim: Claim) -> None:
         kind = "shared" if claim.shared else "whole-device"
-        logfields.log_event(
+        logfields.log_claim_event(
             log,
             logfields.MESSAGE_CLAIMED,
+            claim,
             f"{claim.device} claimed ({kind}) into {claim.netns} as {claim.ifname or '-'}"
             f" by {claim.owner or 'unnamed owner'}",
-            device=claim.device,
-            netns=claim.netns,
-            claim=claim.id,
         )
 
     def claim_changed(self, claim: Claim) -> None:
         gids = ", ".join(f"{g.index}={g.gid} ({g.type})" for g in claim.gids) or "none"
-        logfields.log_event(
+        logfields.log_claim_event(
             log,
             logfields.MESSAGE_GIDS_CHANGED,
+            claim,
             f"{claim.device}: the GIDs of claim {claim.id} in {claim.netns} are now {gids}",
-            device=claim.device,
-            netns=claim.netns,
-            claim=claim.id,
         )
 
     def released(self, claim: Claim, reason: ReleaseReason) -> None:
-        logfields.log_event(
+        logfields.log_claim_event(
             log,
             _RELEASE_IDS[reason],
+            claim,
             f"{claim.device} released from {claim.netns} ({reason.value})",
-            device=claim.device,
-            netns=claim.netns,
-            claim=claim.id,
             reason=reason.value,
         )
 

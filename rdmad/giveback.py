@@ -15,7 +15,7 @@ from rdmad.backend import NetdevBackend, NetnsResolver, Placement, RdmaBackend
 from rdmad.claims import ClaimBook
 from rdmad.errors import RdmadError
 from rdmad.inventory import Inventory
-from rdmad.logfields import MESSAGE_NOT_RETURNED, log_event
+from rdmad.logfields import MESSAGE_NOT_RETURNED, log_claim_event, log_event
 from rdmad.model import Claim
 from rdmad.steps import step
 from rdmad.tracking import InventoryTracker
@@ -80,13 +80,11 @@ class GiveBack:
         if await self._rdma_home(claim.device):
             return
         if not await self._tracker.wait_for_device(claim.device, RETURN_TIMEOUT_S):
-            log_event(
+            log_claim_event(
                 log,
                 MESSAGE_NOT_RETURNED,
+                claim,
                 f"{claim.device} has not come back from {claim.netns} yet",
-                device=claim.device,
-                netns=claim.netns,
-                claim=claim.id,
                 level=logging.WARNING,
             )
 
@@ -132,14 +130,12 @@ class GiveBack:
         if host.ifindex not in self._inv.netdevs and not await self._tracker.wait_for_link(
             host.ifindex, RETURN_TIMEOUT_S
         ):
-            log_event(
+            log_claim_event(
                 log,
                 MESSAGE_NOT_RETURNED,
+                claim,
                 f"{host.name} (ifindex {host.ifindex}, the netdev of {claim.device}) has not "
                 f"come back from {claim.netns} yet; will restore it when it does",
-                device=claim.device,
-                netns=claim.netns,
-                claim=claim.id,
                 level=logging.WARNING,
             )
             self._book.pending_restores.append(host)

@@ -4,14 +4,17 @@ that e.g.
 
     journalctl -u rdmad MESSAGE_ID=<MESSAGE_CLAIMED> RDMAD_DEVICE=mlx5_0
 
-lists one device's claims. Write events with `log_event()`. Plain logging, no systemd:
-the core logs its own events here, and rdmad.journal decides where records go.
+lists one device's claims. Write events with `log_event()` (`log_claim_event()` for one
+claim's). Plain logging, no systemd: the core logs its own events here, and rdmad.journal
+decides where records go.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Final
+
+from rdmad.model import Claim
 
 # Fixed per event kind (generated once with uuid4, never change them: users filter on them).
 MESSAGE_CLAIMED: Final = "ff8eafd40d364c19a34673bc3b1e4b38"
@@ -48,6 +51,30 @@ EVENT_FIELDS: Final = {
 }
 
 
+def log_claim_event(
+    logger: logging.Logger,
+    message_id: str,
+    claim: Claim,
+    msg: str,
+    *,
+    reason: str | None = None,
+    error: str | None = None,
+    level: int = logging.INFO,
+) -> None:
+    """log_event about one claim: its device, netns and id are the fields."""
+    _log(
+        logger,
+        message_id,
+        msg,
+        device=claim.device,
+        netns=claim.netns,
+        claim=claim.id,
+        reason=reason,
+        error=error,
+        level=level,
+    )
+
+
 def log_event(
     logger: logging.Logger,
     message_id: str,
@@ -61,6 +88,31 @@ def log_event(
     level: int = logging.INFO,
 ) -> None:
     """Log one event with its MESSAGE_ID and whichever of the RDMAD_* fields apply."""
+    _log(
+        logger,
+        message_id,
+        msg,
+        device=device,
+        netns=netns,
+        claim=claim,
+        reason=reason,
+        error=error,
+        level=level,
+    )
+
+
+def _log(
+    logger: logging.Logger,
+    message_id: str,
+    msg: str,
+    *,
+    device: str | None = None,
+    netns: str | None = None,
+    claim: str | None = None,
+    reason: str | None = None,
+    error: str | None = None,
+    level: int = logging.INFO,
+) -> None:
     extra: dict[str, str] = {"MESSAGE_ID": message_id}
     for key, value in (
         ("RDMAD_DEVICE", device),
@@ -72,5 +124,5 @@ def log_event(
         if value is not None:
             extra[key] = str(value)
     # "%s" + arg: a '%' inside msg (a netns path, a name) must not be %-formatted.
-    # stacklevel: CODE_FILE/CODE_LINE name the caller, not this helper.
-    logger.log(level, "%s", msg, extra=extra, stacklevel=2)
+    # stacklevel: CODE_FILE/CODE_LINE name the caller of log_event, not these helpers.
+    logger.log(level, "%s", msg, extra=extra, stacklevel=3)
