@@ -72,7 +72,7 @@ class Params:
             back_to_back_reps=204,
             warmup=10,
             scale_nodes=((16, 0), (128, 256), (1024, 2048)),
-            scale_reps=300,  # at 100, the p90 intervals of the flatness ratios were too wide to decide
+            scale_reps=300,  # at 100, its p90 flatness intervals were too wide to decide
             starts=3,
             shared_reps=104,
             cni_reps=100,
