@@ -15,13 +15,21 @@ import pytest
 from dbus_fast import Variant
 
 from tests.support.daemon import Client, DBusCallError, RdmadProcess
-from tests.support.net import addresses, ip, is_up, link, link_local_usable, netns_inode
+from tests.support.net import (
+    addresses,
+    eventually,
+    ip,
+    is_up,
+    link,
+    link_local_usable,
+    netns_inode,
+)
 from tests.support.rdma import (
     CLAIM_IFACE,
+    WAIT,
     Rxe,
     all_props,
     device_props,
-    eventually,
     gid_ndevs,
     kernel,
     known_to_rdmad,
@@ -116,7 +124,7 @@ async def test_inside_the_netns_the_device_is_listed_and_its_gids_name_the_child
     assert shared_rxe.name in rdma_dev_names(netns)
     assert shared_rxe.name in rdma_dev_names(), "the device stays in init_net"
     # The kernel fills the GID table from a workqueue after the address appears.
-    await eventually(lambda: IFNAME in gid_ndevs(shared_rxe.name, netns))
+    await eventually(lambda: IFNAME in gid_ndevs(shared_rxe.name, netns), WAIT)
 
 
 async def test_claims_char_devices_are_the_dev_nodes(
@@ -220,8 +228,8 @@ async def test_rping_runs_over_the_claims_address_inside_the_netns(
 async def parents_gid_index(rxe: Rxe, netns: str) -> int:
     """The index of the parent netdev's link-local entry, as the claim's netns reads it,
     once the address behind it can carry traffic."""
-    await eventually(lambda: link_local_usable(rxe.netdev))
-    await eventually(lambda: link_local_gid_index(rxe.name, rxe.netdev, netns) is not None)
+    await eventually(lambda: link_local_usable(rxe.netdev), WAIT)
+    await eventually(lambda: link_local_gid_index(rxe.name, rxe.netdev, netns) is not None, WAIT)
     index = link_local_gid_index(rxe.name, rxe.netdev, netns)
     assert index is not None
     return index
@@ -262,7 +270,7 @@ async def test_after_release_the_claims_gid_is_gone_and_a_pingpong_on_it_fails(
     gid = sysfs_gid(shared_rxe.name, index, netns)
     await client.manager("Release", "s", claim["Id"])
     # The kernel drops the entry from a workqueue once the child is gone; nothing announces it.
-    await eventually(lambda: sysfs_gid(shared_rxe.name, index, netns) != gid)
+    await eventually(lambda: sysfs_gid(shared_rxe.name, index, netns) != gid, WAIT)
     run = await pingpong(netns, shared_rxe.name, index)
     assert run.both(pingpong_iters) == (None, None), run
     assert run.client.rc != 0, run

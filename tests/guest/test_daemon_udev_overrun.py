@@ -20,8 +20,8 @@ import pytest
 
 from tests.support.daemon import Client, RdmadProcess
 from tests.support.faulty_rdmad import RCVBUF, UDEV_RCVBUF
-from tests.support.net import ip, unique_name
-from tests.support.rdma import WAIT, eventually, listed, rdma_dev_names, sh
+from tests.support.net import eventually, ip, unique_name
+from tests.support.rdma import WAIT, listed, rdma_dev_names, sh
 
 pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
 
@@ -64,7 +64,7 @@ async def test_uevent_overrun_is_detected_and_resynchronised_to_the_kernels_inve
         )
         batch("rdma", [f"link del {r}" for r in rxes[::2]])
         os.kill(pid, signal.SIGCONT)
-        await eventually(lambda: UDEV_RESYNC in rdmad.log())
+        await eventually(lambda: UDEV_RESYNC in rdmad.log(), WAIT)
         async with asyncio.timeout(WAIT):
             # The resync re-reads after the log line and may announce nothing (an overrun can
             # hide an add and its del alike): poll, bounded.

@@ -23,13 +23,12 @@ from dbus_fast import Variant
 from rdmad.bus.names import device_path
 from tests.support.daemon import ROOT, Client, RdmadProcess
 from tests.support.exporter import running_exporter
-from tests.support.net import link_local_usable, temp_netns
+from tests.support.net import eventually, link_local_usable, temp_netns
 from tests.support.rdma import (
     CLAIM_IFACE,
     SYS_IB,
     WAIT,
     Rxe,
-    eventually,
     kernel,
     known_to_rdmad,
     set_netns_mode,
@@ -64,8 +63,8 @@ async def counters(client: Client, path: str, iface: str) -> tuple[str, dict[str
 async def ready_rxe(client: Client, rxe: Rxe) -> AsyncIterator[Rxe]:
     """An rxe rdmad lists, with its link-local GID in place; its claims released after."""
     await known_to_rdmad(client, rxe.name)
-    await eventually(lambda: sysfs(f"{SYS_IB}/{rxe.name}/ports/1/gids/0") != EMPTY_GID)
-    await eventually(lambda: link_local_usable(rxe.netdev))
+    await eventually(lambda: sysfs(f"{SYS_IB}/{rxe.name}/ports/1/gids/0") != EMPTY_GID, WAIT)
+    await eventually(lambda: link_local_usable(rxe.netdev), WAIT)
     yield rxe
     for cid, dev, *_ in await client.manager("ListClaims"):
         if dev == rxe.name:

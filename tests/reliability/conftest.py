@@ -8,10 +8,8 @@ variables of tests/support/faulty_rdmad.py.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,8 +18,6 @@ from tests.support.daemon import Client, RdmadProcess
 from tests.support.invariants import HostSettings, host_settings
 from tests.support.net import VethPair, require_root, temp_veth
 from tests.support.sim_rig import Rig
-
-POLL_S = 0.02  # granularity of bounded condition waits (never a fixed sleep)
 
 
 @pytest.fixture(autouse=True)
@@ -55,16 +51,6 @@ async def reliability_rig(
 
 def settings_of(nics: dict[str, VethPair]) -> dict[str, HostSettings]:
     return {dev: host_settings(pair.host) for dev, pair in nics.items()}
-
-
-async def wait_until(cond: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
-    """Poll `cond` until true; AssertionError after `timeout` s. For conditions that have no
-    event to wait on (another process's state, a log line)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or cond}")
-        await asyncio.sleep(POLL_S)
 
 
 def is_stopped(pid: int) -> bool:

@@ -24,7 +24,7 @@ from rdmad.model import Claim, ClaimOptions, ReleaseReason
 from rdmad.observer import CoreObserver
 from rdmad.sim import SimRdma
 from rdmad.store import Store
-from tests.reliability.conftest import is_stopped, reliability_rig, settings_of, wait_until
+from tests.reliability.conftest import is_stopped, reliability_rig, settings_of
 from tests.support.daemon import DBusCallError
 from tests.support.faulty_rdmad import PAUSE_AT
 from tests.support.invariants import (
@@ -34,7 +34,7 @@ from tests.support.invariants import (
     compare,
     host_settings,
 )
-from tests.support.net import ip, link, temp_veth
+from tests.support.net import eventually, ip, link, temp_veth
 from tests.support.sim_rig import Rig
 
 Settings = Mapping[str, HostSettings]
@@ -54,7 +54,7 @@ async def paused_at(rig: Rig) -> AsyncIterator[None]:
     """Wait until the daemon has stopped itself at its armed step; SIGCONT it on exit."""
     assert rig.daemon.proc is not None
     pid = rig.daemon.proc.pid
-    await wait_until(lambda: is_stopped(pid), 10, "the daemon to pause at its step")
+    await eventually(lambda: is_stopped(pid), 10, "the daemon to pause at its step")
     try:
         yield
     finally:

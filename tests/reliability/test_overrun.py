@@ -15,10 +15,10 @@ from typing import Any
 
 from dbus_fast import Variant
 
-from tests.reliability.conftest import reliability_rig, settings_of, wait_until
+from tests.reliability.conftest import reliability_rig, settings_of
 from tests.support.faulty_rdmad import RCVBUF
 from tests.support.invariants import assert_invariants
-from tests.support.net import ip, temp_netns, unique_name
+from tests.support.net import eventually, ip, temp_netns, unique_name
 
 BURST = 300  # netdevs added and deleted while the daemon is stopped
 OVERRUN = "events were lost (socket overrun): resynchronising"
@@ -68,7 +68,7 @@ async def test_overrun_is_detected_and_resynchronised_to_the_kernels_inventory(
                 ip("netns", "del", b)
             finally:
                 os.kill(pid, signal.SIGCONT)
-            await wait_until(lambda: OVERRUN in rig.daemon.log(), 20, "the overrun to be logged")
+            await eventually(lambda: OVERRUN in rig.daemon.log(), 20, "the overrun to be logged")
             ended = {
                 (await rig.client.wait_signal("Released", of(d), since=mark, timeout=20))[2]
                 for d in ("sim0", "sim1")

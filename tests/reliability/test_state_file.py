@@ -17,10 +17,11 @@ from dbus_fast import Variant
 from rdmad.store import State as StoreState
 from rdmad.store import Store
 from rdmad.swapfile import spare_of
-from tests.reliability.conftest import is_stopped, reliability_rig, settings_of, wait_until
+from tests.reliability.conftest import is_stopped, reliability_rig, settings_of
 from tests.support.daemon import DBusCallError
 from tests.support.faulty_rdmad import PAUSE_AT
 from tests.support.invariants import assert_invariants
+from tests.support.net import eventually
 
 CORRUPT = {
     "torn": b'{"claims": [{"id": "3f92088486',
@@ -90,7 +91,7 @@ async def test_disk_full_fails_the_claim_cleanly_and_rolls_the_kernel_back(
             if env:
                 assert rig.daemon.proc is not None
                 pid = rig.daemon.proc.pid
-                await wait_until(lambda: is_stopped(pid), 10, "the pause")
+                await eventually(lambda: is_stopped(pid), 10, "the pause")
                 # A save rewrites the spare file in place (rdmad.swapfile), reusing its space:
                 # a full disk fails it only when there is no spare. The kernel has moved the
                 # netdev; with the spare gone and the disk full, the ACTIVE write fails.

@@ -10,8 +10,9 @@ Typical use::
         ...
         assert link_in_netns(netns, "net1")["mtu"] == 1400
 
-Waiting: never sleep. Subscribe first, act, then `await wait_for(queue, predicate)`, or
-`await wait_until(condition)` for a condition on the event loop's own state.
+Waiting: never sleep. Subscribe first, act, then `await wait_for(queue, predicate)`.
+`eventually(condition)` polls, and is only for state that nothing announces (the kernel's
+GID table, another process's state, a log line).
 """
 
 from __future__ import annotations
@@ -158,6 +159,21 @@ async def wait_for(
             item = await queue.get()
             if predicate(item):
                 return item
+
+
+# granularity of eventually()'s bounded polls (never a fixed sleep)
+POLL_S = 0.02
+
+
+async def eventually(check: Callable[[], bool], within: float, what: str = "") -> None:
+    """Poll `check` until it holds; TimeoutError naming `what` after `within` s. Only for
+    state that nothing announces: every other wait is on an event."""
+    try:
+        async with asyncio.timeout(within):
+            while not check():  # noqa: ASYNC110 - nothing to wait on: nothing announces it
+                await asyncio.sleep(POLL_S)
+    except TimeoutError:
+        raise TimeoutError(f"timed out after {within} s waiting for {what or check}") from None
 
 
 def queue_sink(queue: asyncio.Queue[T]) -> Callable[[T], None]:

@@ -5,8 +5,8 @@ test compares rdmad's answers with the kernel's own. Used by tests/guest (fixtur
 tests/guest/conftest.py).
 
 Waiting: never sleep. Wait on a D-Bus signal (`Client.wait_signal`) or re-check a kernel
-condition after each udev event (`until`). `eventually` polls, and is only for kernel state
-that nothing announces (the GID table).
+condition after each udev event (`until`). tests.support.net.eventually polls, and is only
+for kernel state that nothing announces (the GID table).
 """
 
 from __future__ import annotations
@@ -151,13 +151,6 @@ async def set_netns_mode(client: Client, mode: str) -> None:
             except DBusCallError as exc:
                 if exc.name != "io.rdmad1.Error.ModeBusy":
                     raise
-            await asyncio.sleep(0.05)
-
-
-async def eventually(check: Callable[[], bool], within: float = WAIT) -> None:
-    """Poll `check` until it holds: only for kernel state that no event announces."""
-    async with asyncio.timeout(within):
-        while not check():  # noqa: ASYNC110 - nothing to wait on: the kernel is silent
             await asyncio.sleep(0.05)
 
 
