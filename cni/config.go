@@ -417,21 +417,33 @@ func parseSelector(value any) (*selector, error) {
 	return s, nil
 }
 
+// validAttachmentKeys name GC's list of still-valid attachments: the key libcni has always
+// sent, then the one the published 1.1.0 spec text named (corrected later; libcni since
+// 1.2.3 sends both). A runtime that follows the spec text sends only the second: read as
+// "none valid", it would release every claim of the network.
+var validAttachmentKeys = []string{"cni.dev/valid-attachments", "cni.dev/attachments"}
+
 func parseValidAttachments(doc map[string]any) ([]attachment, error) {
-	listed, present := doc["cni.dev/valid-attachments"]
-	if !present || listed == nil {
+	key, listed := "", any(nil)
+	for _, k := range validAttachmentKeys {
+		if v := doc[k]; v != nil {
+			key, listed = k, v
+			break
+		}
+	}
+	if listed == nil {
 		return nil, nil
 	}
 	items, ok := listed.([]any)
 	if !ok {
-		return nil, newError(codeInvalidConfig, "cni.dev/valid-attachments must be an array")
+		return nil, newError(codeInvalidConfig, key+" must be an array")
 	}
 	var out []attachment
 	for _, item := range items {
 		obj, ok := item.(map[string]any)
 		container, isText := obj["containerID"].(string)
 		if !ok || !isText {
-			return nil, newError(codeInvalidConfig, "cni.dev/valid-attachments: entries need containerID")
+			return nil, newError(codeInvalidConfig, key+": entries need containerID")
 		}
 		ifname, _ := obj["ifname"].(string)
 		out = append(out, attachment{container, ifname})
