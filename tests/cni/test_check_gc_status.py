@@ -61,9 +61,7 @@ async def test_gc_releases_claims_not_in_valid_attachments(rig: CniRig, netns: s
         assert [r[4] for r in rows] == ["cni/rdmanet/keep/net1"]
 
 
-async def test_gc_keeps_attachments_listed_under_the_spec_110_key(
-    rig: CniRig, netns: str
-) -> None:
+async def test_gc_keeps_attachments_listed_under_the_spec_110_key(rig: CniRig, netns: str) -> None:
     """The published 1.1.0 spec text named the list cni.dev/attachments (libcni sends both)."""
     conf = rig.conf("1.1.0", device="sim0", shared=True, ipam=None)
     rig.run("ADD", conf, netns, container="keep")
