@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,7 +39,8 @@ func runIPAM(verb string, e *env, conf *netConf, environ map[string]string) (map
 	cmd := exec.Command(plugin)
 	cmd.Stdin = bytes.NewReader(conf.Raw)
 	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// Its stderr is ours too (the spec's delegation procedure): the runtime logs it.
+	cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(&stderr, os.Stderr)
 	for k, v := range environ {
 		if k != "CNI_COMMAND" {
 			cmd.Env = append(cmd.Env, k+"="+v)

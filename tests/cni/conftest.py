@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,6 +129,38 @@ def run_plugin(
     )
     text = done.stdout.decode().strip()
     return Outcome(done.returncode, json.loads(text) if text else None, done.stderr.decode())
+
+
+@dataclass
+class FakeIpam:
+    """tests/cni/fake_ipam.py installed as the IPAM plugin `fake-ipam` in its own dir."""
+
+    directory: Path
+
+    def __post_init__(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        script = self.directory / "fake-ipam"
+        source = Path(__file__).with_name("fake_ipam.py")
+        script.write_text(f'#!/bin/sh\nexec {sys.executable} {source} "$@"\n')
+        script.chmod(0o755)
+
+    def ipam(self, **keys: Any) -> dict[str, Any]:
+        """The `ipam` section naming it; keys: fail, stderr (see fake_ipam.py)."""
+        return {"type": "fake-ipam", "log": str(self.directory / "calls"), **keys}
+
+    def env(self, rig: CniRig) -> dict[str, str | None]:
+        """CNI_PATH with the fake first."""
+        return {"CNI_PATH": f"{self.directory}:{rig.cni_path}"}
+
+    def calls(self) -> list[str]:
+        """Each call it got, in order: "VERB CONTAINERID"."""
+        log = self.directory / "calls"
+        return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.fixture
+def fake_ipam(tmp_path: Path) -> FakeIpam:
+    return FakeIpam(tmp_path / "fake-ipam")
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,15 @@
+"""The IPAM plugin as the spec's delegation protocol (section 4) runs it, shown with
+fake_ipam: its stderr, its failures, and the verbs forwarded to it."""
+
+from __future__ import annotations
+
+from tests.cni.conftest import CniRig, FakeIpam
+
+
+async def test_ipam_stderr_reaches_the_runtime(
+    rig: CniRig, netns: str, fake_ipam: FakeIpam
+) -> None:
+    conf = rig.conf(device="sim0", shared=True, ipam=fake_ipam.ipam(stderr="lease noted\n"))
+    done = rig.run("ADD", conf, netns, env=fake_ipam.env(rig))
+    assert done.code == 0, done
+    assert "lease noted" in done.stderr
