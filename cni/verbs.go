@@ -87,6 +87,9 @@ func add(e *env, conf *netConf, environ map[string]string) (map[string]any, erro
 		var addresses map[string]any
 		if conf.IPAMType != "" {
 			if addresses, err = runIPAM("ADD", e, conf, environ); err != nil {
+				// The spec's delegation procedure: a failed delegated ADD gets its DEL, for
+				// whatever the IPAM plugin kept of it (or a result we could not read).
+				_, _ = runIPAM("DEL", e, conf, environ)
 				return err
 			}
 		}

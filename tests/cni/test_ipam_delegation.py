@@ -13,3 +13,12 @@ async def test_ipam_stderr_reaches_the_runtime(
     done = rig.run("ADD", conf, netns, env=fake_ipam.env(rig))
     assert done.code == 0, done
     assert "lease noted" in done.stderr
+
+
+async def test_failed_ipam_add_is_followed_by_its_del(
+    rig: CniRig, netns: str, fake_ipam: FakeIpam
+) -> None:
+    conf = rig.conf(device="sim0", shared=True, ipam=fake_ipam.ipam(fail=["ADD"]))
+    done = rig.run("ADD", conf, netns, env=fake_ipam.env(rig))
+    assert done.error == 11  # the IPAM plugin's own code
+    assert fake_ipam.calls() == ["ADD ctr1", "DEL ctr1"]
