@@ -332,15 +332,16 @@ func buildResult(e *env, conf *netConf, link netlink.Link, addresses map[string]
 }
 
 // del is idempotent: no claim (never made, released, netns gone) is success. rdmad out of
-// reach is not: the runtime sees "try again later".
+// reach is not: the runtime sees "try again later". It is best effort, as the spec asks: a
+// failing IPAM DEL does not keep the device from going home; the runtime still sees its
+// error (the IPAM plugin's first) and calls DEL again.
 func del(e *env, conf *netConf, environ map[string]string) error {
+	var ipamErr error
 	if conf.IPAMType != "" {
-		if _, err := runIPAM("DEL", e, conf, environ); err != nil {
-			return err
-		}
+		_, ipamErr = runIPAM("DEL", e, conf, environ)
 	}
 	owner := attachmentOwner(conf.Name, e.ContainerID, e.Ifname)
-	return withRdmad(conf, func(r *rdmad) error {
+	err := withRdmad(conf, func(r *rdmad) error {
 		mine, err := owned(r, owner)
 		for _, c := range mine {
 			if _, err := r.release(c.ID); err != nil {
@@ -349,6 +350,10 @@ func del(e *env, conf *netConf, environ map[string]string) error {
 		}
 		return err
 	})
+	if ipamErr != nil {
+		return ipamErr
+	}
+	return err
 }
 
 func check(e *env, conf *netConf, environ map[string]string) error {

@@ -22,3 +22,13 @@ async def test_failed_ipam_add_is_followed_by_its_del(
     done = rig.run("ADD", conf, netns, env=fake_ipam.env(rig))
     assert done.error == 11  # the IPAM plugin's own code
     assert fake_ipam.calls() == ["ADD ctr1", "DEL ctr1"]
+
+
+async def test_del_releases_the_claim_when_ipam_del_fails(
+    rig: CniRig, netns: str, fake_ipam: FakeIpam
+) -> None:
+    conf = rig.conf(device="sim0", shared=True, ipam=fake_ipam.ipam(fail=["DEL"]))
+    assert rig.run("ADD", conf, netns, env=fake_ipam.env(rig)).code == 0
+    done = rig.run("DEL", conf, netns, env=fake_ipam.env(rig))
+    assert done.error == 11  # reported, so that the runtime calls DEL again
+    assert await rig.client.manager("ListClaims") == []
