@@ -599,7 +599,14 @@ class Core:
 
     # ------------------------------------------------------------------ persistence
     def _save(self, changed: Claim | None = None) -> None:
-        """Write the state; `changed`: the one claim changed since the last save, if only
-        one was (every change to a claim is followed by its save)."""
-        state = State(list(self._book.claims.values()), list(self._book.pending_restores))
-        self._store.save(state, changed)
+        """Save the state; `changed`: the one claim changed since the last save, if only
+        one was (every change to a claim is followed by its save), else all of it."""
+        if changed is None:
+            claims = list(self._book.claims.values())
+            self._store.save(State(claims, list(self._book.pending_restores)))
+        else:
+            self._store.save_claim(
+                changed,
+                live=self._book.claims.get(changed.id) is changed,
+                pending_restores=self._book.pending_restores,
+            )

@@ -16,7 +16,6 @@ from dbus_fast import Variant
 
 from rdmad.store import State as StoreState
 from rdmad.store import Store
-from rdmad.swapfile import spare_of
 from tests.reliability.conftest import is_stopped, reliability_rig, settings_of
 from tests.support.daemon import DBusCallError
 from tests.support.faulty_rdmad import PAUSE_AT
@@ -92,10 +91,11 @@ async def test_disk_full_fails_the_claim_cleanly_and_rolls_the_kernel_back(
                 assert rig.daemon.proc is not None
                 pid = rig.daemon.proc.pid
                 await eventually(lambda: is_stopped(pid), 10, "the pause")
-                # A save rewrites the spare file in place (rdmad.swapfile), reusing its space:
-                # a full disk fails it only when there is no spare. The kernel has moved the
-                # netdev; with the spare gone and the disk full, the ACTIVE write fails.
-                spare_of(state / "state.json").unlink(missing_ok=True)
+                # A claim's save appends a line to state.log (rdmad.store), which fits in the
+                # page the PENDING line began: a full disk fails it only when the log needs
+                # a new page. The kernel has moved the netdev; with the log gone and the
+                # disk full, the ACTIVE write fails.
+                (state / "state.log").unlink()
                 filler = fill(state)
                 os.kill(pid, signal.SIGCONT)
             else:

@@ -13,7 +13,7 @@ import pytest
 
 from rdmad.core import Core
 from rdmad.errors import KernelError
-from rdmad.model import Claim, DeviceState, DeviceView, NetnsMode, ReleaseReason
+from rdmad.model import Claim, DeviceState, DeviceView, HostConfig, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver
 from rdmad.store import State, Store
 from tests.support.fake_kernel import INIT, FakeKernel, Process
@@ -105,13 +105,20 @@ class FlakyStore(Store):
         self.full = False
         self.fail_after = -1  # saves that succeed before the disk fills (-1: never fills)
 
-    def save(self, state: State, changed: Claim | None = None) -> None:
+    def save(self, state: State) -> None:
+        self._disk()
+        super().save(state)
+
+    def save_claim(self, claim: Claim, *, live: bool, pending_restores: list[HostConfig]) -> None:
+        self._disk()
+        super().save_claim(claim, live=live, pending_restores=pending_restores)
+
+    def _disk(self) -> None:
         if self.fail_after == 0:
             self.full = True
         self.fail_after -= 1
         if self.full:
             raise KernelError(errno.ENOSPC, f"cannot write state file {self.path}")
-        super().save(state, changed)
 
 
 @dataclass
