@@ -139,3 +139,22 @@ func TestCdiNameFallsBackToTheContainerID(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 }
+
+func TestFirstOfSeveralFailuresKeepsItsCodeAndNamesTheOthers(t *testing.T) {
+	err := firstOf([]error{newError(codeTryAgainLater, "a", "why a"), newError(codeIOFailure, "b")})
+	cerr, ok := err.(*cniError)
+	if !ok || cerr.Code != codeTryAgainLater || cerr.Msg != "a" || cerr.Details != "why a; also: b" {
+		t.Fatalf("got %#v", err)
+	}
+}
+
+func TestAtLeastComparesVersionsNumerically(t *testing.T) {
+	for _, c := range []struct {
+		version, min string
+		want         bool
+	}{{"1.1.0", "1.1.0", true}, {"1.0.0", "1.1.0", false}, {"0.4.0", "0.10.0", false}, {"1.0.0", "0.4.0", true}} {
+		if got := atLeast(c.version, c.min); got != c.want {
+			t.Errorf("atLeast(%s, %s) = %v", c.version, c.min, got)
+		}
+	}
+}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
+	"strconv"
 	"strings"
 )
 
@@ -44,6 +46,46 @@ func (e *cniError) document(version string) map[string]any {
 		out["details"] = e.Details
 	}
 	return out
+}
+
+// atLeast: version is min or later ("X.Y.Z", as supportedVersions spell them).
+func atLeast(version, min string) bool {
+	parse := func(v string) (out [3]int) {
+		for i, part := range strings.SplitN(v, ".", 3) {
+			out[i], _ = strconv.Atoi(part)
+		}
+		return out
+	}
+	a, b := parse(version), parse(min)
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] > b[i]
+		}
+	}
+	return true
+}
+
+// firstOf is the first of several failures, with its code; the others are named in its
+// details (GC goes on past a failure and reports them all). nil when there are none.
+func firstOf(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	var first *cniError
+	if !errors.As(errs[0], &first) {
+		first = newError(codeRdmadFailed, errs[0].Error())
+	}
+	if len(errs) == 1 {
+		return first
+	}
+	var details []string
+	if first.Details != "" {
+		details = append(details, first.Details)
+	}
+	for _, err := range errs[1:] {
+		details = append(details, "also: "+err.Error())
+	}
+	return newError(first.Code, first.Msg, details...)
 }
 
 func supported(version string) bool {

@@ -436,13 +436,16 @@ func checkInterface(e *env, conf *netConf) error {
 
 // gc releases this network's claims whose attachment the runtime no longer lists, and
 // frees each one's IPAM lease with the IPAM plugin's DEL for that attachment (Debian's
-// IPAM plugins have no GC verb).
+// IPAM plugins have no GC verb); then it forwards GC to the IPAM plugin, as the spec asks,
+// where the config's version has GC (1.1.0). A failure does not stop it: it removes what
+// it can and reports every failure.
 func gc(e *env, conf *netConf, environ map[string]string) error {
 	valid := map[attachment]bool{}
 	for _, a := range conf.ValidAttachments {
 		valid[a] = true
 	}
-	return withRdmad(conf, func(r *rdmad) error {
+	var errs []error
+	err := withRdmad(conf, func(r *rdmad) error {
 		rows, err := r.claims()
 		if err != nil {
 			return err
@@ -453,7 +456,8 @@ func gc(e *env, conf *netConf, environ map[string]string) error {
 				continue
 			}
 			if _, err := r.release(c.ID); err != nil {
-				return err
+				errs = append(errs, err) // its lease stays with it, for the next GC
+				continue
 			}
 			if conf.IPAMType != "" {
 				its := map[string]string{}
@@ -462,12 +466,21 @@ func gc(e *env, conf *netConf, environ map[string]string) error {
 				}
 				its["CNI_CONTAINERID"], its["CNI_IFNAME"], its["CNI_NETNS"] = container, ifname, ""
 				if _, err := runIPAM("DEL", e, conf, its); err != nil {
-					return err
+					errs = append(errs, err)
 				}
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if conf.IPAMType != "" && atLeast(conf.Version, "1.1.0") {
+		if _, err := runIPAM("GC", e, conf, environ); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return firstOf(errs)
 }
 
 func status(conf *netConf) error {

@@ -157,6 +157,10 @@ class FakeIpam:
         log = self.directory / "calls"
         return log.read_text().splitlines() if log.exists() else []
 
+    def verbs(self) -> list[str]:
+        """The verb of each call it got, in order."""
+        return [call.split()[0] for call in self.calls()]
+
 
 @pytest.fixture
 def fake_ipam(tmp_path: Path) -> FakeIpam:

@@ -4,6 +4,7 @@ fake_ipam: its stderr, its failures, and the verbs forwarded to it."""
 from __future__ import annotations
 
 from tests.cni.conftest import CniRig, FakeIpam
+from tests.support.net import temp_netns
 
 
 async def test_ipam_stderr_reaches_the_runtime(
@@ -32,3 +33,24 @@ async def test_del_releases_the_claim_when_ipam_del_fails(
     done = rig.run("DEL", conf, netns, env=fake_ipam.env(rig))
     assert done.error == 11  # reported, so that the runtime calls DEL again
     assert await rig.client.manager("ListClaims") == []
+
+
+async def test_gc_goes_on_past_a_failure_and_reports_it(
+    rig: CniRig, netns: str, fake_ipam: FakeIpam
+) -> None:
+    conf = rig.conf(device="sim0", shared=True, ipam=fake_ipam.ipam(fail=["DEL stale1"]))
+    with temp_netns("cni") as other:
+        for container, ns in (("stale1", netns), ("stale2", other)):
+            assert rig.run("ADD", conf, ns, container=container, env=fake_ipam.env(rig)).code == 0
+        done = rig.run("GC", conf | {"cni.dev/valid-attachments": []}, env=fake_ipam.env(rig))
+        assert done.error == 11
+        assert await rig.client.manager("ListClaims") == []
+        assert "DEL stale2" in fake_ipam.calls()
+
+
+async def test_gc_at_110_is_forwarded_to_the_ipam_plugin(
+    rig: CniRig, netns: str, fake_ipam: FakeIpam
+) -> None:
+    conf = rig.conf("1.1.0", device="sim0", shared=True, ipam=fake_ipam.ipam())
+    done = rig.run("GC", conf | {"cni.dev/valid-attachments": []}, env=fake_ipam.env(rig))
+    assert (done.code, fake_ipam.verbs()) == (0, ["GC"])
