@@ -54,7 +54,7 @@ func dispatch(environ map[string]string, stdin []byte, out io.Writer) error {
 	case "GC":
 		return gc(e, conf, environ)
 	default:
-		return status(conf)
+		return status(e, conf, environ)
 	}
 }
 

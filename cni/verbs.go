@@ -483,7 +483,9 @@ func gc(e *env, conf *netConf, environ map[string]string) error {
 	return firstOf(errs)
 }
 
-func status(conf *netConf) error {
+// status: rdmad answers, and then, as the spec asks of a plugin that delegates, the IPAM
+// plugin's STATUS where the config's version has it (1.1.0).
+func status(e *env, conf *netConf, environ map[string]string) error {
 	err := withRdmad(conf, func(r *rdmad) error {
 		_, err := r.version()
 		return err
@@ -495,6 +497,9 @@ func status(conf *netConf) error {
 			details = cerr.Msg
 		}
 		return newError(codeNotAvailable, "rdmad is not available", details)
+	}
+	if err == nil && conf.IPAMType != "" && atLeast(conf.Version, "1.1.0") {
+		_, err = runIPAM("STATUS", e, conf, environ)
 	}
 	return err
 }

@@ -54,3 +54,12 @@ async def test_gc_at_110_is_forwarded_to_the_ipam_plugin(
     conf = rig.conf("1.1.0", device="sim0", shared=True, ipam=fake_ipam.ipam())
     done = rig.run("GC", conf | {"cni.dev/valid-attachments": []}, env=fake_ipam.env(rig))
     assert (done.code, fake_ipam.verbs()) == (0, ["GC"])
+
+
+async def test_status_at_110_fails_with_the_ipam_plugins_error(
+    rig: CniRig, fake_ipam: FakeIpam
+) -> None:
+    conf = rig.conf("1.1.0", device="sim0", ipam=fake_ipam.ipam(fail=["STATUS"]))
+    done = rig.run("STATUS", conf, env=fake_ipam.env(rig))
+    assert done.error == 11
+    assert done.out is not None and "IPAM fake-ipam" in done.out["msg"]
