@@ -253,6 +253,32 @@ func parseNetconf(raw []byte, command string) (*netConf, error) {
 	if !validName.MatchString(c.Name) {
 		return nil, newError(codeInvalidConfig, fmt.Sprintf("name %q is missing or invalid", c.Name))
 	}
+	if c.BusAddress, err = typed(doc, "busAddress", ""); err != nil {
+		return nil, err
+	}
+	ipam, err := typed(doc, "ipam", map[string]any{})
+	if err != nil {
+		return nil, err
+	}
+	if len(ipam) > 0 {
+		if c.IPAMType, err = typed(ipam, "type", ""); err != nil {
+			return nil, err
+		}
+		if !validName.MatchString(c.IPAMType) {
+			return nil, newError(codeInvalidConfig, "ipam.type is missing or invalid")
+		}
+	}
+	if command == "GC" {
+		if c.ValidAttachments, err = parseValidAttachments(doc); err != nil {
+			return nil, err
+		}
+	}
+	// DEL, GC and STATUS need no more than the above: the rest shapes an attachment, and a
+	// config ADD refused must not fail the DEL that follows it (a runtime retries a failed
+	// DEL: in Kubernetes the pod would never go).
+	if command != "ADD" && command != "CHECK" {
+		return c, nil
+	}
 	runtime, err := typed(doc, "runtimeConfig", map[string]any{})
 	if err != nil {
 		return nil, err
@@ -267,7 +293,6 @@ func parseNetconf(raw []byte, command string) (*netConf, error) {
 		{doc, "device", &c.Device},
 		{doc, "deviceID", &c.DeviceID},
 		{runtime, "deviceID", &c.DeviceID},
-		{doc, "busAddress", &c.BusAddress},
 		{doc, "CNIDeviceInfoFile", &c.DeviceInfoFile},
 		{runtime, "CNIDeviceInfoFile", &c.DeviceInfoFile},
 		{runtime, "mac", &c.MAC},
@@ -291,7 +316,7 @@ func parseNetconf(raw []byte, command string) (*netConf, error) {
 			given = append(given, g.key)
 		}
 	}
-	if (command == "ADD" || command == "CHECK") && len(given) != 1 {
+	if len(given) != 1 {
 		msg := "exactly one of device, deviceID and selector must name the device"
 		if len(given) > 0 {
 			msg += " (got " + strings.Join(given, ", ") + ")"
@@ -321,20 +346,8 @@ func parseNetconf(raw []byte, command string) (*netConf, error) {
 	if c.Shared && !c.Netdev {
 		return nil, newError(codeInvalidConfig, "netdev=false applies to whole-device claims only")
 	}
-	ipam, err := typed(doc, "ipam", map[string]any{})
-	if err != nil {
-		return nil, err
-	}
-	if len(ipam) > 0 {
-		if c.IPAMType, err = typed(ipam, "type", ""); err != nil {
-			return nil, err
-		}
-		if !validName.MatchString(c.IPAMType) {
-			return nil, newError(codeInvalidConfig, "ipam.type is missing or invalid")
-		}
-		if !c.Netdev {
-			return nil, newError(codeInvalidConfig, "ipam needs a netdev in the container (netdev=false)")
-		}
+	if c.IPAMType != "" && !c.Netdev {
+		return nil, newError(codeInvalidConfig, "ipam needs a netdev in the container (netdev=false)")
 	}
 	if c.MAC != "" {
 		if !c.Shared {
@@ -351,11 +364,6 @@ func parseNetconf(raw []byte, command string) (*netConf, error) {
 			return nil, newError(codeInvalidConfig, "prevResult is not an object")
 		}
 		c.PrevResult = obj
-	}
-	if command == "GC" {
-		if c.ValidAttachments, err = parseValidAttachments(doc); err != nil {
-			return nil, err
-		}
 	}
 	return c, nil
 }

@@ -158,3 +158,11 @@ func TestAtLeastComparesVersionsNumerically(t *testing.T) {
 		}
 	}
 }
+
+func TestDelReadsNoMoreThanItUsesOfAConfigAddRefuses(t *testing.T) {
+	conf, err := parseNetconf([]byte(`{"cniVersion": "1.0.0", "name": "n", "device": "d", "selector": {},
+		"mtu": 10, "busAddress": "unix:path=/x", "ipam": {"type": "host-local"}}`), "DEL")
+	if err != nil || conf.BusAddress != "unix:path=/x" || conf.IPAMType != "host-local" {
+		t.Fatalf("got %v, %v", conf, err)
+	}
+}

@@ -114,3 +114,11 @@ async def test_failure_after_the_claim_releases_it(rig: CniRig, netns: str) -> N
     assert rig.leases() == set()
     info = link(rig.nic("sim0"))
     assert info is not None and "UP" in info["flags"]
+
+
+async def test_del_of_a_config_add_refused_succeeds(rig: CniRig, netns: str) -> None:
+    """The runtime DELs after a failed ADD, and retries a failed DEL without end."""
+    conf = rig.conf(device="sim0", runtimeConfig={"mac": "02:00:00:00:00:01"})
+    assert rig.run("ADD", conf, netns).error == 7
+    done = rig.run("DEL", conf, netns)
+    assert (done.code, done.out) == (0, None)
