@@ -166,3 +166,11 @@ func TestDelReadsNoMoreThanItUsesOfAConfigAddRefuses(t *testing.T) {
 		t.Fatalf("got %v, %v", conf, err)
 	}
 }
+
+func TestResultBefore100HasNoInterfaceMtu(t *testing.T) {
+	result := map[string]any{"interfaces": []any{map[string]any{"name": "net1", "mtu": 1500}}}
+	iface := shapeResult(result, "0.4.0")["interfaces"].([]any)[0].(map[string]any)
+	if !reflect.DeepEqual(iface, map[string]any{"name": "net1"}) {
+		t.Fatalf("got %v", iface)
+	}
+}

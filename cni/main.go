@@ -50,6 +50,9 @@ func dispatch(environ map[string]string, stdin []byte, out io.Writer) error {
 	case "DEL":
 		return del(e, conf, environ)
 	case "CHECK":
+		if !atLeast(conf.Version, "0.4.0") {
+			return newError(codeIncompatibleVersion, "cniVersion "+conf.Version+" has no CHECK (0.4.0 and later)")
+		}
 		return check(e, conf, environ)
 	case "GC":
 		return gc(e, conf, environ)

@@ -9,8 +9,9 @@ import (
 )
 
 // The CNI spec versions this plugin speaks; VERSION lists them, and a result or an error
-// is shaped for the version the config asks for.
-var supportedVersions = []string{"0.4.0", "1.0.0", "1.1.0"}
+// is shaped for the version the config asks for. 0.3.x is 0.4.0 without CHECK: many
+// Multus NetworkAttachmentDefinitions (and the sriov-cni and rdma-cni examples) say 0.3.1.
+var supportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 
 const latestVersion = "1.1.0"
 
@@ -97,18 +98,20 @@ func supported(version string) bool {
 	return false
 }
 
-// shapeResult puts a result built in the 1.x shape into the shape `version` asks for:
-// 0.4.0 differs in one field, each IP's "version" ("4" or "6").
+// shapeResult puts a result built in the 1.x shape into the shape `version` asks for.
+// Before 1.0.0 (libcni's types040: 0.3.0 to 0.4.0) each IP carries its "version" ("4" or
+// "6"), and an interface has no "mtu".
 func shapeResult(result map[string]any, version string) map[string]any {
 	out := map[string]any{"cniVersion": version}
 	for k, v := range result {
 		out[k] = v
 	}
+	legacy := !atLeast(version, "1.0.0")
 	ips := []any{}
 	for _, item := range listOf(result["ips"]) {
 		ip := copyObject(item)
 		delete(ip, "version")
-		if version == "0.4.0" {
+		if legacy {
 			ip["version"] = "4"
 			if addr, _ := ip["address"].(string); strings.Contains(addr, ":") {
 				ip["version"] = "6"
@@ -117,6 +120,15 @@ func shapeResult(result map[string]any, version string) map[string]any {
 		ips = append(ips, ip)
 	}
 	out["ips"] = ips
+	if legacy {
+		interfaces := []any{}
+		for _, item := range listOf(result["interfaces"]) {
+			iface := copyObject(item)
+			delete(iface, "mtu")
+			interfaces = append(interfaces, iface)
+		}
+		out["interfaces"] = interfaces
+	}
 	return out
 }
 

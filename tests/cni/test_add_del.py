@@ -54,6 +54,14 @@ async def test_result_for_040_carries_the_ip_version(rig: CniRig, netns: str) ->
     assert out["ips"][0]["version"] == "4"
 
 
+async def test_result_for_031_has_the_040_shape(rig: CniRig, netns: str) -> None:
+    """Multus NetworkAttachmentDefinitions often say 0.3.1 (the sriov-cni examples do)."""
+    out = rig.run("ADD", rig.conf("0.3.1", device="sim0", shared=True), netns).out
+    assert out is not None and out["cniVersion"] == "0.3.1"
+    assert out["ips"][0]["version"] == "4"
+    assert "mtu" not in out["interfaces"][0]
+
+
 async def test_result_for_110_lists_the_interface(rig: CniRig, netns: str) -> None:
     # Debian's IPAM plugins (1.1.1) speak up to 1.0.0: a 1.1.0 network goes without IPAM.
     out = rig.run("ADD", rig.conf("1.1.0", device="sim0", shared=True, ipam=None), netns).out

@@ -16,9 +16,20 @@ def added(rig: CniRig, netns: str, **keys: Any) -> dict[str, Any]:
     return conf | {"prevResult": done.out}
 
 
-async def test_version_lists_the_three_spec_versions(rig: CniRig) -> None:
+async def test_version_lists_the_spec_versions_from_030(rig: CniRig) -> None:
     done = rig.run("VERSION", {"cniVersion": "1.0.0"})
-    assert done.out == {"cniVersion": "1.1.0", "supportedVersions": ["0.4.0", "1.0.0", "1.1.0"]}
+    assert done.out == {
+        "cniVersion": "1.1.0",
+        "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"],
+    }
+
+
+async def test_check_at_031_is_error_1(rig: CniRig, netns: str) -> None:
+    """CHECK came with 0.4.0."""
+    conf = rig.conf("0.3.1", device="sim0", shared=True)
+    assert rig.run("ADD", conf, netns).code == 0
+    done = rig.run("CHECK", conf, netns)
+    assert done.error == 1
 
 
 async def test_check_passes_on_an_intact_attachment(rig: CniRig, netns: str) -> None:

@@ -61,7 +61,7 @@ async def test_mac_on_a_whole_device_claim_is_error_7(rig: CniRig, netns: str) -
 
 
 async def test_unsupported_cni_version_is_error_1(rig: CniRig, netns: str) -> None:
-    assert rig.run("ADD", rig.conf("0.3.1", device="sim0"), netns).error == 1
+    assert rig.run("ADD", rig.conf("0.2.0", device="sim0"), netns).error == 1
 
 
 async def test_error_is_shaped_for_the_requested_version(rig: CniRig, netns: str) -> None:
