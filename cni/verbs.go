@@ -276,8 +276,14 @@ func gatewayFor(dst string, addresses map[string]any) string {
 	return ""
 }
 
-// writeDeviceInfo writes Multus' device-info file (k8snetworkplumbingwg device-info-spec), type pci.
+// writeDeviceInfo writes Multus' device-info file (k8snetworkplumbingwg device-info-spec), type pci,
+// where there is none: one that exists is the device plugin's, which Multus copied there
+// (the spec lets a CNI plugin read it, and write only a missing one), and says more than
+// this one would (the PF's PCI address, the representor).
 func writeDeviceInfo(r *rdmad, path string, claim claimRow) error {
+	if _, err := os.Lstat(path); err == nil {
+		return nil
+	}
 	devices, err := r.devices()
 	if err != nil {
 		return err

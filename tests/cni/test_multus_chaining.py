@@ -49,6 +49,18 @@ async def test_multus_device_info_file_names_the_pci_and_rdma_device(
     }
 
 
+async def test_device_info_file_multus_copied_from_the_device_plugin_is_kept(
+    rig: CniRig, netns: str, tmp_path: Path
+) -> None:
+    info_file = tmp_path / "devinfo" / "net1.json"
+    info_file.parent.mkdir()
+    from_dp = {"pci-address": PCI["sim1"], "pf-pci-address": "0000:5e:00.0"}
+    info_file.write_text(json.dumps({"type": "pci", "version": "1.1.0", "pci": from_dp}))
+    conf = rig.conf(deviceID=PCI["sim1"], CNIDeviceInfoFile=str(info_file))
+    assert rig.run("ADD", conf, netns).code == 0
+    assert json.loads(info_file.read_text())["pci"] == from_dp
+
+
 async def test_deviceid_in_runtime_config_alone_is_enough(rig: CniRig, netns: str) -> None:
     conf = rig.conf(runtimeConfig={"deviceID": PCI["sim0"]})
     assert rig.run("ADD", conf, netns).code == 0
