@@ -61,24 +61,43 @@ func (n *nsLinks) addresses(link netlink.Link) (map[string]bool, error) {
 	return out, nil
 }
 
-// addRoute adds dst through gateway ("" for a route through the link alone).
-func (n *nsLinks) addRoute(dst, gateway string, link netlink.Link) error {
+// addRoute adds an IPAM result's route: dst through gateway ("" for a route through the
+// link alone), with the 1.1.0 result's priority, table and scope when it has them, as the
+// reference plugins' ipam.ConfigureIface does.
+func (n *nsLinks) addRoute(route map[string]any, gateway string, link netlink.Link) error {
+	dst, _ := route["dst"].(string)
 	_, network, err := net.ParseCIDR(dst)
 	if err != nil {
 		return fmt.Errorf("route %q: %v", dst, err)
 	}
-	route := &netlink.Route{
+	r := &netlink.Route{
 		LinkIndex: link.Attrs().Index,
 		Dst:       network,
 		Protocol:  rtprotBoot,
 		Scope:     netlink.SCOPE_LINK,
 	}
 	if gateway != "" {
-		route.Gw = net.ParseIP(gateway)
-		if route.Gw == nil {
+		r.Gw = net.ParseIP(gateway)
+		if r.Gw == nil {
 			return fmt.Errorf("route %s: gateway %q is not an address", dst, gateway)
 		}
-		route.Scope = netlink.SCOPE_UNIVERSE
+		r.Scope = netlink.SCOPE_UNIVERSE
 	}
-	return n.handle.RouteAdd(route)
+	for key, into := range map[string]*int{"priority": &r.Priority, "table": &r.Table} {
+		if value, present := route[key]; present {
+			v, ok := integer(value)
+			if !ok || v < 0 || v > 1<<32-1 {
+				return fmt.Errorf("route %s: %s %v is not a uint32", dst, key, value)
+			}
+			*into = int(v)
+		}
+	}
+	if value, present := route["scope"]; present {
+		v, ok := integer(value)
+		if !ok || v < 0 || v > 255 {
+			return fmt.Errorf("route %s: scope %v is not a uint8", dst, value)
+		}
+		r.Scope = netlink.Scope(v)
+	}
+	return n.handle.RouteAdd(r)
 }

@@ -253,7 +253,7 @@ func complete(e *env, conf *netConf, claim claimRow, addresses map[string]any) (
 		if gateway == "" {
 			gateway = gatewayFor(dst, addresses)
 		}
-		if err := links.addRoute(dst, gateway, link); err != nil {
+		if err := links.addRoute(route, gateway, link); err != nil {
 			return nil, failed(err)
 		}
 	}

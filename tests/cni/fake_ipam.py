@@ -1,9 +1,10 @@
 """A stand-in IPAM plugin, for what Debian's IPAM plugins cannot show: their failures on
-demand, their stderr, and the verbs they were asked (GC and STATUS, which they lack). Its
-`ipam` config: `log` (a file: one line "VERB CONTAINERID" per call), `fail` (a list of
-"VERB" or "VERB CONTAINERID" to answer with error 11), `stderr` (a text to write there).
-ADD hands out 10.66.0.2/24. Run as a plugin: `python3 fake_ipam.py`, with no imports of
-the project, as FakeIpam installs it."""
+demand, their stderr, and the verbs they were asked (GC and STATUS, which they lack).
+
+Its `ipam` config: `log` (a file: one line "VERB CONTAINERID" per call), `fail` (a list of
+"VERB" or "VERB CONTAINERID" to answer with error 11), `stderr` (a text to write there),
+`routes` (ADD's, as given). ADD hands out 10.66.0.2/24. It imports nothing of the project:
+FakeIpam runs it as a plugin executable."""
 
 from __future__ import annotations
 
@@ -26,7 +27,11 @@ def main() -> int:
         json.dump(error, sys.stdout)
         return 1
     if command == "ADD":
-        lease = {"cniVersion": conf["cniVersion"], "ips": [{"address": "10.66.0.2/24"}]}
+        lease = {
+            "cniVersion": conf["cniVersion"],
+            "ips": [{"address": "10.66.0.2/24"}],
+            "routes": ipam.get("routes", []),
+        }
         json.dump(lease, sys.stdout)
     return 0
 

@@ -3,8 +3,10 @@ fake_ipam: its stderr, its failures, and the verbs forwarded to it."""
 
 from __future__ import annotations
 
+import json
+
 from tests.cni.conftest import CniRig, FakeIpam
-from tests.support.net import temp_netns
+from tests.support.net import ip, temp_netns
 
 
 async def test_ipam_stderr_reaches_the_runtime(
@@ -63,3 +65,13 @@ async def test_status_at_110_fails_with_the_ipam_plugins_error(
     done = rig.run("STATUS", conf, env=fake_ipam.env(rig))
     assert done.error == 11
     assert done.out is not None and "IPAM fake-ipam" in done.out["msg"]
+
+
+async def test_ipam_route_at_110_gets_its_table_and_priority(
+    rig: CniRig, netns: str, fake_ipam: FakeIpam
+) -> None:
+    routes = [{"dst": "10.67.0.0/16", "table": 100, "priority": 7}]
+    conf = rig.conf("1.1.0", device="sim0", shared=True, ipam=fake_ipam.ipam(routes=routes))
+    assert rig.run("ADD", conf, netns, env=fake_ipam.env(rig)).code == 0
+    (route,) = json.loads(ip("-j", "route", "show", "table", "100", netns=netns))
+    assert (route["dst"], route["dev"], route["metric"]) == ("10.67.0.0/16", "net1", 7)
