@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from dbus_fast import BusType, Message, MessageType, Variant
+from dbus_fast._private.address import parse_address  # what MessageBus parses it with
 from dbus_fast.aio import MessageBus
-from dbus_fast.errors import DBusError
+from dbus_fast.errors import DBusError, InvalidAddressError
 
 from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.names import (
@@ -56,6 +57,7 @@ EXIT_FAILED, EXIT_UNREACHABLE = 1, 3  # 2: a usage error, from argparse
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report it (128 + SIGINT)
 EXIT_BROKEN_PIPE = 141  # stdout closed early, as for a tool killed by SIGPIPE (128 + 13)
 HINT = "is rdmad running? systemctl status rdmad; or set --bus-address"
+SYSTEM_BUS = "unix:path=/var/run/dbus/system_bus_socket"  # the D-Bus specification's default
 
 # Named arguments of the Manager's signals, for monitor output.
 SIGNAL_ARGS: dict[str, tuple[str, ...]] = {
@@ -174,6 +176,26 @@ def signal_line(event: dict[str, Any]) -> str:
 
 def error_line(name: str, text: str) -> str:
     return f"rdmactl: {name.rsplit('.', 1)[-1]}: {text}"
+
+
+def bus_address(given: str | None) -> str:
+    """The bus to call rdmad on: `given` (--bus-address), else $DBUS_SYSTEM_BUS_ADDRESS, else
+    the system bus. One that is not a D-Bus address raises ValueError naming where it came
+    from: no retry would ever reach it, so it is the user's to fix, not "unreachable"."""
+    for source, address in (
+        ("--bus-address", given),
+        ("$DBUS_SYSTEM_BUS_ADDRESS", os.environ.get("DBUS_SYSTEM_BUS_ADDRESS")),
+    ):
+        if address:
+            try:
+                parse_address(address)
+            except InvalidAddressError as exc:
+                raise ValueError(
+                    f"{source}: {address!r} is not a D-Bus address ({exc}); "
+                    f"for example {SYSTEM_BUS}"
+                ) from exc
+            return address
+    return SYSTEM_BUS
 
 
 async def cmd_status(c: Client, a: argparse.Namespace, out: TextIO) -> None:
@@ -451,11 +473,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    address = args.bus_address or os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or None
     try:
-        bus = await MessageBus(bus_address=address, bus_type=BusType.SYSTEM).connect()
-    except (OSError, ValueError) as exc:
-        raise Unreachable(f"cannot connect to the bus: {exc}") from exc
+        bus = await MessageBus(
+            bus_address=bus_address(args.bus_address), bus_type=BusType.SYSTEM
+        ).connect()
+    except OSError as exc:
+        raise Unreachable(f"cannot connect: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # what answered the handshake is no D-Bus daemon
+        raise Unreachable(f"cannot connect: {exc}") from exc
     try:
         await COMMANDS[args.command].handler(Client(bus), args, out)
     finally:
@@ -474,6 +499,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     item.encode("utf-8")
             except UnicodeEncodeError:  # bytes from argv that are not UTF-8: D-Bus has no way
                 parser.error(f"argument {key}: {item!r} is not valid UTF-8")
+    try:
+        bus_address(args.bus_address)
+    except ValueError as exc:
+        parser.error(str(exc))
     return args
 
 
@@ -485,7 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # monitor and stats --watch end this way
         return 0 if args.command == "monitor" or getattr(args, "watch", False) else EXIT_INTERRUPTED
     except Unreachable as exc:
-        print(f"rdmactl: daemon unreachable: {exc} (hint: {HINT})", file=sys.stderr)
+        where = bus_address(args.bus_address)
+        print(f"rdmactl: daemon unreachable: bus {where}: {exc} (hint: {HINT})", file=sys.stderr)
         return EXIT_UNREACHABLE
     except DBusError as exc:
         print(error_line(exc.type, exc.text), file=sys.stderr)

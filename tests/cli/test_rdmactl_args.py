@@ -163,3 +163,34 @@ def test_stats_interval_must_be_a_positive_number(
         parse_args(["stats", "--watch", "--interval", interval])
     assert exc.value.code == 2
     assert "positive number of seconds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("address", ["foo", "unix:path", "/run/dbus/system_bus_socket"])
+def test_a_bus_address_that_is_not_one_is_a_usage_error(
+    address: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # no retry would ever reach it: a usage error (2), not "unreachable" (3)
+    line = usage_error(["--bus-address", address, "status"], capsys)
+    assert "--bus-address" in line and repr(address) in line and "not a D-Bus address" in line
+
+
+def test_a_malformed_system_bus_variable_is_a_usage_error_naming_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", "foo")
+    assert "$DBUS_SYSTEM_BUS_ADDRESS: 'foo'" in usage_error(["status"], capsys)
+
+
+def test_the_unreachable_line_names_the_bus_it_tried(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--bus-address", "unix:path=/nonexistent/bus", "status"]) == 3
+    line = capsys.readouterr().err
+    assert "bus unix:path=/nonexistent/bus: cannot connect: No such file or directory" in line
+
+
+def test_without_an_address_the_system_bus_is_the_one_tried(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DBUS_SYSTEM_BUS_ADDRESS", raising=False)
+    monkeypatch.setattr("rdmad.cli.SYSTEM_BUS", "unix:path=/nonexistent/system_bus_socket")
+    assert main(["status"]) == 3
+    assert "bus unix:path=/nonexistent/system_bus_socket:" in capsys.readouterr().err
