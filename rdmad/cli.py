@@ -331,13 +331,26 @@ def _uint32(text: str) -> int:
     return value
 
 
+def _netns(text: str) -> str:
+    """A relative path (it has a '/') is made absolute against the caller's directory, as
+    rdmad's own is not the caller's; a name under /run/netns and pid:PID pass as typed."""
+    if text.startswith("pid:") or "/" not in text or os.path.isabs(text):
+        return text
+    return os.path.abspath(text)
+
+
 def _show_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("device", help="RDMA device name, such as mlx5_0")
 
 
 def _claim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("device", help="RDMA device name, such as mlx5_0")
-    p.add_argument("netns", help="/run/netns/NAME, /proc/PID/ns/net, NAME or pid:PID")
+    p.add_argument(
+        "netns",
+        type=_netns,
+        help="/run/netns/NAME, /proc/PID/ns/net, NAME (under /run/netns), pid:PID, or a "
+        "path relative to the current directory, such as ./pod1",
+    )
     p.add_argument(
         "--ifname",
         help="netdev name inside the netns (default: the host name; net1 with --shared)",

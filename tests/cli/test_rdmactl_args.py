@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rdmad.cli import COMMANDS, build_parser, main, parse_args
@@ -84,6 +86,19 @@ def test_claim_options_parse_repeatable_flags() -> None:
         ]
     )
     assert args.address == ["192.0.2.1/24", "2001:db8::1/64"] and args.chardev == ["umad"]
+
+
+def test_a_relative_netns_path_is_made_absolute_against_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rdmad resolves paths in its own directory, which is not the user's
+    monkeypatch.chdir(tmp_path)
+    assert parse_args(["claim", "mlx5_0", "./ns/pod1"]).netns == str(tmp_path / "ns" / "pod1")
+
+
+@pytest.mark.parametrize("netns", ["pod1", "pid:4242", "/run/netns/pod1", "/proc/4242/ns/net"])
+def test_a_netns_name_pid_or_absolute_path_is_passed_as_typed(netns: str) -> None:
+    assert parse_args(["claim", "mlx5_0", netns]).netns == netns
 
 
 def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
