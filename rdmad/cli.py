@@ -32,6 +32,7 @@ import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TextIO
 
 from dbus_fast import BusType, Message, MessageType, Variant
@@ -151,6 +152,15 @@ def key_values(obj: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def claim_text(data: dict[str, Any]) -> str:
+    """`claim`'s human output: its JSON's fields, with created_at as a local time."""
+    shown = dict(data)
+    if isinstance(shown.get("created_at"), int):
+        when = datetime.fromtimestamp(shown["created_at"] / 1e6).astimezone()
+        shown["created_at"] = when.isoformat(sep=" ", timespec="seconds")
+    return key_values(shown)
+
+
 def signal_json(msg: Message) -> dict[str, Any]:
     member = msg.member or ""
     if member == "PropertiesChanged":
@@ -250,13 +260,12 @@ async def cmd_claim(c: Client, a: argparse.Namespace, out: TextIO) -> None:
         opts["netdev"] = Variant("b", False)
     (path,) = await c.call("Claim", "ssa{sv}", [a.device, a.netns, opts])
     data = claim_json(await c.get_all(path, CLAIM_IFACE), path)
-    _emit(out, a, data, key_values(data))
+    _emit(out, a, data, claim_text(data))
 
 
 async def cmd_release(c: Client, a: argparse.Namespace, out: TextIO) -> None:
     await c.call("Release", "s", [a.claim])
-    if a.json:
-        print(json.dumps({"released": a.claim}), file=out)
+    _emit(out, a, {"released": a.claim}, f"released {a.claim}")
 
 
 async def cmd_mode(c: Client, a: argparse.Namespace, out: TextIO) -> None:

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
+import time
+from collections.abc import Iterator
 
 import pytest
 from dbus_fast import Message, Variant
 
 from rdmad.cli import (
     claim_json,
+    claim_text,
     claims_json,
+    cmd_release,
     device_json,
     devices_json,
     error_line,
@@ -17,6 +23,7 @@ from rdmad.cli import (
     snake,
     table,
 )
+from tests.cli.fake_client import FakeClient
 
 DEVICE_PROPS = {
     "Name": "mlx5_0",
@@ -129,3 +136,37 @@ def test_monitor_json_flattens_properties_changed() -> None:
         "changed": {"netns_mode": "exclusive"},
         "invalidated": [],
     }
+
+
+@pytest.fixture
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("utc")
+def test_claim_text_shows_when_it_was_made_as_a_local_time() -> None:
+    # CreatedAt is microseconds since the epoch; people read a date
+    text = claim_text({"id": "c1", "created_at": 1_700_000_000_250_000})
+    assert "created_at: 2023-11-14 22:13:20+00:00" in text.splitlines()
+
+
+def test_claim_json_keeps_created_at_in_microseconds() -> None:
+    assert claim_json({"CreatedAt": 1_795_609_587_010_504}, "/c")["created_at"] == (
+        1_795_609_587_010_504
+    )
+
+
+@pytest.mark.parametrize(
+    ("json_output", "printed"),
+    [(False, "released c1\n"), (True, '{"released": "c1"}\n')],
+)
+async def test_release_says_what_it_released(json_output: bool, printed: str) -> None:
+    out = io.StringIO()
+    client = FakeClient({"Release": []})
+    await cmd_release(client, argparse.Namespace(claim="c1", json=json_output), out)
+    assert client.calls == [("Release", ["c1"])]
+    assert out.getvalue() == printed
