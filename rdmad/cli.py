@@ -40,6 +40,7 @@ from dbus_fast._private.address import parse_address  # what MessageBus parses i
 from dbus_fast.aio import MessageBus
 from dbus_fast.errors import DBusError, InvalidAddressError
 
+from rdmad import __version__
 from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.names import (
     BUS_NAME,
@@ -50,7 +51,7 @@ from rdmad.bus.names import (
     MANAGER_IFACE,
     MANAGER_PATH,
 )
-from rdmad.cli_stats import cmd_stats, stats_arguments
+from rdmad.cli_stats import check_stats_arguments, cmd_stats, stats_arguments
 from rdmad.model import ChardevKind
 from rdmad.options import NETNS_MODES
 
@@ -323,14 +324,20 @@ def _no_arguments(p: argparse.ArgumentParser) -> None:
     pass
 
 
+def _no_check(args: argparse.Namespace) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Command:
-    """One subcommand: its handler, a one-line help, and what it adds to its parser."""
+    """One subcommand: its handler, a one-line help, what it adds to its parser, and a check
+    of what argparse cannot see alone (the usage error it returns, or None)."""
 
     handler: Handler
     help: str
     arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
     description: str = ""
+    check: Callable[[argparse.Namespace], str | None] = _no_check
 
 
 def _uint32(text: str) -> int:
@@ -439,6 +446,7 @@ COMMANDS: dict[str, Command] = {
         "and rdmad's own claim/release/error counts). Scope 'device' counts everything on "
         "the device (a shared claim shares it); 'claim' counts a whole-device claim's own "
         "traffic. --watch refreshes in place with per-second rates, like top.",
+        check_stats_arguments,
     ),
     "monitor": Command(
         cmd_monitor,
@@ -476,22 +484,29 @@ def add_global_options(p: argparse.ArgumentParser, *, in_subcommand: bool) -> No
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """rdmactl's parser, and each subcommand's."""
     p = argparse.ArgumentParser(
         prog="rdmactl",
         description="Claim RDMA devices for network namespaces through rdmad (D-Bus io.rdmad1).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"rdmactl {__version__}")
     add_global_options(p, in_subcommand=False)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subparsers = {}
     for name, command in COMMANDS.items():
-        cp = sub.add_parser(
+        cp = subparsers[name] = sub.add_parser(
             name, help=command.help, description=command.description or command.help
         )
         command.arguments(cp)
         add_global_options(cp, in_subcommand=True)
-    return p
+    return p, subparsers
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return build_parsers()[0]
 
 
 async def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -512,8 +527,13 @@ async def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the command line; exits 2 with a usage message on bad input."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    parser, subparsers = build_parsers()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # argparse would blame rdmactl and show its usage; the subcommand's is the help
+        subparsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    problem = COMMANDS[args.command].check(args)
+    if problem is not None:
+        subparsers[args.command].error(problem)
     for key, value in vars(args).items():
         for item in value if isinstance(value, list) else [value]:
             try:

@@ -147,7 +147,7 @@ async def cmd_stats(c: Client, a: argparse.Namespace, out: TextIO) -> None:
         return
     taken = time.monotonic()
     while True:
-        await asyncio.sleep(a.interval)
+        await asyncio.sleep(a.interval or DEFAULT_INTERVAL)
         now, now_taken = await collect(c, a.target), time.monotonic()
         add_rates(now, data, now_taken - taken)
         data, taken = now, now_taken
@@ -167,6 +167,15 @@ def _seconds(text: str) -> float:
     return value
 
 
+DEFAULT_INTERVAL = 1.0
+
+
+def check_stats_arguments(args: argparse.Namespace) -> str | None:
+    if args.interval is not None and not args.watch:
+        return "--interval only goes with --watch"
+    return None
+
+
 def stats_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", nargs="?", metavar="DEVICE|CLAIM", help="one device or claim id")
     p.add_argument(
@@ -176,5 +185,8 @@ def stats_arguments(p: argparse.ArgumentParser) -> None:
         "per interval)",
     )
     p.add_argument(
-        "--interval", type=_seconds, default=1.0, metavar="SECONDS", help="--watch period (1)"
+        "--interval",
+        type=_seconds,
+        metavar="SECONDS",
+        help=f"--watch period (default {DEFAULT_INTERVAL:g})",
     )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from rdmad import __version__
 from rdmad.cli import COMMANDS, build_parser, main, parse_args
 
 BUS = "unix:path=/run/example/bus"
@@ -114,6 +115,31 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
     assert "frobnicate" in usage_error(["frobnicate"], capsys)
 
 
+@pytest.mark.parametrize(
+    "argv", [["list", "extra"], ["list", "--jsno"], ["--jsno", "list"], ["list", "--", "x"]]
+)
+def test_a_stray_argument_is_the_subcommands_usage_error(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = usage_error(argv, capsys)
+    assert line.startswith("rdmactl list: error: unrecognized arguments:")
+
+
+def test_a_stray_argument_shows_the_subcommands_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["claims", "extra"])
+    assert capsys.readouterr().err.startswith("usage: rdmactl claims [-h]")
+
+
+def test_version_prints_rdmactls_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"rdmactl {__version__}\n"
+
+
 def test_a_missing_argument_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert "netns" in usage_error(["claim", "mlx5_0"], capsys)
 
@@ -209,3 +235,10 @@ def test_without_an_address_the_system_bus_is_the_one_tried(
     monkeypatch.setattr("rdmad.cli.SYSTEM_BUS", "unix:path=/nonexistent/system_bus_socket")
     assert main(["status"]) == 3
     assert "bus unix:path=/nonexistent/system_bus_socket:" in capsys.readouterr().err
+
+
+def test_stats_interval_without_watch_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # it would be ignored: one reading, not one every 5 seconds
+    assert "--interval only goes with --watch" in usage_error(["stats", "--interval", "5"], capsys)
