@@ -146,6 +146,17 @@ async def cmd_stats(c: Client, a: argparse.Namespace, out: TextIO) -> None:
         print(json.dumps(data) if a.json else render(data, rates=False), file=out)
         return
     taken = time.monotonic()
+    terminal, frames = out.isatty(), 0
+
+    def show(text: str) -> None:
+        """A frame: in place on a terminal; elsewhere (a file, a pipe) after a blank line."""
+        nonlocal frames
+        print(HOME_AND_CLEAR + text if terminal else "\n" * min(frames, 1) + text, file=out)
+        out.flush()
+        frames += 1
+
+    if not a.json:  # the counters at once, as top shows them; their rates from the next frame
+        show(render(data, rates=True))
     while True:
         await asyncio.sleep(a.interval or DEFAULT_INTERVAL)
         now, now_taken = await collect(c, a.target), time.monotonic()
@@ -154,7 +165,7 @@ async def cmd_stats(c: Client, a: argparse.Namespace, out: TextIO) -> None:
         if a.json:
             print(json.dumps(data), file=out, flush=True)
         else:
-            print(HOME_AND_CLEAR + render(data, rates=True), file=out, flush=True)
+            show(render(data, rates=True))
 
 
 def _seconds(text: str) -> float:
