@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import concurrent.futures
 import logging
-import os
 import re
 import signal
 import sys
@@ -44,11 +43,13 @@ from rdmad.bus.names import (
     MANAGER_PATH,
     OBJECT_MANAGER_IFACE,
 )
+from rdmad.cli import bus_address
 from rdmad.model import DeviceState
 
 log = logging.getLogger("rdmad.exporter")
 
 DEFAULT_LISTEN = ":9879"
+EXIT_CANNOT_SERVE = 1  # 2: a usage error, from argparse
 SCRAPE_TIMEOUT_S = 10.0
 _NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -280,6 +281,11 @@ def _le(bound: float) -> str:
     return "+Inf" if bound == float("inf") else repr(bound)
 
 
+def host_port(address: tuple[str, int]) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def listen_address(text: str) -> tuple[str, int]:
     """HOST:PORT, :PORT or [V6]:PORT -> (host, port); an empty host is every address."""
     host, sep, port = text.rpartition(":")
@@ -307,18 +313,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="D-Bus address of rdmad's bus (default: $DBUS_SYSTEM_BUS_ADDRESS, else the "
         "system bus)",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:  # one that is not a D-Bus address would fail every scrape: refuse it now
+        bus_address(args.bus_address)
+    except ValueError as e:
+        p.error(str(e))
+    return args
 
 
 async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
-    address = args.bus_address or os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or None
+    address = bus_address(args.bus_address)
     reader = RdmadReader(address)
     registry = CollectorRegistry()
     registry.register(RdmadCollector(reader, loop))
     host, port = args.listen_address
     server, _thread = start_http_server(port, host, registry=registry)
-    log.info("serving /metrics on %s:%d", host, port)
+    log.info("serving /metrics on %s, reading rdmad on bus %s", host_port((host, port)), address)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -334,9 +345,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
     try:
         asyncio.run(serve(args))
-    except OSError as e:  # the listen address is taken or not ours
-        print(f"rdmad-exporter: cannot serve: {e}", file=sys.stderr)
-        return 1
+    except OSError as e:  # the listen address is taken, not ours, or not a host
+        where = host_port(args.listen_address)
+        print(f"rdmad-exporter: cannot serve on {where}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_CANNOT_SERVE
     return 0
 
 
