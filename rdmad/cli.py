@@ -1,6 +1,7 @@
 """rdmactl: a thin client of the io.rdmad1 D-Bus API (docs/dbus-api.md).
 
-The global options (--json, --bus-address) are accepted before and after the subcommand.
+The global options (--json, --bus-address, --timeout) are accepted before and after the
+subcommand.
 Output: aligned tables by default; with --json, stable JSON on stdout:
   list     [{"name", "state", "netdev", "path"}]
   claims   [{"id", "device", "netns", "interface", "owner", "path"}]
@@ -18,8 +19,9 @@ Output: aligned tables by default; with --json, stable JSON on stdout:
   monitor  one object per line: {"signal", "path", "args": {...}}; for PropertiesChanged
            "args" is {"interface", "changed": {snake_case: value}, "invalidated": [...]}
 Exit codes: 0 ok, 1 the daemon said no (one line on stderr, "rdmactl: ERROR-NAME: text"),
-2 usage, 3 daemon unreachable (one line), 130 Ctrl-C (monitor: 0, its normal end), 141 the
-reader of stdout went away (rdmactl monitor | head -1).
+2 usage, 3 daemon unreachable or no answer within --timeout (one line), 130 Ctrl-C (monitor and
+stats --watch: 0, their normal end), 141 the reader of stdout went away (rdmactl monitor |
+head -1).
 """
 
 from __future__ import annotations
@@ -51,7 +53,12 @@ from rdmad.bus.names import (
     MANAGER_IFACE,
     MANAGER_PATH,
 )
-from rdmad.cli_stats import check_stats_arguments, cmd_stats, stats_arguments
+from rdmad.cli_stats import (
+    check_stats_arguments,
+    cmd_stats,
+    positive_seconds,
+    stats_arguments,
+)
 from rdmad.model import ChardevKind
 from rdmad.options import NETNS_MODES
 
@@ -60,6 +67,8 @@ EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report it (128 + SIGINT)
 EXIT_BROKEN_PIPE = 141  # stdout closed early, as for a tool killed by SIGPIPE (128 + 13)
 HINT = "is rdmad running? systemctl status rdmad; or set --bus-address"
 SYSTEM_BUS = "unix:path=/var/run/dbus/system_bus_socket"  # the D-Bus specification's default
+DEFAULT_TIMEOUT = 25.0  # seconds, as busctl's and libdbus's method calls
+CHANGES_STATE = {"Claim", "Release", "SetNetnsMode"}
 
 # Named arguments of the Manager's signals, for monitor output.
 SIGNAL_ARGS: dict[str, tuple[str, ...]] = {
@@ -315,6 +324,33 @@ def _emit(out: TextIO, a: argparse.Namespace, data: Any, human: str) -> None:
     print(json.dumps(data) if a.json else human, file=out)
 
 
+class TimedClient(Client):
+    """A Client that gives up on rdmad when a call has no answer within `timeout` seconds:
+    a hung rdmad is unreachable, not a command that waits forever."""
+
+    def __init__(self, bus: MessageBus, timeout: float) -> None:
+        super().__init__(bus)
+        self.timeout = timeout
+
+    async def call(
+        self,
+        member: str,
+        signature: str = "",
+        body: Sequence[Any] = (),
+        *,
+        path: str = MANAGER_PATH,
+        interface: str = MANAGER_IFACE,
+    ) -> list[Any]:
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await super().call(member, signature, body, path=path, interface=interface)
+        except TimeoutError:
+            text = f"no answer to {member} within {self.timeout:g} s"
+            if member in CHANGES_STATE:
+                text += " (rdmad may still carry it out: see rdmactl claims, rdmactl mode)"
+            raise Unreachable(text) from None
+
+
 # ---------------------------------------------------------------- command line
 
 Handler = Callable[[Client, argparse.Namespace, TextIO], Awaitable[None]]
@@ -458,9 +494,10 @@ COMMANDS: dict[str, Command] = {
 }
 
 EPILOG = """\
-global options (--json, --bus-address) may come before or after the command.
+global options (--json, --bus-address, --timeout) may come before or after the command.
 exit status: 0 ok; 1 rdmad refused (one line on stderr: "rdmactl: ERROR-NAME: message");
-2 usage error; 3 rdmad unreachable.
+2 usage error; 3 rdmad unreachable, or no answer within --timeout; 130 Ctrl-C (monitor and
+stats --watch end with 0); 141 the reader of the output went away (rdmactl monitor | head -1).
 API reference: docs/dbus-api.md in rdmad's source."""
 
 
@@ -481,6 +518,13 @@ def add_global_options(p: argparse.ArgumentParser, *, in_subcommand: bool) -> No
     )
     group.add_argument(
         "--json", action="store_true", help="print stable JSON instead of text", **default
+    )
+    group.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help=f"give up on rdmad when a call has no answer by then (default {DEFAULT_TIMEOUT:g})",
+        **(default or {"default": DEFAULT_TIMEOUT}),
     )
 
 
@@ -511,15 +555,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     try:
-        bus = await MessageBus(
-            bus_address=bus_address(args.bus_address), bus_type=BusType.SYSTEM
-        ).connect()
+        async with asyncio.timeout(args.timeout):
+            bus = await MessageBus(
+                bus_address=bus_address(args.bus_address), bus_type=BusType.SYSTEM
+            ).connect()
+    except TimeoutError:
+        raise Unreachable(f"cannot connect: no answer within {args.timeout:g} s") from None
     except OSError as exc:
         raise Unreachable(f"cannot connect: {exc.strerror or exc}") from exc
     except ValueError as exc:  # what answered the handshake is no D-Bus daemon
         raise Unreachable(f"cannot connect: {exc}") from exc
     try:
-        await COMMANDS[args.command].handler(Client(bus), args, out)
+        await COMMANDS[args.command].handler(TimedClient(bus, args.timeout), args, out)
     finally:
         bus.disconnect()
     return 0

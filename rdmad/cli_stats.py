@@ -168,7 +168,7 @@ async def cmd_stats(c: Client, a: argparse.Namespace, out: TextIO) -> None:
             show(render(data, rates=True))
 
 
-def _seconds(text: str) -> float:
+def positive_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -197,7 +197,7 @@ def stats_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--interval",
-        type=_seconds,
+        type=positive_seconds,
         metavar="SECONDS",
         help=f"--watch period (default {DEFAULT_INTERVAL:g})",
     )

@@ -29,16 +29,19 @@ def test_every_subcommand_has_an_invocation_here() -> None:
     assert set(INVOCATIONS) == set(COMMANDS)
 
 
+GLOBAL = ["--json", "--bus-address", BUS, "--timeout", "5"]
+
+
 @pytest.mark.parametrize("command", sorted(INVOCATIONS))
 def test_global_options_before_the_subcommand(command: str) -> None:
-    args = parse_args(["--json", "--bus-address", BUS, command, *INVOCATIONS[command]])
-    assert (args.command, args.json, args.bus_address) == (command, True, BUS)
+    args = parse_args([*GLOBAL, command, *INVOCATIONS[command]])
+    assert (args.command, args.json, args.bus_address, args.timeout) == (command, True, BUS, 5)
 
 
 @pytest.mark.parametrize("command", sorted(INVOCATIONS))
 def test_global_options_after_the_subcommand(command: str) -> None:
-    args = parse_args([command, *INVOCATIONS[command], "--json", "--bus-address", BUS])
-    assert (args.command, args.json, args.bus_address) == (command, True, BUS)
+    args = parse_args([command, *INVOCATIONS[command], *GLOBAL])
+    assert (args.command, args.json, args.bus_address, args.timeout) == (command, True, BUS, 5)
 
 
 def test_global_options_between_the_subcommand_and_its_arguments() -> None:
@@ -64,7 +67,7 @@ def test_an_option_given_before_is_not_reset_by_the_subcommand() -> None:
 
 def test_without_global_options_the_defaults_hold() -> None:
     args = parse_args(["list"])
-    assert (args.json, args.bus_address) == (False, None)
+    assert (args.json, args.bus_address, args.timeout) == (False, None, 25)
 
 
 def test_the_option_given_last_wins() -> None:
@@ -166,7 +169,7 @@ def test_each_subcommands_help_lists_the_global_options(
         build_parser().parse_args([command, "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert "--json" in out and "--bus-address" in out
+    assert "--json" in out and "--bus-address" in out and "--timeout" in out
 
 
 def test_main_help_names_every_subcommand_and_the_exit_codes(
@@ -242,3 +245,10 @@ def test_stats_interval_without_watch_is_a_usage_error(
 ) -> None:
     # it would be ignored: one reading, not one every 5 seconds
     assert "--interval only goes with --watch" in usage_error(["stats", "--interval", "5"], capsys)
+
+
+@pytest.mark.parametrize("timeout", ["0", "-3", "never"])
+def test_a_timeout_that_is_not_a_positive_number_is_a_usage_error(
+    timeout: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert "--timeout" in usage_error(["--timeout", timeout, "list"], capsys)
