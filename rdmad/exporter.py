@@ -44,13 +44,16 @@ from rdmad.bus.names import (
     OBJECT_MANAGER_IFACE,
 )
 from rdmad.cli import bus_address
+from rdmad.cli_stats import positive_seconds
 from rdmad.model import DeviceState
 
 log = logging.getLogger("rdmad.exporter")
 
 DEFAULT_LISTEN = ":9879"
 EXIT_CANNOT_SERVE = 1  # 2: a usage error, from argparse
-SCRAPE_TIMEOUT_S = 10.0
+# How long a scrape waits for rdmad: well under Prometheus's default scrape_timeout (10 s), so
+# that a hung rdmad reaches Prometheus as `rdmad_up 0` instead of a scrape it gave up on.
+SCRAPE_TIMEOUT_S = 5.0
 _NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_]")
 
 
@@ -120,9 +123,15 @@ def _props(ifaces: dict[str, Any], iface: str) -> dict[str, Any]:
 
 
 class RdmadCollector(Collector):
-    def __init__(self, reader: RdmadReader, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        reader: RdmadReader,
+        loop: asyncio.AbstractEventLoop,
+        timeout: float = SCRAPE_TIMEOUT_S,
+    ) -> None:
         self._reader = reader
         self._loop = loop
+        self._timeout = timeout
         self._scrape_errors = 0  # devices skipped and failed reads, since the exporter started
         self._errors_lock = threading.Lock()  # scrapes run on concurrent server threads
 
@@ -133,10 +142,10 @@ class RdmadCollector(Collector):
     def _read(self) -> Snapshot:
         future = asyncio.run_coroutine_threadsafe(self._reader.read(), self._loop)
         try:
-            return future.result(SCRAPE_TIMEOUT_S)
+            return future.result(self._timeout)
         except concurrent.futures.TimeoutError as e:
             future.cancel()
-            raise ReadFailed("rdmad did not answer in time") from e
+            raise ReadFailed(f"rdmad did not answer within {self._timeout:g} s") from e
 
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("rdmad_up", "1 when rdmad answered this scrape, else 0")
@@ -313,6 +322,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="D-Bus address of rdmad's bus (default: $DBUS_SYSTEM_BUS_ADDRESS, else the "
         "system bus)",
     )
+    p.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=SCRAPE_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"how long a scrape waits for rdmad before it answers rdmad_up 0 (default "
+        f"{SCRAPE_TIMEOUT_S:g}; keep it under Prometheus's scrape_timeout)",
+    )
     args = p.parse_args(argv)
     try:  # one that is not a D-Bus address would fail every scrape: refuse it now
         bus_address(args.bus_address)
@@ -326,7 +343,7 @@ async def serve(args: argparse.Namespace) -> None:
     address = bus_address(args.bus_address)
     reader = RdmadReader(address)
     registry = CollectorRegistry()
-    registry.register(RdmadCollector(reader, loop))
+    registry.register(RdmadCollector(reader, loop, args.timeout))
     host, port = args.listen_address
     server, _thread = start_http_server(port, host, registry=registry)
     log.info("serving /metrics on %s, reading rdmad on bus %s", host_port((host, port)), address)
