@@ -124,6 +124,8 @@ def render(data: dict[str, Any], *, rates: bool) -> str:
     rows = []
     for label, entry in _objects(data):
         for p in entry["ports"]:
+            if not p["counters"]:  # a port the kernel reads no counters of: shown, as "-"
+                rows.append([label, entry["scope"], p["port"], "", ""] + ([""] if rates else []))
             for name, value in p["counters"].items():
                 row = [label, entry["scope"], p["port"], name, value]
                 if rates:

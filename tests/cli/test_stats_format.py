@@ -43,6 +43,11 @@ def test_table_has_one_row_per_counter_and_a_rate_column_when_watching() -> None
     assert lines[1].split() == ["rxe0", "device", "1", "sent_pkts", "300", "100.0"]
 
 
+def test_a_port_without_counters_is_a_row_of_dashes_not_left_out() -> None:
+    lines = render(reading(), rates=False).splitlines()
+    assert lines[1:] == ["rxe0    device  1     -        -"]
+
+
 class Screen(io.StringIO):
     """Where the frames go: a terminal or not; `printed` is set at each write."""
 
