@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -314,10 +315,11 @@ async def cmd_monitor(c: Client, a: argparse.Namespace, out: TextIO) -> None:
 
     output_closed: list[BrokenPipeError] = []
     c.bus.add_message_handler(on_message)
-    await c.bus.wait_for_disconnect()  # type: ignore[no-untyped-call]  # unannotated upstream
+    with contextlib.suppress(EOFError, OSError):  # the bus went away (dbus restarted)
+        await c.bus.wait_for_disconnect()  # type: ignore[no-untyped-call]  # unannotated upstream
     if output_closed:
         raise output_closed[0]
-    raise Unreachable("the bus connection closed")
+    raise Unreachable("the bus closed the connection")
 
 
 def _emit(out: TextIO, a: argparse.Namespace, data: Any, human: str) -> None:
@@ -349,6 +351,8 @@ class TimedClient(Client):
             if member in CHANGES_STATE:
                 text += " (rdmad may still carry it out: see rdmactl claims, rdmactl mode)"
             raise Unreachable(text) from None
+        except (EOFError, OSError) as exc:  # how dbus-fast fails a call when the bus goes away
+            raise Unreachable(f"the bus closed the connection during {member}") from exc
 
 
 # ---------------------------------------------------------------- command line

@@ -1,15 +1,19 @@
-"""rdmactl gives up on a hung rdmad after --timeout seconds instead of waiting forever."""
+"""rdmactl gives up on a hung rdmad after --timeout seconds instead of waiting forever, and
+on a bus that went away with one line instead of a traceback."""
 
 from __future__ import annotations
 
 import asyncio
+import io
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+from dbus_fast import MessageType
 from dbus_fast.aio import MessageBus
 
 from rdmad.bus.client import Unreachable
-from rdmad.cli import TimedClient
+from rdmad.cli import TimedClient, cmd_monitor, parse_args
 
 
 class HungBus:
@@ -32,3 +36,33 @@ async def test_a_call_without_answer_is_unreachable_after_the_timeout() -> None:
 async def test_a_change_without_answer_says_rdmad_may_still_carry_it_out(member: str) -> None:
     with pytest.raises(Unreachable, match="may still carry it out"):
         await hung_client(0.05).call(member)
+
+
+class GoneBus:
+    """A bus that went away (dbus-daemon restarted): calls and the connection end in EOF."""
+
+    async def call(self, msg: Any) -> Any:
+        if msg.member == "AddMatch":
+            return SimpleNamespace(message_type=MessageType.METHOD_RETURN)
+        raise EOFError
+
+    def add_message_handler(self, handler: Any) -> None:
+        pass
+
+    async def wait_for_disconnect(self) -> None:
+        raise EOFError
+
+
+def gone_client() -> TimedClient:
+    return TimedClient(cast(MessageBus, GoneBus()), 5)
+
+
+async def test_a_call_when_the_bus_goes_away_is_unreachable() -> None:
+    with pytest.raises(Unreachable, match=r"^the bus closed the connection during ListDevices$"):
+        await gone_client().call("ListDevices")
+
+
+async def test_monitor_ends_unreachable_when_the_bus_goes_away() -> None:
+    args = parse_args(["monitor"])
+    with pytest.raises(Unreachable, match=r"^the bus closed the connection$"):
+        await cmd_monitor(gone_client(), args, io.StringIO())
