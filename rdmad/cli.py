@@ -21,7 +21,7 @@ Output: aligned tables by default; with --json, stable JSON on stdout:
 Exit codes: 0 ok, 1 the daemon said no (one line on stderr, "rdmactl: ERROR-NAME: text"),
 2 usage, 3 daemon unreachable or no answer within --timeout (one line), 130 Ctrl-C (monitor and
 stats --watch: 0, their normal end), 141 the reader of stdout went away (rdmactl monitor |
-head -1).
+head -1), 74 stdout could not be written (a full disk; one line).
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ from rdmad.options import NETNS_MODES
 EXIT_FAILED, EXIT_UNREACHABLE = 1, 3  # 2: a usage error, from argparse
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report it (128 + SIGINT)
 EXIT_BROKEN_PIPE = 141  # stdout closed early, as for a tool killed by SIGPIPE (128 + 13)
+EXIT_OUTPUT = 74  # stdout could not be written (a full disk): sysexits.h's EX_IOERR
 HINT = "is rdmad running? systemctl status rdmad; or set --bus-address"
 SYSTEM_BUS = "unix:path=/var/run/dbus/system_bus_socket"  # the D-Bus specification's default
 DEFAULT_TIMEOUT = 25.0  # seconds, as busctl's and libdbus's method calls
@@ -501,7 +502,8 @@ EPILOG = """\
 global options (--json, --bus-address, --timeout) may come before or after the command.
 exit status: 0 ok; 1 rdmad refused (one line on stderr: "rdmactl: ERROR-NAME: message");
 2 usage error; 3 rdmad unreachable, or no answer within --timeout; 130 Ctrl-C (monitor and
-stats --watch end with 0); 141 the reader of the output went away (rdmactl monitor | head -1).
+stats --watch end with 0); 141 the reader of the output went away (rdmactl monitor | head -1);
+74 the output could not be written (a full disk).
 API reference: docs/dbus-api.md in rdmad's source."""
 
 
@@ -557,7 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
     return build_parsers()[0]
 
 
-async def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+async def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run the command, writing to `out` (default: stdout as it is now)."""
     try:
         async with asyncio.timeout(args.timeout):
             bus = await MessageBus(
@@ -570,7 +573,8 @@ async def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     except ValueError as exc:  # what answered the handshake is no D-Bus daemon
         raise Unreachable(f"cannot connect: {exc}") from exc
     try:
-        await COMMANDS[args.command].handler(TimedClient(bus, args.timeout), args, out)
+        handler = COMMANDS[args.command].handler
+        await handler(TimedClient(bus, args.timeout), args, out or sys.stdout)
     finally:
         bus.disconnect()
     return 0
@@ -602,7 +606,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        return asyncio.run(run(args))
+        code = asyncio.run(run(args))
+        sys.stdout.flush()  # a reader gone or a full disk shows here, not at Python's exit
+        return code
     except KeyboardInterrupt:
         # monitor and stats --watch end this way
         return 0 if args.command == "monitor" or getattr(args, "watch", False) else EXIT_INTERRUPTED
@@ -618,6 +624,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # flush of stdout from failing again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except OSError as exc:  # the bus's are Unreachable by now: stdout failed (a full disk)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"rdmactl: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_OUTPUT
 
 
 if __name__ == "__main__":
