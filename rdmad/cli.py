@@ -310,16 +310,16 @@ async def cmd_monitor(c: Client, a: argparse.Namespace, out: TextIO) -> None:
         event = signal_json(msg)
         try:
             print(json.dumps(event) if a.json else signal_line(event), file=out, flush=True)
-        except BrokenPipeError as exc:  # our reader left (rdmactl monitor | head -1): stop
-            output_closed.append(exc)
+        except OSError as exc:  # our reader left (rdmactl monitor | head -1), a full disk: stop
+            output_failed.append(exc)
             c.bus.disconnect()
 
-    output_closed: list[BrokenPipeError] = []
+    output_failed: list[OSError] = []
     c.bus.add_message_handler(on_message)
     with contextlib.suppress(EOFError, OSError):  # the bus went away (dbus restarted)
         await c.bus.wait_for_disconnect()  # type: ignore[no-untyped-call]  # unannotated upstream
-    if output_closed:
-        raise output_closed[0]
+    if output_failed:
+        raise output_failed[0]
     raise Unreachable("the bus closed the connection")
 
 
