@@ -62,17 +62,9 @@ def log_claim_event(
     level: int = logging.INFO,
 ) -> None:
     """log_event about one claim: its device, netns and id are the fields."""
-    _log(
-        logger,
-        message_id,
-        msg,
-        device=claim.device,
-        netns=claim.netns,
-        claim=claim.id,
-        reason=reason,
-        error=error,
-        level=level,
-    )
+    fields = _fields(message_id, claim.device, claim.netns, claim.id, reason, error)
+    # stacklevel: CODE_FILE/CODE_LINE name the caller, not this helper.
+    logger.log(level, "%s", msg, extra=fields, stacklevel=2)
 
 
 def log_event(
@@ -88,41 +80,17 @@ def log_event(
     level: int = logging.INFO,
 ) -> None:
     """Log one event with its MESSAGE_ID and whichever of the RDMAD_* fields apply."""
-    _log(
-        logger,
-        message_id,
-        msg,
-        device=device,
-        netns=netns,
-        claim=claim,
-        reason=reason,
-        error=error,
-        level=level,
-    )
-
-
-def _log(
-    logger: logging.Logger,
-    message_id: str,
-    msg: str,
-    *,
-    device: str | None = None,
-    netns: str | None = None,
-    claim: str | None = None,
-    reason: str | None = None,
-    error: str | None = None,
-    level: int = logging.INFO,
-) -> None:
-    extra: dict[str, str] = {"MESSAGE_ID": message_id}
-    for key, value in (
-        ("RDMAD_DEVICE", device),
-        ("RDMAD_NETNS", netns),
-        ("RDMAD_CLAIM", claim),
-        ("RDMAD_REASON", reason),
-        ("RDMAD_ERROR", error),
-    ):
-        if value is not None:
-            extra[key] = str(value)
+    fields = _fields(message_id, device, netns, claim, reason, error)
     # "%s" + arg: a '%' inside msg (a netns path, a name) must not be %-formatted.
-    # stacklevel: CODE_FILE/CODE_LINE name the caller of log_event, not these helpers.
-    logger.log(level, "%s", msg, extra=extra, stacklevel=3)
+    logger.log(level, "%s", msg, extra=fields, stacklevel=2)
+
+
+def _fields(message_id: str, *values: str | None) -> dict[str, str]:
+    """The record's journal fields: the MESSAGE_ID, and each RDMAD_* one that has a value
+    (`values` in the order device, netns, claim, reason, error)."""
+    extra = {"MESSAGE_ID": message_id}
+    names = ("RDMAD_DEVICE", "RDMAD_NETNS", "RDMAD_CLAIM", "RDMAD_REASON", "RDMAD_ERROR")
+    extra.update(
+        (key, str(value)) for key, value in zip(names, values, strict=True) if value is not None
+    )
+    return extra

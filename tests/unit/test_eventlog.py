@@ -8,7 +8,7 @@ import pytest
 
 from rdmad import logfields
 from rdmad.eventlog import EventLog
-from rdmad.model import Claim, ReleaseReason
+from rdmad.model import Claim, NetnsMode, ReleaseReason
 
 CLAIM = Claim(
     id="c1",
@@ -47,4 +47,11 @@ def test_a_claims_event_carries_its_device_netns_and_id_and_names_the_caller(
         "RDMAD_CLAIM": "c1",
     }
     # CODE_FILE in the journal: the module that logged, not the logfields helpers
+    assert record.pathname.endswith("rdmad/eventlog.py")
+
+
+def test_an_event_names_the_module_that_logged_it(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="rdmad"):
+        EventLog().mode_changed(NetnsMode.SHARED)
+    [record] = caplog.records
     assert record.pathname.endswith("rdmad/eventlog.py")
