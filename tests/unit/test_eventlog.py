@@ -8,19 +8,10 @@ import pytest
 
 from rdmad import logfields
 from rdmad.eventlog import EventLog
-from rdmad.model import Claim, NetnsMode, ReleaseReason
+from rdmad.model import NetnsMode, ReleaseReason
+from tests.unit.test_cdi_writer import claim
 
-CLAIM = Claim(
-    id="c1",
-    device="mlx5_0",
-    netns_inode=4026532000,
-    netns_path="/run/netns/pod1",
-    nsid=3,
-    ifname="net0",
-    shared=False,
-    owner="pod1",
-    created_at_us=1,
-)
+CLAIM = claim("c1")
 
 
 def test_each_release_reason_is_its_own_kind_of_event_apart_from_device_events(
