@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rdmad.model import Netdev
+from rdmad.model import IPAddress, Netdev
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,8 @@ class AddressChanged:
 
     nsid: int | None
     ifindex: int
+    address: IPAddress | None  # None: the message carried none (never seen)
+    removed: bool  # RTM_DELADDR
 
 
 @dataclass(frozen=True)

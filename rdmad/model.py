@@ -6,6 +6,7 @@ Plain data only. Nothing here talks to the kernel or the bus.
 from __future__ import annotations
 
 import enum
+import ipaddress
 from dataclasses import dataclass
 
 
@@ -97,6 +98,15 @@ class Gid:
 
 
 ROCE_V2 = "RoCE v2"
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Cidr = ipaddress.IPv4Interface | ipaddress.IPv6Interface  # an address with its prefix
+
+
+def gid_of(address: IPAddress) -> str:
+    """The GID the kernel makes for an address, spelt as sysfs does (IPv4: ::ffff:a.b.c.d)."""
+    v6 = ipaddress.IPv6Address(f"::ffff:{address}") if address.version == 4 else address
+    return v6.exploded
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,7 @@ import re
 from collections.abc import Sequence
 
 from rdmad.errors import InvalidArgs
-from rdmad.model import DEFAULT_CHARDEVS, ChardevKind, ClaimOptions, NetnsMode
-
-Cidr = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+from rdmad.model import DEFAULT_CHARDEVS, ChardevKind, Cidr, ClaimOptions, NetnsMode
 
 OWNER_MAX_BYTES = 256
 MTU_MIN, MTU_MAX = 68, 65535

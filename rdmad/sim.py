@@ -29,7 +29,7 @@ from rdmad.backend import NetnsResolver, NetnsTarget, Placement, netns_reachable
 from rdmad.errors import KernelError, ModeBusy, NoSuchDevice, NotSupported, from_errno
 from rdmad.kernel.netns import run_in_netns
 from rdmad.kernel.nlsocket import NlChannel
-from rdmad.kernel.rdma_gids import addresses_of, gid_of
+from rdmad.kernel.rdma_gids import addresses_of
 from rdmad.model import (
     ROCE_V2,
     CharDev,
@@ -39,6 +39,7 @@ from rdmad.model import (
     Port,
     PortCounters,
     RdmaDevice,
+    gid_of,
 )
 
 UVERBS_MAJOR = 231  # the kernel's IB_UVERBS_MAJOR
@@ -217,7 +218,7 @@ class SimRdma:
         assert inside is not None
         out: list[Gid] = []
         for cidr in await addresses_of(self._rtnl, netdev):
-            gid = gid_of(cidr)
+            gid = gid_of(cidr.ip)
             slots = dev.gid_slots
             index = slots.setdefault((gid, inside.inode), 2 + 2 * len(slots))
             out.append(Gid(1, index, gid, "IB/RoCE v1", netdev.ifname))

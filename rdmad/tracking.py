@@ -29,7 +29,16 @@ from rdmad.events import (
 )
 from rdmad.inventory import Inventory
 from rdmad.logfields import MESSAGE_RESYNC, log_event
-from rdmad.model import Claim, ClaimPhase, DeviceView, Netdev, NetnsMode, RdmaDevice, ReleaseReason
+from rdmad.model import (
+    Claim,
+    ClaimPhase,
+    DeviceView,
+    Netdev,
+    NetnsMode,
+    RdmaDevice,
+    ReleaseReason,
+    gid_of,
+)
 from rdmad.observer import CoreObserver
 
 log = logging.getLogger("rdmad.tracking")
@@ -219,7 +228,11 @@ class InventoryTracker:
                 self._spawn(self._keeper.end_claim(claim, ReleaseReason.NETNS_GONE))
         elif isinstance(event, AddressChanged):
             for claim in list(self._book.claims.values()):
-                if claim.phase == ClaimPhase.ACTIVE and self._gids_follow(claim, event):
+                if (
+                    claim.phase == ClaimPhase.ACTIVE
+                    and self._gids_follow(claim, event)
+                    and not _gids_show(claim, event)
+                ):
                     self._reread_gids(claim)
         elif isinstance(event, RdmaChanged):
             name = event.device or self._inv.device_of_chardev(event.chardev)
@@ -440,3 +453,11 @@ class InventoryTracker:
             self._observers.device_added(view)
         for dev in diff.changed:
             self._announce_unless_busy(dev)
+
+
+def _gids_show(claim: Claim, event: AddressChanged) -> bool:
+    """Whether a claim's GIDs already show an address change: its own addresses' events
+    arrive after the claim read their entries, and reading again would find the same."""
+    if event.address is None:
+        return False
+    return (gid_of(event.address) in {g.gid for g in claim.gids}) != event.removed

@@ -16,7 +16,7 @@ from rdmad.backend import EventSink
 from rdmad.events import AddressChanged, Event
 from rdmad.kernel.netlink import Message, kernel_error
 from rdmad.kernel.nl_events import NetlinkEvents
-from rdmad.kernel.rtnl_msgs import RTM_DELADDR, RTM_NEWADDR, addr_index
+from rdmad.kernel.rtnl_msgs import RTM_DELADDR, RTM_NEWADDR, addr_local
 
 # include/uapi/linux/rtnetlink.h
 RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV6_IFADDR = 5, 9
@@ -26,7 +26,8 @@ def event_from_msg(msg: Message) -> Event | None:
     """The address change a message means (nsid None: init_net's), or None for anything else."""
     if msg.type not in (RTM_NEWADDR, RTM_DELADDR):
         return None
-    return AddressChanged(nsid=msg.nsid, ifindex=addr_index(msg))
+    index, address = addr_local(msg)
+    return AddressChanged(msg.nsid, index, address, removed=msg.type == RTM_DELADDR)
 
 
 class AddrEventSource(NetlinkEvents):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import functools
-import ipaddress
 import logging
 import os
 import time
@@ -27,8 +26,8 @@ from rdmad.backend import NetnsTarget, Placement
 from rdmad.kernel.netlink import NetlinkError, kernel_error
 from rdmad.kernel.netns import run_in_netns
 from rdmad.kernel.nlsocket import NlChannel
-from rdmad.kernel.rtnl_msgs import Cidr, addresses
-from rdmad.model import Gid
+from rdmad.kernel.rtnl_msgs import addresses
+from rdmad.model import Cidr, Gid, gid_of
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +42,6 @@ _SYS_FSOPEN, _SYS_FSCONFIG, _SYS_FSMOUNT = 430, 431, 432
 _FSOPEN_CLOEXEC, _FSMOUNT_CLOEXEC, _FSCONFIG_CMD_CREATE = 1, 1, 6
 _MOUNT_ATTR = 0x1 | 0x2 | 0x4 | 0x8  # RDONLY NOSUID NODEV NOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-
-
-def gid_of(cidr: Cidr) -> str:
-    """The GID the kernel makes for an address, spelt as sysfs does (IPv4: ::ffff:a.b.c.d)."""
-    ip = cidr.ip
-    v6 = ipaddress.IPv6Address(f"::ffff:{ip}") if ip.version == 4 else ip
-    return str(ipaddress.IPv6Address(v6).exploded)
 
 
 @functools.cache
@@ -165,34 +157,36 @@ async def claim_gids(
     """The entries of `device`'s table a claim gets: all of them, or with `netdev` (a netdev
     in `inside`) those of its addresses; names repeat across netns, so an entry is the
     netdev's when both its name and its GID match. Waits (bounded) for the kernel to fill
-    in the entries of the IPv4 addresses (IPv6 ones may wait for DAD), or, for the whole
-    table, any entry."""
+    in the entries of every address, or, for the whole table, any entry. IPv6 addresses
+    are no exception: the kernel queues their entries when the address is made, tentative
+    or not (DAD is not waited for)."""
     if netdev is None:
-        return await _settled(lambda: _table(device, inside), lambda g: g, set(), device)
+        return await _settled(lambda: _table(device, inside), lambda g: g, None, device)
     assert inside is not None
     cidrs = await addresses_of(rtnl, netdev)
-    want = {gid_of(c) for c in cidrs}
+    need = {gid_of(c.ip) for c in cidrs}
+    if not need:
+        return ()  # no addresses, so no entries of its own to wait for
 
     def mine(gids: tuple[Gid, ...]) -> tuple[Gid, ...]:
-        return tuple(g for g in gids if g.netdev == netdev.ifname and g.gid in want)
+        return tuple(g for g in gids if g.netdev == netdev.ifname and g.gid in need)
 
-    need = {gid_of(c) for c in cidrs if c.version == 4}
     return await _settled(lambda: _table(device, inside), mine, need, device)
 
 
 async def _settled(
     read: Callable[[], Awaitable[tuple[Gid, ...]]],
     mine: Callable[[tuple[Gid, ...]], tuple[Gid, ...]],
-    need: set[str],
+    need: set[str] | None,
     device: str,
 ) -> tuple[Gid, ...]:
-    """Read until every needed GID is in (or, needing none, until any entry is mine)."""
+    """Read until every needed GID is in (None: until any entry is mine)."""
     deadline = time.monotonic() + SETTLE_S
     pause = FIRST_PAUSE_S
     while True:
         gids = mine(await read())
-        missing = need - {g.gid for g in gids}
-        if (not missing if need else bool(gids)) or time.monotonic() >= deadline:
+        missing = set() if need is None else need - {g.gid for g in gids}
+        if (bool(gids) if need is None else not missing) or time.monotonic() >= deadline:
             if missing:
                 log.warning("%s: no GID yet for %s", device, ", ".join(sorted(missing)))
             return gids

@@ -45,7 +45,6 @@ from rdmad.kernel.netns import (
 )
 from rdmad.kernel.nlsocket import NlChannel, open_socket, rtnl_busy
 from rdmad.kernel.rtnl_msgs import (
-    Cidr,
     Link,
     add_address,
     addresses,
@@ -61,7 +60,7 @@ from rdmad.kernel.rtnl_msgs import (
     new_macvlan,
     setlink,
 )
-from rdmad.model import HostConfig, Netdev, netns_label
+from rdmad.model import Cidr, HostConfig, Netdev, netns_label
 from rdmad.options import parse_cidr
 from rdmad.steps import step
 

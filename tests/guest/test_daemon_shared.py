@@ -7,18 +7,22 @@ read with `ip`, `rdma` and sysfs from inside the netns.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import ipaddress
 import os
 from collections.abc import AsyncIterator
 
 import pytest
 from dbus_fast import Variant
 
+from rdmad.kernel.rdma_gids import SETTLE_S
 from tests.support.daemon import Client, DBusCallError, RdmadProcess
 from tests.support.net import (
     addresses,
     eventually,
     ip,
+    ip_json,
     is_up,
     link,
     link_local_usable,
@@ -35,6 +39,7 @@ from tests.support.rdma import (
     known_to_rdmad,
     listed,
     rdma_dev_names,
+    sh,
     stat_rdev,
 )
 from tests.support.traffic import (
@@ -287,3 +292,63 @@ async def test_an_address_added_in_the_netns_joins_the_claims_gids(
     for port, index, gid, _type, _netdev in entries:
         assert sysfs_gid(shared_rxe.name, index, netns, port) == gid
     assert added in {g[2] for g in await client.prop(path, CLAIM_IFACE, "Gids")}
+
+
+def gid_of_address(address: str) -> str:
+    """The GID the kernel makes for an IPv6 address: the address, spelt out in full."""
+    return ipaddress.IPv6Address(address).exploded
+
+
+def every_address(name: str, netns: str) -> list[str]:
+    """The addresses on a link, link-local ones included, without their prefix length."""
+    return [
+        str(a["local"])
+        for entry in ip_json("addr", "show", "dev", name, netns=netns)
+        for a in entry.get("addr_info", [])
+    ]
+
+
+async def test_the_claims_gids_hold_its_childs_link_local_entry_from_the_reply(
+    client: Client, netns: str, shared_rxe: Rxe
+) -> None:
+    # The kernel queues an IPv6 address's entry when the address is made, tentative or not:
+    # the reply waits for it as for the IPv4 ones.
+    _, props = await shared_claim(client, shared_rxe, netns)
+    (link_local,) = (a for a in every_address(IFNAME, netns) if a.startswith("fe80:"))
+    gid = gid_of_address(link_local)
+    entries = [g for g in props["Gids"] if g[2] == gid]  # type: ignore[attr-defined]
+    assert entries, props["Gids"]
+    for port, index, entry_gid, _type, netdev in entries:
+        assert netdev == IFNAME
+        assert sysfs_gid(shared_rxe.name, index, netns, port) == entry_gid
+
+
+async def test_an_ipv6_address_added_in_the_netns_joins_the_claims_gids(
+    client: Client, netns: str, shared_rxe: Rxe
+) -> None:
+    path, _ = await shared_claim(client, shared_rxe, netns)
+    mark = client.mark()
+    ip("addr", "add", "2001:db8::5/64", "dev", IFNAME, "nodad", netns=netns)
+    added = gid_of_address("2001:db8::5")
+    entries = await gid_joined(client, added, mark)
+    for port, index, gid, _type, _netdev in entries:
+        assert sysfs_gid(shared_rxe.name, index, netns, port) == gid
+    assert added in {g[2] for g in await client.prop(path, CLAIM_IFACE, "Gids")}
+
+
+async def test_a_child_without_addresses_is_claimed_with_no_gids_and_no_wait_for_them(
+    client: Client, netns: str, shared_rxe: Rxe
+) -> None:
+    # No IPv6 in the netns and no address asked for: the child has no address, so no entry
+    # of its own can come, and the reply comes well inside the bound of the GID wait.
+    sh("sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1", netns=netns)
+    claim = client.manager(
+        "Claim",
+        "ssa{sv}",
+        shared_rxe.name,
+        netns,
+        {"shared": Variant("b", True), "ifname": Variant("s", IFNAME)},
+    )
+    path = await asyncio.wait_for(claim, SETTLE_S / 2)
+    assert every_address(IFNAME, netns) == []
+    assert await client.prop(str(path), CLAIM_IFACE, "Gids") == []

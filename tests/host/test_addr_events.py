@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import random
 from collections.abc import AsyncIterator
 
@@ -50,7 +51,8 @@ async def test_an_address_added_in_a_netns_with_an_nsid_is_reported_with_it(
     nsid = nsid_for(netns)
     ifindex = veth_in(netns)
     ip("addr", "add", "192.0.2.10/24", "dev", "adr0", netns=netns)
-    assert await next_change(events, ifindex) == AddressChanged(nsid=nsid, ifindex=ifindex)
+    change = await next_change(events, ifindex)
+    assert change == AddressChanged(nsid, ifindex, ipaddress.ip_address("192.0.2.10"), False)
 
 
 async def test_an_address_removed_is_reported_too(netns: str, events: asyncio.Queue[Event]) -> None:
@@ -59,7 +61,18 @@ async def test_an_address_removed_is_reported_too(netns: str, events: asyncio.Qu
     ip("addr", "add", "192.0.2.10/24", "dev", "adr0", netns=netns)
     await next_change(events, ifindex)
     ip("addr", "del", "192.0.2.10/24", "dev", "adr0", netns=netns)
-    assert await next_change(events, ifindex) == AddressChanged(nsid=nsid, ifindex=ifindex)
+    change = await next_change(events, ifindex)
+    assert change == AddressChanged(nsid, ifindex, ipaddress.ip_address("192.0.2.10"), True)
+
+
+async def test_an_ipv6_address_is_reported_with_it(
+    netns: str, events: asyncio.Queue[Event]
+) -> None:
+    nsid = nsid_for(netns)
+    ifindex = veth_in(netns)
+    ip("addr", "add", "2001:db8::10/64", "dev", "adr0", "nodad", netns=netns)
+    change = await next_change(events, ifindex)
+    assert change == AddressChanged(nsid, ifindex, ipaddress.ip_address("2001:db8::10"), False)
 
 
 async def test_an_address_added_in_init_net_is_reported_without_an_nsid(
@@ -68,4 +81,6 @@ async def test_an_address_added_in_init_net_is_reported_without_an_nsid(
     with temp_veth("adr") as pair:
         ifindex = pair.host_ifindex()
         ip("addr", "add", "192.0.2.11/24", "dev", pair.host)
-        assert await next_change(events, ifindex) == AddressChanged(nsid=None, ifindex=ifindex)
+        change = await next_change(events, ifindex)
+        address = ipaddress.ip_address("192.0.2.11")
+        assert change == AddressChanged(None, ifindex, address, removed=False)

@@ -14,7 +14,7 @@ import pytest
 from rdmad.backend import Placement
 from rdmad.errors import RdmadError
 from rdmad.kernel.netns import KernelNetnsResolver, run_in_netns
-from rdmad.kernel.rdma_gids import addresses_of, gid_of, mount_sysfs
+from rdmad.kernel.rdma_gids import addresses_of, mount_sysfs
 from rdmad.kernel.rtnl import RtnlBackend
 from tests.support.net import ip, link
 
@@ -58,13 +58,3 @@ async def test_addresses_behind_an_unknown_netns_id_are_a_named_error(
 ) -> None:
     with pytest.raises(RdmadError):
         await addresses_of(rtnl.channel, Placement(4_000_000, 1, "gidt0"))
-
-
-def test_an_ipv4_address_maps_to_the_gid_sysfs_shows() -> None:
-    cidr = ipaddress.ip_interface("192.0.2.10/24")
-    assert gid_of(cidr) == "0000:0000:0000:0000:0000:ffff:c000:020a"
-
-
-def test_an_ipv6_address_is_its_own_gid() -> None:
-    cidr = ipaddress.ip_interface("fe80::5054:ff:fe12:3456/64")
-    assert gid_of(cidr) == "fe80:0000:0000:0000:5054:00ff:fe12:3456"

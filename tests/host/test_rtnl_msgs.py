@@ -24,7 +24,7 @@ from rdmad.kernel.rtnl_msgs import (
     Link,
     add_address,
     addr_from,
-    addr_index,
+    addr_local,
     addr_request,
     addresses,
     assign_nsid,
@@ -160,14 +160,16 @@ async def test_an_address_dump_decodes_as_pyroute2_decodes_it(
     assert {"192.0.2.9/24", "2001:db8::9/64", "10.9.9.1/32"} <= mine
 
 
-async def test_an_address_events_index_is_read_from_its_header_alone(
+async def test_an_address_events_index_and_address_are_the_full_decodes(
     channel: NlChannel, veth: VethPair
 ) -> None:
     ip("addr", "add", "192.0.2.10/24", "dev", veth.host)
     ip("addr", "add", "2001:db8::10/64", "dev", veth.host)
     dumped = await channel.request(addr_request(0))
-    assert [addr_index(m) for m in dumped] == [addr_from(m).index for m in dumped]
-    assert veth.host_ifindex() in {addr_index(m) for m in dumped}
+    full = [addr_from(m) for m in dumped]
+    assert [addr_local(m) for m in dumped] == [(a.index, a.cidr and a.cidr.ip) for a in full]
+    ours = {address for index, address in map(addr_local, dumped) if index == veth.host_ifindex()}
+    assert {ipaddress.ip_address("192.0.2.10"), ipaddress.ip_address("2001:db8::10")} <= ours
 
 
 async def test_addresses_are_added_listed_and_deleted(channel: NlChannel, veth: VethPair) -> None:

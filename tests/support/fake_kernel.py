@@ -203,10 +203,15 @@ class FakeKernel:
         in a netns init_net has an nsid for."""
         link = self.link(name, netns)
         assert link is not None, f"no netdev {name}"
-        link.addresses = addresses
+        before, link.addresses = link.addresses, addresses
         nsid = None if link.netns == INIT else self.namespaces[link.netns].nsid
-        if link.netns == INIT or nsid is not None:
-            self.emit(AddressChanged(nsid, link.ifindex))
+        if link.netns != INIT and nsid is None:
+            return
+        for cidr, removed in [(a, True) for a in before if a not in addresses] + [
+            (a, False) for a in addresses if a not in before
+        ]:
+            address = ipaddress.ip_interface(cidr).ip
+            self.emit(AddressChanged(nsid, link.ifindex, address, removed))
 
     def rename_link(self, name: str, new: str) -> None:
         link = self.link(name)

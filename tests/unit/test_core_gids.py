@@ -4,9 +4,11 @@ address of a netdev."""
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
-from rdmad.model import ClaimOptions, Gid, NetnsMode
+from rdmad.events import AddressChanged
+from rdmad.model import ClaimOptions, Gid, NetnsMode, gid_of
 from rdmad.store import Store
 from tests.support.core_rig import Rig, Rigs, idle, two_nics
 
@@ -15,9 +17,17 @@ RDMA_ONLY = ClaimOptions(netdev=False)  # exclusive mode: the device moves, eth0
 
 
 def v4_gid(address: str) -> str:
-    return "0000:0000:0000:0000:0000:ffff:" + "{:02x}{:02x}:{:02x}{:02x}".format(
-        *map(int, address.split("."))
-    )
+    return gid_of(ipaddress.ip_address(address))
+
+
+def test_an_ipv4_address_maps_to_the_gid_sysfs_shows() -> None:
+    gid = gid_of(ipaddress.ip_address("192.0.2.10"))
+    assert gid == "0000:0000:0000:0000:0000:ffff:c000:020a"
+
+
+def test_an_ipv6_address_is_its_own_gid() -> None:
+    gid = gid_of(ipaddress.ip_address("fe80::5054:ff:fe12:3456"))
+    assert gid == "fe80:0000:0000:0000:5054:00ff:fe12:3456"
 
 
 async def changed_once_more(rig: Rig, before: int) -> None:
@@ -78,3 +88,32 @@ async def test_an_address_on_another_netdev_at_home_leaves_a_moved_device_alone(
     kernel.set_addresses("eth1", ("192.0.2.77/24",))
     await idle()
     assert not read.reached.is_set(), "the GID table was read again"
+
+
+async def test_the_event_of_an_address_the_claims_gids_already_show_reads_nothing_again(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    # The claim's own address is announced after the claim read its entry.
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
+    child = kernel.link("net1", "pod")
+    assert child is not None
+    read = kernel.pause("gids")
+    own = ipaddress.ip_address("198.51.100.5")
+    kernel.emit(AddressChanged(kernel.netns("pod").nsid, child.ifindex, own, removed=False))
+    await idle()
+    assert not read.reached.is_set(), "the GID table was read again"
+
+
+async def test_an_address_removed_from_a_shared_claims_child_leaves_its_gids(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
+    kernel.set_addresses("net1", ("198.51.100.5/24", "203.0.113.7/24"), netns="pod")
+    await changed_once_more(rig, 0)
+    kernel.set_addresses("net1", ("203.0.113.7/24",), netns="pod")
+    await changed_once_more(rig, 1)
+    assert [g.gid for g in claim.gids] == [v4_gid("203.0.113.7")]
