@@ -78,8 +78,9 @@ class CdiWriter(CoreObserver):
     def claimed(self, claim: Claim) -> None:
         path = self.path_for(claim.id)
         try:
-            # Readable by every runtime, as a spec written by a plain open() would be.
-            write_swapped(path, json.dumps(spec_for(claim), indent=1).encode(), mode=0o644)
+            # Readable by every runtime, as a spec written by a plain open() would be. One
+            # line: json's C encoder does not indent, and the Python one took 60 us a spec.
+            write_swapped(path, json.dumps(spec_for(claim)).encode(), mode=0o644)
         except OSError as exc:
             # The claim stands (the kernel part is done); runtimes can still use CharDevices.
             log.error("cannot write CDI spec %s: %s", path, exc)

@@ -54,6 +54,7 @@ from rdmad.kernel.rtnl_msgs import (
     dellink,
     dump_links,
     getlink,
+    ifindex_of,
     live_nsids,
     move_link_blocking,
     netns_nsid,
@@ -493,7 +494,7 @@ class RtnlBackend:
 
 async def _ifindex_in(ch: NlChannel, ifname: str, where: str) -> int:
     with _op(f"finding {ifname} in {where}"):
-        return (await getlink(ch, name=ifname)).index
+        return await ifindex_of(ch, ifname)
 
 
 async def _configure_placed(

@@ -134,8 +134,7 @@ class Addr:
 
 def addr_local(msg: Message) -> tuple[int, IPAddress | None]:
     """The ifindex and address of an RTM_NEWADDR/RTM_DELADDR, without the prefix length: a
-    node's address events are mostly other interfaces', and this reads one in 5 us, where
-    addr_from's ip_interface() takes 65."""
+    node's address events are mostly other interfaces', and this reads one in 5 us."""
     index: int = _IFADDRMSG.unpack_from(msg.payload)[4]
     raw = _local_address(msg)
     return index, None if raw is None else ipaddress.ip_address(raw)
@@ -146,7 +145,9 @@ def addr_from(msg: Message) -> Addr:
     raw = _local_address(msg)
     if raw is None:
         return Addr(index, None)
-    return Addr(index, ipaddress.ip_interface((ipaddress.ip_address(raw), prefixlen)))
+    # From the packed bytes: 6 us, where ip_interface() parses its way there in 20-45.
+    kind = ipaddress.IPv4Interface if len(raw) == 4 else ipaddress.IPv6Interface
+    return Addr(index, kind((raw, prefixlen)))
 
 
 def _local_address(msg: Message) -> bytes | None:
@@ -257,6 +258,15 @@ async def getlink(
     attrs += _link_attrs(ifname=None if index else name, target_nsid=target_nsid)
     (msg,) = await ch.request(_request(RTM_GETLINK, _link_body(index, attrs)))
     return link_from(msg)
+
+
+async def ifindex_of(ch: NlChannel, name: str) -> int:
+    """The index of netdev `name` in the channel's netns, from the reply's header alone (the
+    whole link message takes 0.25 ms to decode); NetlinkError(ENODEV) if there is none."""
+    attrs = [attr_u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS), *_link_attrs(ifname=name)]
+    (msg,) = await ch.request(_request(RTM_GETLINK, _link_body(0, attrs)))
+    index: int = _IFINFOMSG.unpack_from(msg.payload)[2]
+    return index
 
 
 async def dump_links(ch: NlChannel) -> list[Link]:

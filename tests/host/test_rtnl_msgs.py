@@ -33,6 +33,7 @@ from rdmad.kernel.rtnl_msgs import (
     dellink,
     dump_links,
     getlink,
+    ifindex_of,
     link_from,
     live_nsids,
     move_link_blocking,
@@ -122,6 +123,15 @@ async def test_getlink_finds_a_netdev_by_index_and_by_name(
     by_name = await getlink(channel, name=varied.host)
     assert by_index == by_name
     assert by_name.ifname == varied.host
+
+
+async def test_ifindex_of_names_a_netdevs_index_or_raises_enodev(
+    channel: NlChannel, veth: VethPair
+) -> None:
+    assert await ifindex_of(channel, veth.host) == veth.host_ifindex()
+    with pytest.raises(NetlinkError) as caught:
+        await ifindex_of(channel, "rdmad-nosuch")
+    assert caught.value.errno == errno.ENODEV
 
 
 async def test_link_events_decode_on_a_subscription(veth: VethPair) -> None:
