@@ -15,6 +15,7 @@ from rdmad.events import Event
 from rdmad.model import (
     CharDev,
     ChardevKind,
+    Cidr,
     Gid,
     HostConfig,
     Netdev,
@@ -108,7 +109,7 @@ class NetdevBackend(Protocol):
         target: NetnsTarget,
         ifname: str,
         mtu: int | None,
-        addresses: tuple[str, ...],
+        addresses: tuple[Cidr, ...],
         host: HostConfig | None = None,
     ) -> Placement:
         """Move an init_net netdev into `target`, rename it, set MTU and addresses, bring it up.
@@ -124,7 +125,7 @@ class NetdevBackend(Protocol):
         target: NetnsTarget,
         ifname: str,
         mtu: int | None,
-        addresses: tuple[str, ...],
+        addresses: tuple[Cidr, ...],
     ) -> Placement:
         """Create a bridge-mode macvlan child of an init_net netdev inside `target`.
 

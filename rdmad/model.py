@@ -152,7 +152,7 @@ class HostConfig:
     name: str
     mtu: int
     up: bool
-    addresses: tuple[str, ...]  # CIDRs
+    addresses: tuple[str, ...]  # CIDRs, as the state file saves them
     kind: str = ""  # rtnl link kind; "" (physical) is what the kernel hands back on netns death
 
 
@@ -162,7 +162,7 @@ class ClaimOptions:
 
     ifname: str | None = None
     mtu: int | None = None
-    addresses: tuple[str, ...] = ()
+    addresses: tuple[Cidr, ...] = ()  # parsed once, by rdmad.options
     shared: bool = False
     chardevs: tuple[ChardevKind, ...] = DEFAULT_CHARDEVS
     owner: str = ""

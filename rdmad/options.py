@@ -75,7 +75,7 @@ def parse_claim_options(
         raise InvalidArgs(f"owner is longer than {OWNER_MAX_BYTES} bytes")
     if "\x00" in owner:
         raise InvalidArgs("owner must not contain NUL")
-    cidrs = tuple(parse_cidr(a).with_prefixlen for a in addresses)
+    cidrs = tuple(parse_cidr(a) for a in addresses)
     kinds: list[ChardevKind] = []
     for kind in chardevs:
         try:

@@ -76,9 +76,10 @@ def netdev_from_link(link: Link) -> Netdev:
     return Netdev(ifindex=link.index, name=link.ifname, mtu=link.mtu, up=link.up, kind=link.kind)
 
 
-def _parse_cidrs(addresses: tuple[str, ...]) -> list[Cidr]:
-    """Parse CIDRs up front, so a malformed one fails before the kernel is touched."""
-    return [parse_cidr(a) for a in addresses]
+def _host_cidrs(host: HostConfig) -> list[Cidr]:
+    """A HostConfig's addresses as the Cidr values requests take: it keeps them as strings,
+    the form the state file saves."""
+    return [parse_cidr(a) for a in host.addresses]
 
 
 @contextlib.contextmanager
@@ -195,10 +196,9 @@ class RtnlBackend:
         target: NetnsTarget,
         ifname: str,
         mtu: int | None,
-        addresses: tuple[str, ...],
+        addresses: tuple[Cidr, ...],
         host: HostConfig | None = None,
     ) -> Placement:
-        cidrs = _parse_cidrs(addresses)
         host = host or await self.host_config(ifindex)
         where = netns_label(target.inode)
         what = f"moving {host.name} into {where} as {ifname}" + (f" with MTU {mtu}" if mtu else "")
@@ -227,7 +227,7 @@ class RtnlBackend:
             async def undo(ns_index: int) -> None:
                 await self._rollback_place(ns, ns_index, ifname, host)
 
-            ns_index = await _configure_placed(ns, ifname, cidrs, where, undo)
+            ns_index = await _configure_placed(ns, ifname, addresses, where, undo)
         nsid = await self.nsid(target)
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
@@ -256,9 +256,8 @@ class RtnlBackend:
         target: NetnsTarget,
         ifname: str,
         mtu: int | None,
-        addresses: tuple[str, ...],
+        addresses: tuple[Cidr, ...],
     ) -> Placement:
-        cidrs = _parse_cidrs(addresses)
         where = netns_label(target.inode)
         what = f"creating macvlan {ifname} of netdev {parent_ifindex} in {where}"
         # The in-netns socket is made (by a worker) while the kernel makes the macvlan, as
@@ -275,7 +274,7 @@ class RtnlBackend:
                 with contextlib.suppress(NetlinkError):
                     await dellink(ns, ns_index, name=ifname)
 
-            ns_index = await _configure_placed(ns, ifname, cidrs, where, undo)
+            ns_index = await _configure_placed(ns, ifname, addresses, where, undo)
         nsid = await self.nsid(target)
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
@@ -326,13 +325,13 @@ class RtnlBackend:
             await self.restore(cur.ifindex, host)  # something else changed it meanwhile
             return await self._netdev(cur.ifindex, what)
         # A netdev loses all its addresses when it changes netns: add the host's back.
-        await _add_addresses(self._nl, cur.ifindex, _parse_cidrs(host.addresses), what)
+        await _add_addresses(self._nl, cur.ifindex, _host_cidrs(host), what)
         if host.up:
             await _set_state(self._nl, cur.ifindex, None, True, what)
         return replace(cur, up=host.up)
 
     async def restore(self, ifindex: int, host: HostConfig) -> None:
-        cidrs = _parse_cidrs(host.addresses)
+        cidrs = _host_cidrs(host)
         with _op(f"reading netdev {ifindex}"):
             cur = netdev_from_link(await getlink(self._nl, ifindex))
         what = f"restoring {cur.name} (ifindex {ifindex}) as {host.name}"
@@ -500,7 +499,7 @@ async def _ifindex_in(ch: NlChannel, ifname: str, where: str) -> int:
 async def _configure_placed(
     ns: NlChannel,
     ifname: str,
-    cidrs: list[Cidr],
+    cidrs: tuple[Cidr, ...],
     where: str,
     undo: Callable[[int], Awaitable[None]],
 ) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from ipaddress import ip_interface
 
 import pytest
 from dbus_fast import Variant
@@ -36,7 +37,7 @@ async def test_options_reach_the_core_as_claim_options(live: Live) -> None:
     assert live.core.last_options == ClaimOptions(
         ifname="net0",
         mtu=9000,
-        addresses=("10.0.0.5/24",),
+        addresses=(ip_interface("10.0.0.5/24"),),
         chardevs=(ChardevKind.UMAD,),
         owner="ctr",
         netdev=False,

@@ -58,6 +58,7 @@ from rdmad.events import (
 from rdmad.model import (
     CharDev,
     ChardevKind,
+    Cidr,
     Gid,
     HostConfig,
     Netdev,
@@ -98,7 +99,7 @@ class FakeLink:
     mtu: int = 1500
     up: bool = True
     kind: str = ""  # "" for a physical NIC; veth, macvlan... are virtual
-    addresses: tuple[str, ...] = ()
+    addresses: tuple[str, ...] = ()  # CIDR strings, as HostConfig keeps them
     netns: int = INIT
     parent: int = 0  # a macvlan's lower netdev
 
@@ -514,7 +515,7 @@ class FakeNetdevs:
         target: NetnsTarget,
         ifname: str,
         mtu: int | None,
-        addresses: tuple[str, ...],
+        addresses: tuple[Cidr, ...],
         host: HostConfig | None = None,
     ) -> Placement:
         await self._k.enter("place", self._p)
@@ -522,7 +523,8 @@ class FakeNetdevs:
         link = self._home(ifindex, f"moving into {ns.name}")
         self._k.check_free(ifname, ns.inode)
         self._k.change_netns(link, ns.inode)
-        link.name, link.up, link.addresses = ifname, True, addresses
+        link.name, link.up = ifname, True
+        link.addresses = tuple(a.with_prefixlen for a in addresses)
         if mtu is not None:
             link.mtu = mtu
         return Placement(self._k.assign_nsid(ns), link.ifindex, ifname)
@@ -533,7 +535,7 @@ class FakeNetdevs:
         target: NetnsTarget,
         ifname: str,
         mtu: int | None,
-        addresses: tuple[str, ...],
+        addresses: tuple[Cidr, ...],
     ) -> Placement:
         await self._k.enter("add_macvlan", self._p)
         ns = _ns_of(target)
@@ -545,7 +547,7 @@ class FakeNetdevs:
             mtu or parent.mtu,
             True,
             "macvlan",
-            addresses,
+            tuple(a.with_prefixlen for a in addresses),
             ns.inode,
             parent.ifindex,
         )

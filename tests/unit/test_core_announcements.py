@@ -5,6 +5,7 @@ The real Core on the in-memory kernel."""
 from __future__ import annotations
 
 import asyncio
+from ipaddress import ip_interface
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from rdmad.observer import CoreObserver, Observers
 from rdmad.store import Store
 from tests.support.core_rig import WAIT, Recorder, Rigs, idle, two_nics
 
-WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=("10.0.0.5/24",))
+WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=(ip_interface("10.0.0.5/24"),))
 SHARED = ClaimOptions(shared=True)
 AVAILABLE = DeviceState.AVAILABLE
 

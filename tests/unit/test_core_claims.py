@@ -3,6 +3,7 @@ kernel (tests/support/fake_kernel.py), no root, no bus."""
 
 from __future__ import annotations
 
+from ipaddress import ip_interface
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from rdmad.store import Store
 from tests.support.core_rig import Rigs, idle, two_nics
 from tests.support.fake_kernel import INIT
 
-WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=("10.0.0.5/24",))
+WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=(ip_interface("10.0.0.5/24"),))
 SHARED = ClaimOptions(shared=True)
 
 

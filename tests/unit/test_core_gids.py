@@ -12,7 +12,9 @@ from rdmad.model import ClaimOptions, Gid, NetnsMode, gid_of
 from rdmad.store import Store
 from tests.support.core_rig import Rig, Rigs, idle, two_nics
 
-SHARED = ClaimOptions(shared=True, ifname="net1", addresses=("198.51.100.5/24",))
+SHARED = ClaimOptions(
+    shared=True, ifname="net1", addresses=(ipaddress.ip_interface("198.51.100.5/24"),)
+)
 RDMA_ONLY = ClaimOptions(netdev=False)  # exclusive mode: the device moves, eth0 stays home
 
 

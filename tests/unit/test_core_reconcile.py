@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable
+from ipaddress import ip_interface
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from rdmad.store import Store
 from tests.support.core_rig import WAIT, Rig, Rigs, host_side, idle, two_nics
 from tests.support.fake_kernel import INIT
 
-WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=("10.0.0.5/24",))
+WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=(ip_interface("10.0.0.5/24"),))
 SHARED = ClaimOptions(shared=True)
 
 

@@ -4,6 +4,7 @@ real Core on the in-memory kernel."""
 from __future__ import annotations
 
 import errno
+from ipaddress import ip_interface
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from rdmad.store import Store
 from tests.support.core_rig import FlakyStore, HostSide, Rig, Rigs, host_side, idle, two_nics
 from tests.support.fake_kernel import INIT
 
-WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=("10.0.0.5/24",))
+WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=(ip_interface("10.0.0.5/24"),))
 SHARED = ClaimOptions(shared=True)
 BROKEN = KernelError(errno.EIO, "the kernel refused")
 

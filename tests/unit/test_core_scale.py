@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from ipaddress import ip_interface
 from pathlib import Path
 
 from rdmad.model import ClaimOptions, NetnsMode
@@ -14,8 +15,8 @@ from tests.support.core_rig import Rig, Rigs, idle
 from tests.support.fake_kernel import FakeKernel
 
 SMALL, LARGE = 2, 60
-WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=("10.0.0.5/24",))
-SHARED = ClaimOptions(shared=True, addresses=("10.0.0.6/24",))
+WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=(ip_interface("10.0.0.5/24"),))
+SHARED = ClaimOptions(shared=True, addresses=(ip_interface("10.0.0.6/24"),))
 RDMA_ONLY = ClaimOptions(netdev=False)
 
 Scenario = Callable[[Rig, FakeKernel], Awaitable[None]]

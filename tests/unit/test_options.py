@@ -3,6 +3,7 @@ InvalidArgs before anything moves."""
 
 from __future__ import annotations
 
+from ipaddress import ip_interface
 from typing import Any
 
 import pytest
@@ -35,7 +36,7 @@ def test_all_options_parse() -> None:
     assert parsed == ClaimOptions(
         ifname="net0",
         mtu=9000,
-        addresses=("10.0.0.5/24", "2001:db8::5/64"),
+        addresses=(ip_interface("10.0.0.5/24"), ip_interface("2001:db8::5/64")),
         chardevs=(ChardevKind.UVERBS, ChardevKind.UMAD),
         owner="ctr",
         netdev=False,
@@ -104,3 +105,10 @@ def test_an_address_without_a_valid_prefix_is_invalid_args(text: str, says: str)
 
 def test_an_address_keeps_its_host_part_and_prefix() -> None:
     assert str(parse_cidr("2001:db8::5/64")) == "2001:db8::5/64"
+
+
+def test_claim_addresses_are_parsed_once_into_canonical_interfaces() -> None:
+    # the backends take these as they are: nothing after parse_claim_options parses again
+    parsed = parse_claim_options(addresses=["10.0.0.5/255.255.255.0", "2001:DB8:0::5/64"])
+    assert parsed.addresses == (ip_interface("10.0.0.5/24"), ip_interface("2001:db8::5/64"))
+    assert [a.with_prefixlen for a in parsed.addresses] == ["10.0.0.5/24", "2001:db8::5/64"]
