@@ -50,6 +50,7 @@ class Params:
     # (RDMA-capable netdevs, unrelated interfaces) per modelled node, smallest first
     scale_nodes: tuple[tuple[int, int], ...]
     scale_reps: int  # claim/release cycles per pass per node
+    split_reps: int  # claim/release cycles per node sampled by perf (bench.perfsplit)
     starts: int  # daemon starts per node
     shared_reps: int  # whole cycles of bench.columns.ORDERS["rwcn"] (a multiple of 8)
     cni_reps: int  # rounds of ADD then DEL per CNI plugin column
@@ -73,6 +74,7 @@ class Params:
             warmup=10,
             scale_nodes=((16, 0), (128, 256), (1024, 2048)),
             scale_reps=300,  # at 100, its p90 flatness intervals were too wide to decide
+            split_reps=100,  # about 3000 samples in user space per kind of operation
             starts=3,
             shared_reps=104,
             cni_reps=100,
@@ -98,6 +100,7 @@ class Params:
             # the second node is the guard's: 1024 interfaces against none (bench.scale)
             scale_nodes=((4, 0), (4, 1024)),
             scale_reps=16,
+            split_reps=8,
             starts=1,
             shared_reps=8,
             cni_reps=4,

@@ -12,11 +12,16 @@ raw column) on a veth of the same node, with this process's CPU time (user + sys
 operation. The kernel's own work in a move grows with the interfaces of the netns it
 leaves or joins, whoever sends it; raw shows by how much.
 
+Last, at each size, rdmad's claims and releases alone, settled, sampled by perf
+(bench.perfsplit): the CPU of rdmad's own code (user space) apart from the kernel's, which
+/proc cannot split over one operation.
+
 Targets: claim and release latency (p50 and p90) and CPU per operation flat within 1.15x
 from the smallest node to the largest, in absolute terms and over raw (rdmad's latency as
-a ratio of raw's, rdmad's CPU minus raw's). The guard: if the daemon's CPU per claim on the
-largest node is more than GUARD times the smallest node's, the scenario fails, loudly, in
-smoke mode too (a ratio within one run, not an absolute time).
+a ratio of raw's, rdmad's CPU minus raw's), and rdmad's user-space CPU per operation. The
+guard: if the daemon's CPU per claim on the largest node is more than GUARD times the
+smallest node's, the scenario fails, loudly, in smoke mode too (a ratio within one run, not
+an absolute time).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from dbus_fast import Variant
 
 from bench.claim import Raw
 from bench.common import (
@@ -47,6 +54,7 @@ from bench.common import (
     release,
     rss_mb,
 )
+from bench.perfsplit import Sampler, Split
 from bench.stats import JUDGED, RatioCheck, p99_text, pct, spread
 from tests.support.daemon import ROOT, Client
 from tests.support.net import temp_netns
@@ -96,6 +104,7 @@ class Node:
     rss: float = 0.0
     lists: list[float] = field(default_factory=list)
     passes: dict[str, Pass] = field(default_factory=dict)
+    split: dict[str, Split] = field(default_factory=dict)  # op -> rdmad's CPU, perf-sampled
 
     @property
     def label(self) -> str:
@@ -146,12 +155,11 @@ async def _cycles(
     claim follows each column's release equally often."""
     ps = Pass()
     meter = CpuMeter(pid)
-    opts = claim_options("bench0", 1400, ["198.51.100.2/24"])
     claim_id = ""
 
     async def do_claim() -> None:
         nonlocal claim_id
-        claim_id = await claim(c, device, netns, opts)
+        claim_id = await claim(c, device, netns, _options())
 
     async def do_release() -> None:
         await release(c, claim_id)
@@ -183,6 +191,29 @@ async def _cycles(
         await settle()
     meter.mark(None)
     return ps
+
+
+async def _split(
+    c: Client, pid: int, device: str, netns: str, reps: int, settle: Settler
+) -> dict[str, Split]:
+    """rdmad's claims and releases alone, settled, each kind sampled by its own perf from
+    its start to the next operation's, so the work after the reply counts."""
+    with Sampler(pid) as claims, Sampler(pid) as releases:
+        for _ in range(reps):
+            await settle()
+            claims.enable()
+            claim_id = await claim(c, device, netns, _options())
+            await settle()
+            claims.disable()
+            releases.enable()
+            await release(c, claim_id)
+            await settle()
+            releases.disable()
+        return {"claim": claims.split(), "release": releases.split()}
+
+
+def _options() -> dict[str, Variant]:
+    return claim_options("bench0", 1400, ["198.51.100.2/24"])
 
 
 async def _measure(bus: str, p: Params, netdevs: int, others: int) -> Node:
@@ -223,6 +254,9 @@ async def _measure(bus: str, p: Params, netdevs: int, others: int) -> Node:
                         )  # fmt: skip
                 finally:
                     raw.close()
+                node.split = await _split(
+                    c, pid_of(d), f"sim{netdevs // 2}", netns, p.split_reps, Settler(p)
+                )
             node.rss = max(rss_ready, rss_mb(pid_of(d)))
     return node
 
@@ -265,6 +299,14 @@ def _node_rows(res: Results, node: Node, floor: float) -> None:
             met=all(pct(node.lists, q) < 5 for q in JUDGED) if big else None,
         ),
     ]
+    res.rows.append(
+        Row(
+            f"3. rdmad's CPU per operation in user space + in the kernel (perf), {node.label}",
+            "; ".join(
+                f"{op} {s.user_ms:.2f} + {s.kernel_ms:.2f} ms" for op, s in node.split.items()
+            ),
+        )
+    )
     for name, ps in node.passes.items():
         rd, raw = ps.rdmad, ps.raw
         res.rows.append(
@@ -314,6 +356,21 @@ def _flat_rows(res: Results, small: Node, large: Node) -> None:
                     met=over.met and own <= FLAT,
                 )
             )
+    for op in ("claim", "release"):
+        before, after = small.split[op], large.split[op]
+        ratio, low, high = after.user_ratio(before)
+        raw_lo, raw_hi = (n.passes["settled"].raw.cpu_per(op) for n in (small, large))
+        res.rows.append(
+            Row(
+                f"3. {op.capitalize()}: rdmad's own code (user-space CPU, perf), flat: {sizes}",
+                f"per {op}: user {before.user_ms:.2f} -> {after.user_ms:.2f} ms; kernel"
+                f" {before.kernel_ms:.2f} -> {after.kernel_ms:.2f} ms",
+                f"raw's whole CPU per {op} {raw_lo:.1f} -> {raw_hi:.1f} ms",
+                ratio=f"user CPU {ratio:.2f} ({low:.2f}-{high:.2f}, sampling only)",
+                target=f"<= {FLAT}",
+                met=high <= FLAT,
+            )
+        )
     cpu = large.passes["settled"].rdmad.cpu_per("claim") / small.passes["settled"].rdmad.cpu_per(
         "claim"
     )
@@ -349,6 +406,8 @@ def _curves(res: Results, nodes: list[Node]) -> None:
             ("release_p90_ms", pct(settled.release_ms, 90)),
             ("cpu_claim_ms", settled.cpu_per("claim")),
             ("cpu_release_ms", settled.cpu_per("release")),
+            ("user_cpu_claim_ms", node.split["claim"].user_ms),
+            ("user_cpu_release_ms", node.split["release"].user_ms),
             ("raw_claim_p50_ms", pct(raw.claim_ms, 50)),
             ("raw_release_p50_ms", pct(raw.release_ms, 50)),
             ("raw_cpu_claim_ms", raw.cpu_per("claim")),
