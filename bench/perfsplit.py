@@ -40,12 +40,18 @@ class Split:
     kernel_ms: float
     user_samples: int
 
-    def user_ratio(self, before: Split) -> tuple[float, float, float]:
-        """This user CPU over `before`'s, with a 95% interval for the sampling alone (the
-        samples in user space counted as Poisson)."""
-        ratio = self.user_ms / before.user_ms
-        spread = 1.96 * (1 / self.user_samples + 1 / before.user_samples) ** 0.5
-        return ratio, ratio * (1 - spread), ratio * (1 + spread)
+
+def user_growth(
+    large: tuple[Split, Split], small: tuple[Split, Split]
+) -> tuple[float, float, float]:
+    """How much one column's user CPU grows over another's from one setting to another:
+    (a / b) / (c / d) for large (a, b) and small (c, d), with a 95% interval for the sampling
+    alone (each count of samples in user space taken as Poisson). Measured beside a
+    reference column, the ratio cancels the host's drift in speed between the settings."""
+    (a, b), (c, d) = large, small
+    ratio = (a.user_ms / b.user_ms) / (c.user_ms / d.user_ms)
+    spread = 1.96 * sum(1 / x.user_samples for x in (a, b, c, d)) ** 0.5
+    return ratio, ratio * (1 - spread), ratio * (1 + spread)
 
 
 class Sampler:

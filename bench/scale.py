@@ -12,9 +12,11 @@ raw column) on a veth of the same node, with this process's CPU time (user + sys
 operation. The kernel's own work in a move grows with the interfaces of the netns it
 leaves or joins, whoever sends it; raw shows by how much.
 
-Last, at each size, rdmad's claims and releases alone, settled, sampled by perf
-(bench.perfsplit): the CPU of rdmad's own code (user space) apart from the kernel's, which
-/proc cannot split over one operation.
+Last, at each size, rdmad's claims and releases and raw's, settled, sampled by perf
+(bench.perfsplit): the CPU of each one's own code (user space) apart from the kernel's,
+which /proc cannot split over one operation. rdmad's user CPU is judged over raw's, measured
+rep by rep beside it, so that the host's drift in speed between the nodes (10-20% here over
+minutes) cancels.
 
 Targets: claim and release latency (p50 and p90) and CPU per operation flat within 1.15x
 from the smallest node to the largest, in absolute terms and over raw (rdmad's latency as
@@ -26,6 +28,8 @@ an absolute time).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import statistics
 import subprocess
@@ -54,7 +58,7 @@ from bench.common import (
     release,
     rss_mb,
 )
-from bench.perfsplit import Sampler, Split
+from bench.perfsplit import Sampler, Split, user_growth
 from bench.stats import JUDGED, RatioCheck, p99_text, pct, spread
 from tests.support.daemon import ROOT, Client
 from tests.support.net import temp_netns
@@ -104,7 +108,9 @@ class Node:
     rss: float = 0.0
     lists: list[float] = field(default_factory=list)
     passes: dict[str, Pass] = field(default_factory=dict)
-    split: dict[str, Split] = field(default_factory=dict)  # op -> rdmad's CPU, perf-sampled
+    # op -> CPU per operation, perf-sampled: rdmad's and raw's
+    split: dict[str, Split] = field(default_factory=dict)
+    raw_split: dict[str, Split] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -194,22 +200,46 @@ async def _cycles(
 
 
 async def _split(
-    c: Client, pid: int, device: str, netns: str, reps: int, settle: Settler
-) -> dict[str, Split]:
-    """rdmad's claims and releases alone, settled, each kind sampled by its own perf from
-    its start to the next operation's, so the work after the reply counts."""
-    with Sampler(pid) as claims, Sampler(pid) as releases:
-        for _ in range(reps):
-            await settle()
-            claims.enable()
+    c: Client, pid: int, device: str, netns: str, raw: Raw, reps: int, settle: Settler
+) -> tuple[dict[str, Split], dict[str, Split]]:
+    """rdmad's claims and releases, then raw's, settled, each kind of each column sampled by
+    its own perf from its start to the next operation's, so the work after the reply
+    counts: (rdmad's, raw's) CPU per operation. Raw's run in this process."""
+    samplers = {
+        (column, op): Sampler(who)
+        for column, who in (("rdmad", pid), ("raw", os.getpid()))
+        for op in ("claim", "release")
+    }
+    with contextlib.ExitStack() as stack:
+        for sampler in samplers.values():
+            stack.enter_context(sampler)
+        claim_id = ""
+
+        async def do_claim() -> None:
+            nonlocal claim_id
             claim_id = await claim(c, device, netns, _options())
-            await settle()
-            claims.disable()
-            releases.enable()
+
+        async def do_release() -> None:
             await release(c, claim_id)
-            await settle()
-            releases.disable()
-        return {"claim": claims.split(), "release": releases.split()}
+
+        steps = (
+            (do_claim, samplers["rdmad", "claim"]),
+            (do_release, samplers["rdmad", "release"]),
+            (raw.claim, samplers["raw", "claim"]),
+            (raw.release, samplers["raw", "release"]),
+        )
+        for _ in range(reps):
+            for work, sampler in steps:
+                await settle()
+                sampler.enable()
+                await work()
+                await settle()
+                sampler.disable()
+        split = {key: sampler.split() for key, sampler in samplers.items()}
+    return (
+        {op: split["rdmad", op] for op in ("claim", "release")},
+        {op: split["raw", op] for op in ("claim", "release")},
+    )
 
 
 def _options() -> dict[str, Variant]:
@@ -252,11 +282,12 @@ async def _measure(bus: str, p: Params, netdevs: int, others: int) -> Node:
                             c, pid_of(d), f"sim{netdevs // 2}", netns, raw,
                             p.scale_reps, p.warmup, settle,
                         )  # fmt: skip
+                    node.split, node.raw_split = await _split(
+                        c, pid_of(d), f"sim{netdevs // 2}", netns, raw, p.split_reps,
+                        Settler(p),
+                    )  # fmt: skip
                 finally:
                     raw.close()
-                node.split = await _split(
-                    c, pid_of(d), f"sim{netdevs // 2}", netns, p.split_reps, Settler(p)
-                )
             node.rss = max(rss_ready, rss_mb(pid_of(d)))
     return node
 
@@ -358,15 +389,17 @@ def _flat_rows(res: Results, small: Node, large: Node) -> None:
             )
     for op in ("claim", "release"):
         before, after = small.split[op], large.split[op]
-        ratio, low, high = after.user_ratio(before)
-        raw_lo, raw_hi = (n.passes["settled"].raw.cpu_per(op) for n in (small, large))
+        raw_before, raw_after = small.raw_split[op], large.raw_split[op]
+        ratio, low, high = user_growth((after, raw_after), (before, raw_before))
         res.rows.append(
             Row(
                 f"3. {op.capitalize()}: rdmad's own code (user-space CPU, perf), flat: {sizes}",
                 f"per {op}: user {before.user_ms:.2f} -> {after.user_ms:.2f} ms; kernel"
                 f" {before.kernel_ms:.2f} -> {after.kernel_ms:.2f} ms",
-                f"raw's whole CPU per {op} {raw_lo:.1f} -> {raw_hi:.1f} ms",
-                ratio=f"user CPU {ratio:.2f} ({low:.2f}-{high:.2f}, sampling only)",
+                f"raw per {op}: user {raw_before.user_ms:.2f} -> {raw_after.user_ms:.2f} ms;"
+                f" kernel {raw_before.kernel_ms:.2f} -> {raw_after.kernel_ms:.2f} ms",
+                ratio=f"rdmad/raw user CPU, large over small: {ratio:.2f} ({low:.2f}-{high:.2f},"
+                f" sampling only); rdmad's alone {after.user_ms / before.user_ms:.2f}",
                 target=f"<= {FLAT}",
                 met=high <= FLAT,
             )
@@ -408,6 +441,8 @@ def _curves(res: Results, nodes: list[Node]) -> None:
             ("cpu_release_ms", settled.cpu_per("release")),
             ("user_cpu_claim_ms", node.split["claim"].user_ms),
             ("user_cpu_release_ms", node.split["release"].user_ms),
+            ("raw_user_cpu_claim_ms", node.raw_split["claim"].user_ms),
+            ("raw_user_cpu_release_ms", node.raw_split["release"].user_ms),
             ("raw_claim_p50_ms", pct(raw.claim_ms, 50)),
             ("raw_release_p50_ms", pct(raw.release_ms, 50)),
             ("raw_cpu_claim_ms", raw.cpu_per("claim")),

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bench.perfsplit import PerfError, Sampler, Split
+from bench.perfsplit import PerfError, Sampler, Split, user_growth
 from tests.support.net import require_root
 
 BUSY_IN_PYTHON = "x = 0\nfor i in range(3_000_000): x += i"
@@ -48,11 +48,12 @@ def test_a_process_busy_in_system_calls_is_sampled_in_the_kernel() -> None:
     assert split.kernel_ms > 4 * split.user_ms
 
 
-def test_a_ratio_of_user_time_has_an_interval_around_it() -> None:
-    ratio, low, high = Split(2.2, 5.0, 1000).user_ratio(Split(2.0, 1.0, 1000))
+def test_user_growth_is_a_ratio_of_ratios_with_an_interval_around_it() -> None:
+    large = (Split(4.4, 9.0, 1000), Split(2.0, 8.0, 1000))
+    small = (Split(4.0, 2.0, 1000), Split(2.0, 2.0, 1000))
+    ratio, low, high = user_growth(large, small)
     assert ratio == pytest.approx(1.1)
-    assert low < ratio < high
-    assert high - low == pytest.approx(2 * 1.1 * 1.96 * (2 / 1000) ** 0.5)
+    assert high - low == pytest.approx(2 * 1.1 * 1.96 * (4 / 1000) ** 0.5)
 
 
 def test_a_process_that_used_no_cpu_is_an_error_not_a_zero() -> None:
