@@ -39,8 +39,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dbus_fast import Variant
-
 from bench.claim import Raw
 from bench.common import (
     Params,
@@ -147,6 +145,21 @@ class CpuMeter:
         self._into, self._at = into, now
 
 
+class _Rdmad:
+    """rdmad's column: a claim of `device` into `netns`, and its release."""
+
+    def __init__(self, c: Client, device: str, netns: str) -> None:
+        self._c, self._device, self._netns = c, device, netns
+        self._claim_id = ""
+
+    async def claim(self) -> None:
+        opts = claim_options("bench0", 1400, ["198.51.100.2/24"])
+        self._claim_id = await claim(self._c, self._device, self._netns, opts)
+
+    async def release(self) -> None:
+        await release(self._c, self._claim_id)
+
+
 async def _cycles(
     c: Client,
     pid: int,
@@ -161,19 +174,11 @@ async def _cycles(
     claim follows each column's release equally often."""
     ps = Pass()
     meter = CpuMeter(pid)
-    claim_id = ""
-
-    async def do_claim() -> None:
-        nonlocal claim_id
-        claim_id = await claim(c, device, netns, _options())
-
-    async def do_release() -> None:
-        await release(c, claim_id)
-
+    rd = _Rdmad(c, device, netns)
     Step = tuple[Callable[[], Awaitable[None]], list[float], list[float], bool]
     rdmad_steps: list[Step] = [
-        (do_claim, ps.rdmad.claim_ms, ps.rdmad.claim_cpu, True),
-        (do_release, ps.rdmad.release_ms, ps.rdmad.release_cpu, True),
+        (rd.claim, ps.rdmad.claim_ms, ps.rdmad.claim_cpu, True),
+        (rd.release, ps.rdmad.release_ms, ps.rdmad.release_cpu, True),
     ]
     raw_steps: list[Step] = [
         (raw.claim, ps.raw.claim_ms, ps.raw.claim_cpu, False),
@@ -213,18 +218,10 @@ async def _split(
     with contextlib.ExitStack() as stack:
         for sampler in samplers.values():
             stack.enter_context(sampler)
-        claim_id = ""
-
-        async def do_claim() -> None:
-            nonlocal claim_id
-            claim_id = await claim(c, device, netns, _options())
-
-        async def do_release() -> None:
-            await release(c, claim_id)
-
+        rd = _Rdmad(c, device, netns)
         steps = (
-            (do_claim, samplers["rdmad", "claim"]),
-            (do_release, samplers["rdmad", "release"]),
+            (rd.claim, samplers["rdmad", "claim"]),
+            (rd.release, samplers["rdmad", "release"]),
             (raw.claim, samplers["raw", "claim"]),
             (raw.release, samplers["raw", "release"]),
         )
@@ -240,10 +237,6 @@ async def _split(
         {op: split["rdmad", op] for op in ("claim", "release")},
         {op: split["raw", op] for op in ("claim", "release")},
     )
-
-
-def _options() -> dict[str, Variant]:
-    return claim_options("bench0", 1400, ["198.51.100.2/24"])
 
 
 async def _measure(bus: str, p: Params, netdevs: int, others: int) -> Node:
