@@ -106,9 +106,8 @@ class Node:
     rss: float = 0.0
     lists: list[float] = field(default_factory=list)
     passes: dict[str, Pass] = field(default_factory=dict)
-    # op -> CPU per operation, perf-sampled: rdmad's and raw's
-    split: dict[str, Split] = field(default_factory=dict)
-    raw_split: dict[str, Split] = field(default_factory=dict)
+    # (column, op) -> CPU per operation, perf-sampled; column "rdmad" or "raw"
+    split: dict[tuple[str, str], Split] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -206,10 +205,10 @@ async def _cycles(
 
 async def _split(
     c: Client, pid: int, device: str, netns: str, raw: Raw, reps: int, settle: Settler
-) -> tuple[dict[str, Split], dict[str, Split]]:
+) -> dict[tuple[str, str], Split]:
     """rdmad's claims and releases, then raw's, settled, each kind of each column sampled by
     its own perf from its start to the next operation's, so the work after the reply
-    counts: (rdmad's, raw's) CPU per operation. Raw's run in this process."""
+    counts: the CPU per operation by (column, op). Raw's run in this process."""
     samplers = {
         (column, op): Sampler(who)
         for column, who in (("rdmad", pid), ("raw", os.getpid()))
@@ -232,11 +231,7 @@ async def _split(
                 await work()
                 await settle()
                 sampler.disable()
-        split = {key: sampler.split() for key, sampler in samplers.items()}
-    return (
-        {op: split["rdmad", op] for op in ("claim", "release")},
-        {op: split["raw", op] for op in ("claim", "release")},
-    )
+        return {key: sampler.split() for key, sampler in samplers.items()}
 
 
 async def _measure(bus: str, p: Params, netdevs: int, others: int) -> Node:
@@ -275,7 +270,7 @@ async def _measure(bus: str, p: Params, netdevs: int, others: int) -> Node:
                             c, pid_of(d), f"sim{netdevs // 2}", netns, raw,
                             p.scale_reps, p.warmup, settle,
                         )  # fmt: skip
-                    node.split, node.raw_split = await _split(
+                    node.split = await _split(
                         c, pid_of(d), f"sim{netdevs // 2}", netns, raw, p.split_reps,
                         Settler(p),
                     )  # fmt: skip
@@ -327,7 +322,9 @@ def _node_rows(res: Results, node: Node, floor: float) -> None:
         Row(
             f"3. rdmad's CPU per operation in user space + in the kernel (perf), {node.label}",
             "; ".join(
-                f"{op} {s.user_ms:.2f} + {s.kernel_ms:.2f} ms" for op, s in node.split.items()
+                f"{op} {s.user_ms:.2f} + {s.kernel_ms:.2f} ms"
+                for (column, op), s in node.split.items()
+                if column == "rdmad"
             ),
         )
     )
@@ -381,8 +378,8 @@ def _flat_rows(res: Results, small: Node, large: Node) -> None:
                 )
             )
     for op in ("claim", "release"):
-        before, after = small.split[op], large.split[op]
-        raw_before, raw_after = small.raw_split[op], large.raw_split[op]
+        before, after = small.split["rdmad", op], large.split["rdmad", op]
+        raw_before, raw_after = small.split["raw", op], large.split["raw", op]
         ratio, low, high = user_growth((after, raw_after), (before, raw_before))
         res.rows.append(
             Row(
@@ -432,10 +429,10 @@ def _curves(res: Results, nodes: list[Node]) -> None:
             ("release_p90_ms", pct(settled.release_ms, 90)),
             ("cpu_claim_ms", settled.cpu_per("claim")),
             ("cpu_release_ms", settled.cpu_per("release")),
-            ("user_cpu_claim_ms", node.split["claim"].user_ms),
-            ("user_cpu_release_ms", node.split["release"].user_ms),
-            ("raw_user_cpu_claim_ms", node.raw_split["claim"].user_ms),
-            ("raw_user_cpu_release_ms", node.raw_split["release"].user_ms),
+            ("user_cpu_claim_ms", node.split["rdmad", "claim"].user_ms),
+            ("user_cpu_release_ms", node.split["rdmad", "release"].user_ms),
+            ("raw_user_cpu_claim_ms", node.split["raw", "claim"].user_ms),
+            ("raw_user_cpu_release_ms", node.split["raw", "release"].user_ms),
             ("raw_claim_p50_ms", pct(raw.claim_ms, 50)),
             ("raw_release_p50_ms", pct(raw.release_ms, 50)),
             ("raw_cpu_claim_ms", raw.cpu_per("claim")),
