@@ -1,27 +1,9 @@
 """rdmactl: a thin client of the io.rdmad1 D-Bus API (docs/dbus-api.md).
 
 The global options (--json, --bus-address, --timeout) are accepted before and after the
-subcommand.
-Output: aligned tables by default; with --json, stable JSON on stdout:
-  list     [{"name", "state", "netdev", "path"}]
-  claims   [{"id", "device", "netns", "interface", "owner", "path"}]
-  show     {every Device property in snake_case (name, index, node_guid, driver,
-            link_layer, ports: [{"port", "state", "phys_state", "netdev"}], net_device,
-            pci_address, numa_node, char_devices, state, netns, claims), "path"}
-  claim    {every Claim property in snake_case (id, device, netns, netns_path,
-            interface_name, shared, owner, char_devices: [{"path", "major", "minor"}],
-            cdi_device, created_at, gids: [{"port", "index", "gid", "type", "netdev"}]),
-            "path"}
-  status   {"version", "netns_mode", "devices", "claims"}
-  mode     {"netns_mode"}
-  release  {"released": ID}
-  stats    counters of devices and claims and rdmad's own statistics (rdmad/cli_stats.py)
-  monitor  one object per line: {"signal", "path", "args": {...}}; for PropertiesChanged
-           "args" is {"interface", "changed": {snake_case: value}, "invalidated": [...]}
-Exit codes: 0 ok, 1 the daemon said no (one line on stderr, "rdmactl: ERROR-NAME: text"),
-2 usage, 3 daemon unreachable or no answer within --timeout (one line), 130 Ctrl-C (monitor and
-stats --watch: 0, their normal end), 141 the reader of stdout went away (rdmactl monitor |
-head -1), 74 stdout could not be written (a full disk; one line).
+subcommand. Output: aligned tables by default; with --json, the stable JSON shapes of
+docs/dbus-api.md#rdmactl (stats: docs/metrics.md#rdmactl-stats). Exit statuses: the table in
+rdmad/cli_exit.py, which --help shows.
 """
 
 from __future__ import annotations
@@ -44,6 +26,7 @@ from dbus_fast.aio import MessageBus
 from dbus_fast.errors import DBusError, InvalidAddressError
 
 from rdmad import __version__
+from rdmad.argtypes import positive_seconds
 from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.names import (
     BUS_NAME,
@@ -54,19 +37,12 @@ from rdmad.bus.names import (
     MANAGER_IFACE,
     MANAGER_PATH,
 )
-from rdmad.cli_stats import (
-    check_stats_arguments,
-    cmd_stats,
-    positive_seconds,
-    stats_arguments,
-)
+from rdmad.cli_exit import Exit, help_text
+from rdmad.cli_stats import check_stats_arguments, cmd_stats, stats_arguments
+from rdmad.cli_table import table
 from rdmad.model import ChardevKind
 from rdmad.options import NETNS_MODES
 
-EXIT_FAILED, EXIT_UNREACHABLE = 1, 3  # 2: a usage error, from argparse
-EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report it (128 + SIGINT)
-EXIT_BROKEN_PIPE = 141  # stdout closed early, as for a tool killed by SIGPIPE (128 + 13)
-EXIT_OUTPUT = 74  # stdout could not be written (a full disk): sysexits.h's EX_IOERR
 HINT = "is rdmad running? systemctl status rdmad; or set --bus-address"
 SYSTEM_BUS = "unix:path=/var/run/dbus/system_bus_socket"  # the D-Bus specification's default
 DEFAULT_TIMEOUT = 25.0  # seconds, as busctl's and libdbus's method calls
@@ -132,18 +108,6 @@ def devices_json(rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
 def claims_json(rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
     keys = ("id", "device", "netns", "interface", "owner", "path")
     return [dict(zip(keys, row, strict=True)) for row in rows]
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Left-aligned columns separated by two spaces; "-" for empty cells."""
-    cells = [[str(c) if str(c) != "" else "-" for c in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-    lines = [headers, *cells]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
-    )
 
 
 def key_values(obj: dict[str, Any]) -> str:
@@ -498,12 +462,9 @@ COMMANDS: dict[str, Command] = {
     ),
 }
 
-EPILOG = """\
+EPILOG = f"""\
 global options (--json, --bus-address, --timeout) may come before or after the command.
-exit status: 0 ok; 1 rdmad refused (one line on stderr: "rdmactl: ERROR-NAME: message");
-2 usage error; 3 rdmad unreachable, or no answer within --timeout; 130 Ctrl-C (monitor and
-stats --watch end with 0); 141 the reader of the output went away (rdmactl monitor | head -1);
-74 the output could not be written (a full disk).
+{help_text()}
 API reference: docs/dbus-api.md in rdmad's source."""
 
 
@@ -611,23 +572,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except KeyboardInterrupt:
         # monitor and stats --watch end this way
-        return 0 if args.command == "monitor" or getattr(args, "watch", False) else EXIT_INTERRUPTED
+        ends = args.command == "monitor" or getattr(args, "watch", False)
+        return Exit.OK if ends else Exit.INTERRUPTED
     except Unreachable as exc:
         where = bus_address(args.bus_address)
         print(f"rdmactl: daemon unreachable: bus {where}: {exc} (hint: {HINT})", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return Exit.UNREACHABLE
     except DBusError as exc:
         print(error_line(exc.type, exc.text), file=sys.stderr)
-        return EXIT_FAILED
+        return Exit.REFUSED
     except BrokenPipeError:
         # Whoever read our output has gone: say nothing more, and keep Python's exit-time
         # flush of stdout from failing again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
+        return Exit.BROKEN_PIPE
     except OSError as exc:  # the bus's are Unreachable by now: stdout failed (a full disk)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         print(f"rdmactl: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_OUTPUT
+        return Exit.OUTPUT
 
 
 if __name__ == "__main__":

@@ -1,12 +1,6 @@
 """`rdmactl stats [DEVICE|CLAIM]`: counters of devices and claims, and rdmad's own statistics.
 
-JSON shape (--json):
-  {"devices": [{"device", "scope", "ports": [{"port", "counters": {NAME: VALUE}}]}],
-   "claims":  [{"claim", "device", "netns", "owner", "scope", "ports": [...]}],
-   "operations": {"claims", "releases": {REASON: N}, "errors": [{"operation", "error",
-                  "count"}], "claim_latency"/"release_latency": {"count", "sum_seconds"}}}
-"operations" is there only without a DEVICE|CLAIM argument. With --watch, one such object per
-interval with "rates" ({NAME: per second}) beside each port's "counters".
+Its table and JSON shape (--json, --watch): docs/metrics.md#rdmactl-stats.
 """
 
 from __future__ import annotations
@@ -19,7 +13,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from dbus_fast.errors import DBusError
 
+from rdmad.argtypes import positive_seconds
 from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE
+from rdmad.cli_table import table
 from rdmad.errors import NoSuchClaim, NoSuchDevice
 
 if TYPE_CHECKING:
@@ -119,8 +115,6 @@ def add_rates(now: dict[str, Any], before: dict[str, Any], seconds: float) -> No
 
 
 def render(data: dict[str, Any], *, rates: bool) -> str:
-    from rdmad.cli import table  # the shared table layout
-
     rows = []
     for label, entry in _objects(data):
         for p in entry["ports"]:
@@ -168,16 +162,6 @@ async def cmd_stats(c: Client, a: argparse.Namespace, out: TextIO) -> None:
             print(json.dumps(data), file=out, flush=True)
         else:
             show(render(data, rates=True))
-
-
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
 
 
 DEFAULT_INTERVAL = 1.0

@@ -35,6 +35,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from rdmad.argtypes import positive_seconds
 from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.names import (
     CLAIM_IFACE,
@@ -44,7 +45,6 @@ from rdmad.bus.names import (
     OBJECT_MANAGER_IFACE,
 )
 from rdmad.cli import bus_address
-from rdmad.cli_stats import positive_seconds
 from rdmad.model import DeviceState
 
 log = logging.getLogger("rdmad.exporter")

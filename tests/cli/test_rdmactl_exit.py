@@ -19,6 +19,7 @@ from dbus_fast.aio import MessageBus
 from rdmad import cli
 from rdmad.bus.names import MANAGER_IFACE, MANAGER_PATH
 from rdmad.cli import TimedClient
+from rdmad.cli_exit import Exit
 
 
 async def prints_a_table(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -35,7 +36,7 @@ def test_output_that_cannot_be_written_exits_74_with_one_line(
         monkeypatch.setattr(sys, "stdout", full_disk)  # here: capsys swaps its own in at call
         code = cli.main(["list"])
         monkeypatch.undo()
-    assert code == cli.EXIT_OUTPUT == 74
+    assert code == Exit.OUTPUT
     assert capsys.readouterr().err == "rdmactl: cannot write the output: No space left on device\n"
 
 

@@ -21,8 +21,8 @@ from rdmad.cli import (
     error_line,
     signal_json,
     snake,
-    table,
 )
+from rdmad.cli_table import table
 from tests.cli.fake_client import FakeClient
 
 DEVICE_PROPS = {
