@@ -80,6 +80,8 @@ if [ "$do_apt" = 1 ]; then
         apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null \
             || die "apt-get install ${need[*]} failed"
     fi
+    # tests/cri's containerd: trixie's, unpacked into a cache (a no-op when present)
+    "$ROOT/scripts/fetch-containerd.sh" >/dev/null || die "scripts/fetch-containerd.sh failed"
 fi
 
 # ------------------------------------------------------------------ venv
