@@ -2,9 +2,10 @@
 (`podman --device rdmad.io/rdma=<claim id>`, containerd's CDI support), and by the name its
 caller chose (`cdi_name`, which rdmad-cni derives from the attachment) when it gave one.
 
-Written as every file of rdmad's is, through rdmad.swapfile: atomic, and a rewrite (the
-specs are written again at each start) frees no inode. A spec's spare (`.json.next`) does
-not end in .json, so runtimes never read it."""
+Written to a temp file beside the spec and renamed over it (rdmad.swapfile.write_renamed),
+as the CDI library's own producer does: runtimes read only the directory's *.json and *.yaml
+files (container-device-interface, scanSpecDirs), and the temp file is a dot-name ending in
+.tmp, there only while a spec is written; one a crash left is removed at the next start."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from rdmad.model import ROCE_V2, Claim, Gid, ReleaseReason
 from rdmad.observer import CoreObserver
-from rdmad.swapfile import spare_of, write_swapped
+from rdmad.swapfile import write_renamed
 
 CDI_KIND = "rdmad.io/rdma"
 # podman 4.3 and containerd 1.6 read CDI specs up to 0.5.0 and refuse newer ones; 0.6.0
@@ -80,7 +81,8 @@ class CdiWriter(CoreObserver):
         try:
             # Readable by every runtime, as a spec written by a plain open() would be. One
             # line: json's C encoder does not indent, and the Python one took 60 us a spec.
-            write_swapped(path, json.dumps(spec_for(claim)).encode(), mode=0o644)
+            data = json.dumps(spec_for(claim)).encode()
+            write_renamed(path, data, path.with_name(f".{path.name}.tmp"), mode=0o644)
         except OSError as exc:
             # The claim stands (the kernel part is done); runtimes can still use CharDevices.
             log.error("cannot write CDI spec %s: %s", path, exc)
@@ -92,16 +94,18 @@ class CdiWriter(CoreObserver):
         path = self.path_for(claim.id)
         try:
             path.unlink(missing_ok=True)
-            spare_of(path).unlink(missing_ok=True)
         except OSError as exc:
             log.error("cannot remove CDI spec for claim %s: %s", claim.id, exc)
 
     def sync(self, live: list[Claim]) -> None:
         """At start: a spec for every live claim, none for anything else."""
-        keep = {p for c in live for p in (self.path_for(c.id), spare_of(self.path_for(c.id)))}
+        keep = {self.path_for(c.id) for c in live}
         if self.directory.is_dir():
-            for stale in self.directory.glob("rdmad.io-rdma-*.json*"):
-                if stale not in keep:
-                    stale.unlink(missing_ok=True)
+            # Specs of claims gone, temp files a crash left, and the spares (`.json.next`)
+            # rdmad kept beside specs before it renamed them in.
+            for pattern in ("rdmad.io-rdma-*.json*", ".rdmad.io-rdma-*.json.tmp"):
+                for stale in self.directory.glob(pattern):
+                    if stale not in keep:
+                        stale.unlink(missing_ok=True)
         for claim in live:
             self.claimed(claim)

@@ -70,7 +70,7 @@ from rdmad.observer import CoreObserver, Observers
 from rdmad.opstats import OpStats
 from rdmad.options import check_device_name
 from rdmad.steps import step
-from rdmad.store import CorruptState, State, Store
+from rdmad.store import State, Store
 from rdmad.tracking import InventoryTracker
 
 log = logging.getLogger("rdmad.core")
@@ -184,7 +184,7 @@ class Core:
 
     # ------------------------------------------------------------------ start
     async def start(self) -> None:
-        """Enumerate, load the state file, reconcile, then start consuming events.
+        """Enumerate, load the state files, reconcile, then start consuming events.
 
         The caller starts the event sources first: events queue up meanwhile, so nothing
         falls between subscription and enumeration.
@@ -192,14 +192,12 @@ class Core:
         self.netns_mode = await self._rdma.netns_mode()
         for nd in await self._net.list_netdevs():
             self._inv.netdevs[nd.ifindex] = nd
-        try:
-            state = self._store.load()
-        except CorruptState as exc:
-            aside = self._store.move_aside()
-            note = f"state file unreadable ({exc}); kept as {aside}, rebuilding from the kernel"
-            log.error(note)
-            self.startup_notes.append(note)
-            state = State()
+        state = self._store.load()
+        if state.set_aside:  # each logged with its reason by the store
+            self.startup_notes.append(
+                f"state file unreadable: {len(state.set_aside)} set aside in "
+                f"{state.set_aside[0].parent} (see the log)"
+            )
         self._book.claims.update((c.id, c) for c in state.claims)
         self._book.pending_restores.extend(state.pending_restores)
         visible: set[str] | None = None

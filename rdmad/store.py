@@ -3,14 +3,18 @@
 Claims are kernel state (a netdev sitting in a container's netns); the state is how a
 restarted daemon finds out what it owes each device. It is saved before and after each
 kernel step of a claim or release, so a save must cost the same on a node with 1 claim or
-4000: each change is one line appended to a log (`state.log`), and the whole state is
-written (`state.json`, swapped in: rdmad.swapfile) only once the log holds as many lines
-as there are claims, and then the log starts over. Rewriting the whole file on every save
-cost 1.3 ms at 1024 claims and 7 ms at 4096 on tmpfs, twice per claim.
+4000: each claim has its own file, and a save writes that one (what it costs:
+docs/performance.md, "State files"; `python -m bench.store` measures it). The layout, which
+`ls` shows (docs/reliability.md, "The state directory"):
 
-state.json carries a generation; each log line carries the generation it follows, so lines
-left from before the last full write (a crash between that write and the log's truncation)
-are ignored. A line torn by a crash is ignored and cut off when the state is read.
+    daemon.json          the daemon-wide settings: netdevs to restore when they come home
+    claims/<id>.json     one claim each
+    claims/.spare        the last replaced content of a file (rdmad.swapfile); never read
+    aside/<name>.<time>  files start could not read, kept for the operator
+
+Every file carries the schema version. A file that cannot be read is set aside with a log
+line naming it and why, and only what it held is lost. The layout before version 2 (one
+state.json and its log, state.log) is converted at start.
 """
 
 from __future__ import annotations
@@ -18,20 +22,24 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from rdmad.errors import KernelError
 from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, Gid, HostConfig
-from rdmad.swapfile import write_swapped
+from rdmad.swapfile import remove, write_new, write_swapped
 
-SCHEMA_VERSION = 1
-STATE_FILE = "state.json"
-LOG_FILE = "state.log"
-# The log is folded into state.json once it has this many lines, or as many as there are
-# claims if more: a full write every N saves costs O(N) once, O(1) a save on average.
-MIN_LOG_LINES = 64
+SCHEMA_VERSION = 2
+DAEMON_FILE = "daemon.json"
+CLAIMS_DIR = "claims"
+SPARE = ".spare"
+ASIDE_DIR = "aside"
+# Schema 1: the whole state in one file, and a log of each claim's change since.
+OLD_STATE_FILE = "state.json"
+OLD_LOG_FILE = "state.log"
+OLD_SPARE = "state.json.next"
 
 log = logging.getLogger(__name__)
 
@@ -41,158 +49,196 @@ class State:
     claims: list[Claim] = field(default_factory=list)
     # Netdevs whose netns died before the kernel handed them back: restore on return.
     pending_restores: list[HostConfig] = field(default_factory=list)
+    # Filled by Store.load: where the files it could not read were kept (each logged).
+    set_aside: list[Path] = field(default_factory=list)
 
 
 class CorruptState(Exception):
-    """The state file exists but cannot be read; the daemon rebuilds from the kernel.
+    """A state file exists but cannot be read: Store.load sets it aside. Never leaves the
+    store, so it is not an RdmadError."""
 
-    Raised by Store.load, which runs at start only (Core.start handles it): it never
-    reaches a D-Bus caller, so it is not an RdmadError."""
+
+# What reading a state file that is there can raise.
+_UNREADABLE = (CorruptState, OSError, ValueError, KeyError, TypeError, AttributeError)
 
 
 class Store:
     def __init__(self, directory: Path) -> None:
-        self.path = directory / STATE_FILE
-        self.log_path = directory / LOG_FILE
-        self._encoded: dict[str, str] = {}  # claim id -> its JSON as of its last save
-        self._restores = "[]"  # pending_restores' JSON as of the last full write
-        self._generation = 0  # of state.json; the log's lines follow it
-        self._log_lines = 0
+        self.path = directory / DAEMON_FILE
+        self.claims_dir = directory / CLAIMS_DIR
+        self.aside_dir = directory / ASIDE_DIR
+        self._spare = self.claims_dir / SPARE
+        self._encoded: dict[str, str] = {}  # claim id -> its JSON as in its file
+        self._restores: str | None = None  # pending_restores' JSON as in daemon.json
 
     def load(self) -> State:
-        """Empty state if there is nothing saved; CorruptState if it cannot be read."""
-        claims: dict[str, Claim] = {}
+        """What was saved; files that cannot be read are set aside (State.set_aside)."""
+        set_aside = self._upgrade()
+        claims: list[Claim] = []
+        for path in sorted(self.claims_dir.glob("*.json")):
+            try:
+                claim = _claim_file(path.read_bytes())
+                if claim.id != path.stem:
+                    raise CorruptState(f"it holds claim {claim.id!r}")
+            except _UNREADABLE as exc:
+                set_aside.append(self._set_aside(path, exc, "the claim it held is forgotten"))
+                continue
+            claims.append(claim)
+            self._encoded[claim.id] = _compact(plain(claim))
         restores: list[HostConfig] = []
         try:
-            raw = self.path.read_bytes()
+            restores = _daemon_file(self.path.read_bytes())
+            self._restores = _compact([plain(h) for h in restores])
         except FileNotFoundError:
-            raw = None
-        try:
-            if raw is not None:
-                doc = json.loads(raw)
-                if doc.get("version") != SCHEMA_VERSION:
-                    raise CorruptState(f"unknown schema version {doc.get('version')!r}")
-                self._generation = int(doc.get("generation", 0))
-                claims = {c.id: c for c in map(_claim_from, doc["claims"])}
-                restores = [HostConfig(**_host_fields(h)) for h in doc["pending_restores"]]
-            self._replay(claims)
-        except CorruptState:
-            raise
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise CorruptState(f"{self.path}: {exc}") from exc
-        # What the next saves build on, as if this state had just been saved.
-        self._encoded = {c.id: _compact(plain(c)) for c in claims.values()}
-        self._restores = _compact([plain(h) for h in restores])
-        return State(list(claims.values()), restores)
-
-    def _replay(self, claims: dict[str, Claim]) -> None:
-        """Apply the log's lines of this generation to `claims`; cut off a torn last line."""
-        try:
-            raw = self.log_path.read_bytes()
-        except FileNotFoundError:
-            return
-        whole = raw.rfind(b"\n") + 1
-        self._log_lines = 0
-        for line in raw[:whole].splitlines():
-            entry = json.loads(line)
-            if entry["g"] != self._generation:
-                continue  # written before the last full write, which has it
-            self._log_lines += 1
-            if "claim" in entry:
-                claim = _claim_from(entry["claim"])
-                claims[claim.id] = claim
-            else:
-                claims.pop(entry["ended"], None)
-        if whole < len(raw):
-            log.warning("%s: dropping a line torn by a crash", self.log_path)
-            os.truncate(self.log_path, whole)
+            pass
+        except _UNREADABLE as exc:
+            lost = "the host settings of netdevs not yet home are forgotten"
+            set_aside.append(self._set_aside(self.path, exc, lost))
+        return State(claims, restores, set_aside)
 
     def save(self, state: State) -> None:
-        """Write the whole state, atomically and durably (rdmad.swapfile), and start the
-        log over."""
-        self._encoded = {c.id: _compact(plain(c)) for c in state.claims}
-        self._restores = _compact([plain(h) for h in state.pending_restores])
-        self._write_whole()
+        """Make the saved state `state`: the files of the claims changed since their last
+        save written, those of the claims gone removed. O(claims): for start."""
+        self._save_restores(state.pending_restores)
+        encoded = {c.id: _compact(plain(c)) for c in state.claims}
+        for claim_id in self._encoded.keys() - encoded.keys():
+            self._remove_claim(claim_id)
+        for claim_id, data in encoded.items():
+            if self._encoded.get(claim_id) != data:
+                self._write_claim(claim_id, data)
 
     def save_claim(self, claim: Claim, *, live: bool, pending_restores: list[HostConfig]) -> None:
         """Record one claim's change durably before returning: its new content, or (not
-        `live`) that it ended. The other claims are as last saved; `pending_restores`, if
-        changed since, makes this a whole write (it changes only when a netns dies)."""
+        `live`) that it ended; and `pending_restores` if changed since (only when a netns
+        dies). They go first: a crash between the two files leaves the claim RELEASING,
+        whose give-back the next start repeats, and never a netdev to restore forgotten."""
+        self._save_restores(pending_restores)
         if live:
-            encoded = _compact(plain(claim))
-            self._encoded[claim.id] = encoded
-            entry = f'{{"g":{self._generation},"claim":{encoded}}}\n'
+            self._write_claim(claim.id, _compact(plain(claim)))
         else:
-            self._encoded.pop(claim.id, None)
-            entry = f'{{"g":{self._generation},"ended":{json.dumps(claim.id)}}}\n'
-        restores = _compact([plain(h) for h in pending_restores])
-        if restores != self._restores or self._log_lines >= max(MIN_LOG_LINES, len(self._encoded)):
-            self._restores = restores
-            self._write_whole()
-        else:
-            self._append(entry.encode())
+            self._remove_claim(claim.id)
 
-    def _write_whole(self) -> None:
-        generation = self._generation + 1
-        # Compact: `jq . state.json` reads it.
-        data = (
-            f'{{"version":{SCHEMA_VERSION},"generation":{generation},'
-            f'"claims":[{",".join(self._encoded.values())}],'
-            f'"pending_restores":{self._restores}}}'
-        ).encode()
+    def _save_restores(self, pending_restores: list[HostConfig]) -> None:
+        restores = _compact([plain(h) for h in pending_restores])
+        if restores == self._restores:
+            return
         try:
-            # The log exists before write_swapped syncs the directory: its lines are durable.
-            self._touch_log()
-            # Swapped in, not renamed over: replacing the file would free an inode through
-            # RCU just before the netns move that follows, and the move would wait for it.
-            write_swapped(self.path, data)
-            self._generation = generation
-            # The log's lines are in state.json now; if this truncation is lost in a crash,
-            # their old generation makes the next load skip them.
-            with open(self.log_path, "ab") as f:
-                f.truncate(0)
+            write_swapped(self.path, _daemon_bytes(restores), self._spare)
         except OSError as exc:
             raise KernelError(exc.errno or 0, f"cannot write state file {self.path}") from exc
-        self._log_lines = 0
+        self._restores = restores
 
-    def _touch_log(self) -> None:
+    def _write_claim(self, claim_id: str, encoded: str) -> None:
+        path = self.claims_dir / f"{claim_id}.json"
+        data = _claim_bytes(encoded)
         try:
-            open(self.log_path, "ab").close()
-        except FileNotFoundError:  # the first write, or /run/rdmad was removed
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            open(self.log_path, "ab").close()
-
-    def _append(self, entry: bytes) -> None:
-        try:
-            fd = os.open(
-                self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
-            )
+            if claim_id in self._encoded:
+                write_swapped(path, data, self._spare)
+            else:
+                write_new(path, data)
         except OSError as exc:
-            raise KernelError(exc.errno or 0, f"cannot write state log {self.log_path}") from exc
-        try:
-            end = os.lseek(fd, 0, os.SEEK_END)
-            try:
-                view = memoryview(entry)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            except OSError as exc:
-                os.ftruncate(fd, end)  # no torn line for the next append to follow
-                raise KernelError(
-                    exc.errno or 0, f"cannot write state log {self.log_path}"
-                ) from exc
-        finally:
-            os.close(fd)
-        self._log_lines += 1
+            raise KernelError(exc.errno or 0, f"cannot write state file {path}") from exc
+        self._encoded[claim_id] = encoded
 
-    def move_aside(self) -> Path:
-        """Keep an unreadable state for the operator instead of overwriting the evidence:
-        state.json (and state.log) renamed to *.corrupt. The path state.json went to."""
-        aside = self.path.with_name(self.path.name + ".corrupt")
-        for path in (self.path, self.log_path):
-            if path.exists():
-                os.replace(path, path.with_name(path.name + ".corrupt"))
+    def _remove_claim(self, claim_id: str) -> None:
+        if claim_id not in self._encoded:
+            return  # never written: its first write failed
+        path = self.claims_dir / f"{claim_id}.json"
+        try:
+            # Frees the inode through RCU, after the claim's last kernel step: at the same
+            # moment as its CDI spec's removal (rdmad.cdi), so no other grace period.
+            remove(path)
+        except OSError as exc:
+            raise KernelError(exc.errno or 0, f"cannot remove state file {path}") from exc
+        del self._encoded[claim_id]
+
+    def _set_aside(self, path: Path, exc: BaseException, lost: str) -> Path:
+        """Keep an unreadable file for the operator instead of overwriting the evidence."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = self.aside_dir / f"{path.name}.{stamp}"
+        self.aside_dir.mkdir(parents=True, exist_ok=True)
+        os.replace(path, aside)
+        log.error("state file unreadable: %s (%s); kept as %s; %s", path, exc, aside, lost)
         return aside
+
+    def _upgrade(self) -> list[Path]:
+        """Convert schema 1's state.json and state.log into files of this layout, then
+        remove them; a crash before the removal converts them again at the next start.
+        Where they were set aside, if unreadable."""
+        directory = self.path.parent
+        old = [directory / name for name in (OLD_STATE_FILE, OLD_LOG_FILE)]
+        if not any(p.exists() for p in old):
+            return []
+        try:
+            state = _read_schema_1(*old)
+        except _UNREADABLE as exc:
+            lost = "the claims it held are forgotten"
+            return [self._set_aside(p, exc, lost) for p in old if p.exists()]
+        try:
+            # Swapped, not written new: a crash may have left some of these files before.
+            for claim in state.claims:
+                data = _claim_bytes(_compact(plain(claim)))
+                write_swapped(self.claims_dir / f"{claim.id}.json", data, self._spare)
+            restores = _compact([plain(h) for h in state.pending_restores])
+            write_swapped(self.path, _daemon_bytes(restores), self._spare)
+            for path in (*old, directory / OLD_SPARE):
+                remove(path)
+        except OSError as exc:
+            raise KernelError(exc.errno or 0, f"cannot convert state file {old[0]}") from exc
+        log.info("converted %s and %s to one file per claim", *old)
+        return []
+
+
+def _read_schema_1(snapshot: Path, changes: Path) -> State:
+    """The state as schema 1 kept it: state.json with a generation, then state.log's lines
+    of that generation, each a claim's new content or its end. Lines of another generation
+    are from before the last whole write, which holds them; a torn last line was never
+    saved."""
+    claims: dict[str, Claim] = {}
+    restores: list[HostConfig] = []
+    generation = 0
+    if snapshot.exists():
+        doc = json.loads(snapshot.read_bytes())
+        if doc.get("version") != 1:
+            raise CorruptState(f"unknown schema version {doc.get('version')!r}")
+        generation = int(doc.get("generation", 0))
+        claims = {c.id: c for c in map(_claim_from, doc["claims"])}
+        restores = [HostConfig(**_host_fields(h)) for h in doc["pending_restores"]]
+    raw = changes.read_bytes() if changes.exists() else b""
+    for line in raw[: raw.rfind(b"\n") + 1].splitlines():
+        entry = json.loads(line)
+        if entry["g"] != generation:
+            continue
+        if "claim" in entry:
+            claim = _claim_from(entry["claim"])
+            claims[claim.id] = claim
+        else:
+            claims.pop(entry["ended"], None)
+    return State(list(claims.values()), restores)
+
+
+# Compact: `jq . claims/*.json` reads them.
+def _claim_bytes(encoded_claim: str) -> bytes:
+    return f'{{"version":{SCHEMA_VERSION},"claim":{encoded_claim}}}'.encode()
+
+
+def _daemon_bytes(encoded_restores: str) -> bytes:
+    return f'{{"version":{SCHEMA_VERSION},"pending_restores":{encoded_restores}}}'.encode()
+
+
+def _claim_file(raw: bytes) -> Claim:
+    return _claim_from(_versioned(raw)["claim"])
+
+
+def _daemon_file(raw: bytes) -> list[HostConfig]:
+    return [HostConfig(**_host_fields(h)) for h in _versioned(raw)["pending_restores"]]
+
+
+def _versioned(raw: bytes) -> Any:
+    doc = json.loads(raw)
+    if doc.get("version") != SCHEMA_VERSION:
+        raise CorruptState(f"unknown schema version {doc.get('version')!r}")
+    return doc
 
 
 def _compact(value: Any) -> str:

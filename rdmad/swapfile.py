@@ -1,18 +1,23 @@
-"""Replace a file's content atomically without freeing an inode: write a spare, swap it in.
+"""How rdmad writes files: atomically, durably, and its state files freeing no inode.
 
-rdmad's one way to write a file (the state file, the CDI specs): docs/performance.md,
-"State files", measures what the swap saves a claim against temp file + rename.
+The usual write-a-temp-file-then-rename frees the replaced file's inode (or, renaming to a
+new name, the target's dentry), and the kernel frees those through RCU, which starts a grace
+period. rdmad saves a claim's state right before its netns moves, and a move waits in
+rcu_barrier() for every pending RCU callback: a grace period started just before it costs
+the move that one plus another, one to two scheduler ticks more (docs/kernel-notes.md,
+docs/performance.md, "State files"). So:
 
-The usual write-a-temp-file-then-rename frees the replaced file's inode and dentry, and the
-kernel frees those through RCU, which starts a grace period. rdmad saves its state right
-before each netns move, and a move waits in rcu_barrier() for every pending RCU callback:
-a grace period started just before it costs the move that one plus another, one to two
-scheduler ticks more (docs/kernel-notes.md, docs/performance.md). Swapping two files with
-renameat2(RENAME_EXCHANGE) frees nothing: the new content goes into the spare file, the
-swap makes it the live one, and the old content becomes the next spare.
+- a new file is written in place (`write_new`): nothing is replaced, nothing freed. Only a
+  crash before `write_new` returned can tear it, so before anything relied on its content;
+- an existing file is rewritten through a spare (`write_swapped`): the new content goes into
+  the spare, renameat2(RENAME_EXCHANGE) swaps it in, and the old content becomes the spare.
+  One spare serves every file of a filesystem: it holds whatever was last replaced, which
+  nothing reads, and a crash can tear only it. Where the filesystem cannot swap, a plain
+  rename.
 
-A crash leaves the live file whole, old or new; only the spare can be torn, and nothing
-reads it. Where the filesystem cannot swap, this falls back to a plain rename.
+Files other programs read (CDI specs) are written to a temp file and renamed over
+(`write_renamed`), so that no spare sits beside them; they are written after a claim's
+kernel steps, not before.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from pathlib import Path
 
 AT_FDCWD = -100
 RENAME_EXCHANGE = 1 << 1
-SPARE_SUFFIX = ".next"
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+_TRUNC = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 
 # errnos meaning "this filesystem or kernel cannot swap": fall back to rename
 _CANNOT_SWAP = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
@@ -47,40 +53,72 @@ def _load_renameat2() -> Renameat2 | None:
 _renameat2: Renameat2 | None = _load_renameat2()
 
 
-def spare_of(path: Path) -> Path:
-    return path.with_name(path.name + SPARE_SUFFIX)
+def write_new(path: Path, data: bytes) -> None:
+    """Create `path` (mode 0600) holding `data`; FileExistsError if it exists. OSError on
+    failure, with no file left."""
+    _write(path, _NEW, 0o600, data)
+    _sync_dirs(path.parent)
 
 
-def write_swapped(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Make `data` the content of `path` atomically and durably (fsync of file and
-    directory). `mode`: of a newly created file (before the umask). The directory is made
-    when it is missing. OSError on failure, with `path` as it was."""
-    spare = spare_of(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+def write_swapped(path: Path, data: bytes, spare: Path) -> None:
+    """Make `data` the content of `path` (created if missing) through `spare`, on the same
+    filesystem. OSError on failure, with `path` as it was."""
+    _write(spare, _TRUNC, 0o600, data)
+    if not _exchange(spare, path):
+        os.rename(spare, path)  # no file to swap with, or a filesystem that cannot swap
+    _sync_dirs(path.parent, spare.parent)
+
+
+def write_renamed(path: Path, data: bytes, temp: Path, mode: int) -> None:
+    """Make `data` the content of `path` through `temp` (in the same directory), renamed
+    over it. `mode`: of a new file, before the umask. OSError on failure, with `path` as it
+    was and no `temp` left."""
+    _write(temp, _TRUNC, mode, data)
+    os.rename(temp, path)
+    _sync_dirs(path.parent)
+
+
+def _write(path: Path, flags: int, mode: int, data: bytes) -> None:
+    """Write `data` to `path` and sync it; on failure, no `path` is left."""
     try:
-        fd = os.open(spare, flags, mode)
+        fd = os.open(path, flags, mode)
     except FileNotFoundError:
         # The first write, or the directory was removed (/run is a tmpfs): made only then,
         # not before every write, which is twice on each claim's way.
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(spare, flags, mode)
+        fd = os.open(path, flags, mode)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
+    except OSError:
+        # A part written (a full disk) must not pass for a file torn by a crash.
+        os.unlink(path)
+        raise
     finally:
         os.close(fd)
-    if not exchange(spare, path):
-        os.rename(spare, path)  # the first write, or a filesystem that cannot swap
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def remove(path: Path) -> None:
+    """Remove `path` durably; nothing if it is missing."""
     try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    _sync_dirs(path.parent)
 
 
-def exchange(a: Path, b: Path) -> bool:
+def _sync_dirs(*directories: Path) -> None:
+    for directory in dict.fromkeys(directories):
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths atomically. False if `b` does not exist or swapping is unsupported."""
     if _renameat2 is None:
         return False
@@ -88,7 +126,7 @@ def exchange(a: Path, b: Path) -> bool:
         return True
     err = ctypes.get_errno()
     if err == errno.ENOENT and os.path.lexists(a):
-        return False  # no live file yet
+        return False  # no file at b
     if err in _CANNOT_SWAP:
         return False
     raise OSError(err, os.strerror(err), str(a), None, str(b))

@@ -1,4 +1,4 @@
-"""The state file: a torn or corrupt file at start, and a full disk while claiming."""
+"""The state files: a torn or corrupt file at start, and a full disk while claiming."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from dbus_fast import Variant
 
+from rdmad.model import ClaimPhase
 from rdmad.store import State as StoreState
 from rdmad.store import Store
 from tests.reliability.conftest import is_stopped, reliability_rig, settings_of
@@ -21,13 +22,15 @@ from tests.support.daemon import DBusCallError
 from tests.support.faulty_rdmad import PAUSE_AT
 from tests.support.invariants import assert_invariants
 from tests.support.net import eventually
+from tests.unit.test_store import a_claim
 
+CLAIM_FILE = "claims/3f92088486aabbcc.json"
 CORRUPT = {
-    "torn": b'{"claims": [{"id": "3f92088486',
+    "torn": b'{"version": 2, "claim": {"id": "3f92088486',
     "empty": b"",
     "binary": bytes(range(256)) * 4,
-    "wrong-schema": b'{"version": 99, "claims": [], "pending_restores": []}',
-    "wrong-shape": b'{"version": 1, "claims": [{"id": 5}], "pending_restores": []}',
+    "wrong-schema": b'{"version": 99, "claim": {}}',
+    "wrong-shape": b'{"version": 2, "claim": {"id": 5}}',
 }
 WHOLE = {"ifname": Variant("s", "rdma0"), "addresses": Variant("as", ["192.0.2.7/24"])}
 
@@ -37,12 +40,14 @@ async def test_corrupt_state_file_is_kept_aside_reported_and_rebuilt_from_the_ke
     bus_address: str, tmp_path: Path, netns: str, kind: str
 ) -> None:
     state = tmp_path / "state"
-    state.mkdir()
-    (state / "state.json").write_bytes(CORRUPT[kind])
+    bad = state / CLAIM_FILE
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(CORRUPT[kind])
     async with reliability_rig(bus_address, tmp_path, 2) as rig:
-        assert "state file unreadable" in rig.daemon.log(), "the operator is told"
+        assert f"state file unreadable: {bad}" in rig.daemon.log(), "the operator is told"
         assert "state file unreadable" in rig.daemon.notified[-1], "and systemctl status says so"
-        assert (state / "state.json.corrupt").read_bytes() == CORRUPT[kind], "evidence kept"
+        [aside] = (state / "aside").iterdir()
+        assert aside.read_bytes() == CORRUPT[kind], "evidence kept"
         assert await rig.client.manager("ListClaims") == []
         settings = settings_of(rig.nics)
         await assert_invariants(rig.client, rig.nics, settings)
@@ -91,11 +96,10 @@ async def test_disk_full_fails_the_claim_cleanly_and_rolls_the_kernel_back(
                 assert rig.daemon.proc is not None
                 pid = rig.daemon.proc.pid
                 await eventually(lambda: is_stopped(pid), 10, "the pause")
-                # A claim's save appends a line to state.log (rdmad.store), which fits in the
-                # page the PENDING line began: a full disk fails it only when the log needs
-                # a new page. The kernel has moved the netdev; with the log gone and the
-                # disk full, the ACTIVE write fails.
-                (state / "state.log").unlink()
+                # The ACTIVE write goes into the spare file (rdmad.store), which a full disk
+                # fails only when the spare needs a new page. The kernel has moved the
+                # netdev; with the spare gone and the disk full, the ACTIVE write fails.
+                (state / "claims" / ".spare").unlink(missing_ok=True)
                 filler = fill(state)
                 os.kill(pid, signal.SIGCONT)
             else:
@@ -120,11 +124,14 @@ async def test_disk_full_fails_the_claim_cleanly_and_rolls_the_kernel_back(
 def test_a_full_disk_does_not_fail_a_save_that_fits_in_the_spare(tmp_path: Path) -> None:
     with tiny_tmpfs(tmp_path / "state") as state:
         store = Store(state)
-        store.save(StoreState())
-        store.save(StoreState())  # from here on, each save rewrites the spare in place
+        claim = a_claim()
+        store.save(StoreState([claim]))
+        claim.phase = ClaimPhase.ACTIVE
+        store.save_claim(claim, live=True, pending_restores=[])  # makes the spare
         filler = fill(state)
         try:
-            store.save(StoreState())
-            assert store.load() == StoreState()
+            claim.phase = ClaimPhase.RELEASING  # from here on, the spare is rewritten in place
+            store.save_claim(claim, live=True, pending_restores=[])
+            assert Store(state).load() == StoreState([claim])
         finally:
             filler.unlink()

@@ -1,5 +1,5 @@
-"""rdmad.cdi.CdiWriter: one CDI spec file per live claim, written like every file of rdmad's
-(swapped in)."""
+"""rdmad.cdi.CdiWriter: one CDI spec file per live claim, and no other file in the CDI
+directory."""
 
 from __future__ import annotations
 
@@ -38,20 +38,15 @@ def test_a_claim_gets_a_spec_every_runtime_can_read(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044
 
 
-def test_a_rewritten_spec_leaves_only_a_spare_runtimes_do_not_read(tmp_path: Path) -> None:
+def test_a_rewritten_spec_leaves_no_other_file(tmp_path: Path) -> None:
     writer = CdiWriter(tmp_path)
     writer.claimed(claim("c1"))
     writer.claimed(claim("c1"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "rdmad.io-rdma-c1.json",
-        "rdmad.io-rdma-c1.json.next",
-    ]
-    assert [p.name for p in tmp_path.glob("*.json")] == ["rdmad.io-rdma-c1.json"]
+    assert [p.name for p in tmp_path.iterdir()] == ["rdmad.io-rdma-c1.json"]
 
 
-def test_release_removes_the_spec_and_its_spare(tmp_path: Path) -> None:
+def test_release_removes_the_spec(tmp_path: Path) -> None:
     writer = CdiWriter(tmp_path)
-    writer.claimed(claim("c1"))
     writer.claimed(claim("c1"))
     writer.released(claim("c1"), ReleaseReason.REQUESTED)
     assert list(tmp_path.iterdir()) == []
@@ -61,9 +56,7 @@ def test_sync_at_start_keeps_exactly_the_live_claims_specs(tmp_path: Path) -> No
     writer = CdiWriter(tmp_path)
     for cid in ("gone", "live"):
         writer.claimed(claim(cid))
-        writer.claimed(claim(cid))
+    (tmp_path / ".rdmad.io-rdma-live.json.tmp").write_text("{torn")  # left by a crash
+    (tmp_path / "rdmad.io-rdma-live.json.next").write_text("{}")  # rdmad's spares before
     writer.sync([claim("live")])
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "rdmad.io-rdma-live.json",
-        "rdmad.io-rdma-live.json.next",
-    ]
+    assert [p.name for p in tmp_path.iterdir()] == ["rdmad.io-rdma-live.json"]

@@ -1,8 +1,10 @@
-"""The state file: what a restarted daemon reads back is what it wrote, or a clear error."""
+"""The state files: what a restarted daemon reads back is what it wrote; a file it cannot read
+is set aside and costs only what it held."""
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -10,12 +12,12 @@ import pytest
 
 from rdmad.errors import KernelError
 from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, HostConfig
-from rdmad.store import MIN_LOG_LINES, CorruptState, State, Store, plain
+from rdmad.store import SCHEMA_VERSION, State, Store, plain
 
 
-def a_claim() -> Claim:
+def a_claim(claim_id: str = "00112233aabbccdd") -> Claim:
     return Claim(
-        id="00112233aabbccdd",
+        id=claim_id,
         device="mlx5_0",
         netns_inode=4026532001,
         netns_path="/run/netns/pod",
@@ -31,11 +33,19 @@ def a_claim() -> Claim:
     )
 
 
+B = "ffeeddccbbaa9988"
+RETURNED = HostConfig(9, "eth2", 1500, False, (), "")
+
+
+def files_in(directory: Path) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+
+
 def test_saved_state_loads_back_equal(tmp_path: Path) -> None:
     store = Store(tmp_path)
-    state = State([a_claim()], [HostConfig(9, "eth2", 1500, False, (), "")])
+    state = State([a_claim()], [RETURNED])
     store.save(state)
-    assert store.load() == state
+    assert Store(tmp_path).load() == state
 
 
 def test_plain_gives_the_json_asdict_gives() -> None:
@@ -43,25 +53,22 @@ def test_plain_gives_the_json_asdict_gives() -> None:
     assert json.dumps(plain(claim), sort_keys=True) == json.dumps(asdict(claim), sort_keys=True)
 
 
-def test_a_file_from_the_indented_format_still_loads(tmp_path: Path) -> None:
-    # Written by rdmad before the compact format: an upgrade must find its claims.
-    doc = {"version": 1, "claims": [asdict(a_claim())], "pending_restores": []}
-    (tmp_path / "state.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
-    assert Store(tmp_path).load() == State([a_claim()], [])
-
-
-def test_a_file_with_the_char_device_kinds_earlier_versions_kept_still_loads(
-    tmp_path: Path,
-) -> None:
-    raw = {**asdict(a_claim()), "chardev_kinds": ["uverbs", "rdma_cm"]}
-    doc = {"version": 1, "claims": [raw], "pending_restores": []}
-    (tmp_path / "state.json").write_text(json.dumps(doc))
-    assert Store(tmp_path).load() == State([a_claim()], [])
+def test_each_claim_has_its_own_file_and_the_daemon_one_more(tmp_path: Path) -> None:
+    Store(tmp_path).save(State([a_claim(), a_claim(B)], [RETURNED]))
+    assert files_in(tmp_path) == [
+        "claims/00112233aabbccdd.json",
+        f"claims/{B}.json",
+        "daemon.json",
+    ]
+    doc = json.loads((tmp_path / "claims" / f"{B}.json").read_text())
+    assert doc == {"version": SCHEMA_VERSION, "claim": plain(a_claim(B))}
+    doc = json.loads((tmp_path / "daemon.json").read_text())
+    assert doc == {"version": SCHEMA_VERSION, "pending_restores": [plain(RETURNED)]}
 
 
 def test_a_claims_save_keeps_the_others_as_last_saved(tmp_path: Path) -> None:
     store = Store(tmp_path)
-    a, b = a_claim(), replace(a_claim(), id="ffeeddccbbaa9988")
+    a, b = a_claim(), a_claim(B)
     store.save(State([a, b]))
     a.phase = ClaimPhase.ACTIVE
     store.save_claim(a, live=True, pending_restores=[])
@@ -71,137 +78,254 @@ def test_a_claims_save_keeps_the_others_as_last_saved(tmp_path: Path) -> None:
     ]
 
 
-def test_a_claims_save_appends_one_line_and_leaves_the_whole_file_alone(
-    tmp_path: Path,
-) -> None:
+def test_a_claims_save_writes_its_own_file_only(tmp_path: Path) -> None:
     # What keeps a save's cost the same with 1 claim or 4000.
     store = Store(tmp_path)
-    store.save(State([replace(a_claim(), id=f"{i:016x}") for i in range(100)]))
-    whole = store.path.read_bytes()
-    store.save_claim(replace(a_claim(), id=f"{7:016x}"), live=True, pending_restores=[])
-    assert store.path.read_bytes() == whole
-    assert len(store.log_path.read_bytes().splitlines()) == 1
+    store.save(State([a_claim(f"{i:016x}") for i in range(100)]))
+    before = {p: (p.stat().st_ino, p.read_bytes()) for p in tmp_path.rglob("*.json")}
+    changed = replace(a_claim(f"{7:016x}"), phase=ClaimPhase.ACTIVE)
+    store.save_claim(changed, live=True, pending_restores=[])
+    after = {p: (p.stat().st_ino, p.read_bytes()) for p in tmp_path.rglob("*.json")}
+    assert [p.name for p in before if before[p] != after[p]] == [f"{7:016x}.json"]
 
 
-def test_an_ended_claim_is_gone_on_load(tmp_path: Path) -> None:
+def test_a_rewrite_swaps_in_the_spare_and_creates_no_inode(tmp_path: Path) -> None:
+    # Nothing freed through RCU before the netns move that follows (rdmad.swapfile).
     store = Store(tmp_path)
-    a, b = a_claim(), replace(a_claim(), id="ffeeddccbbaa9988")
+    a, b = a_claim(), a_claim(B)
+    store.save(State([a, b]))
+    store.save_claim(a, live=True, pending_restores=[])  # makes the spare
+    inodes = {p.stat().st_ino for p in (tmp_path / "claims").iterdir()}
+    for phase in (ClaimPhase.ACTIVE, ClaimPhase.RELEASING):
+        for claim in (a, b):
+            claim.phase = phase
+            store.save_claim(claim, live=True, pending_restores=[])
+    assert {p.stat().st_ino for p in (tmp_path / "claims").iterdir()} == inodes
+    assert files_in(tmp_path / "claims") == [".spare", f"{a.id}.json", f"{B}.json"]
+
+
+def test_an_ended_claims_file_is_removed(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    a, b = a_claim(), a_claim(B)
     store.save(State([a, b]))
     store.save_claim(a, live=False, pending_restores=[])
     assert [c.id for c in Store(tmp_path).load().claims] == [b.id]
+    assert not (tmp_path / "claims" / f"{a.id}.json").exists()
 
 
-def test_a_new_claim_saved_alone_loads_after_the_others(tmp_path: Path) -> None:
+def test_a_new_claim_saved_alone_loads_with_the_others(tmp_path: Path) -> None:
     store = Store(tmp_path)
-    a, b = a_claim(), replace(a_claim(), id="ffeeddccbbaa9988")
+    a, b = a_claim(), a_claim(B)
     store.save(State([a]))
     store.save_claim(b, live=True, pending_restores=[])
     assert Store(tmp_path).load() == State([a, b], [])
-
-
-def test_the_log_is_folded_into_the_file_once_it_has_as_many_lines_as_claims(
-    tmp_path: Path,
-) -> None:
-    store = Store(tmp_path)
-    claims = [replace(a_claim(), id=f"{i:016x}") for i in range(MIN_LOG_LINES + 1)]
-    store.save(State(claims))
-    for claim in claims:
-        claim.phase = ClaimPhase.ACTIVE
-        store.save_claim(claim, live=True, pending_restores=[])
-    assert len(store.log_path.read_bytes().splitlines()) == len(claims)
-    claims[0].phase = ClaimPhase.RELEASING
-    store.save_claim(claims[0], live=True, pending_restores=[])
-    assert store.log_path.read_bytes() == b""
-    assert Store(tmp_path).load() == State(claims, [])
 
 
 def test_changed_pending_restores_are_saved_with_a_claims_change(tmp_path: Path) -> None:
     store = Store(tmp_path)
     a = a_claim()
     store.save(State([a]))
-    returned = HostConfig(9, "eth2", 1500, False, (), "")
-    store.save_claim(a, live=False, pending_restores=[returned])
-    assert Store(tmp_path).load() == State([], [returned])
+    store.save_claim(a, live=False, pending_restores=[RETURNED])
+    assert Store(tmp_path).load() == State([], [RETURNED])
 
 
-def test_log_lines_from_before_the_last_whole_write_are_skipped(tmp_path: Path) -> None:
-    # A crash between the whole write and the log's truncation leaves the old lines.
+def test_a_whole_save_removes_the_files_of_claims_gone(tmp_path: Path) -> None:
     store = Store(tmp_path)
-    a = a_claim()
-    store.save(State([a]))
-    store.save_claim(a, live=False, pending_restores=[])
-    stale = store.log_path.read_bytes()
-    store.save(State([a]))
-    store.log_path.write_bytes(stale)
-    assert Store(tmp_path).load() == State([a], [])
+    store.save(State([a_claim(), a_claim(B)]))
+    store.save(State([a_claim(B)]))
+    assert files_in(tmp_path / "claims") == [f"{B}.json"]
 
 
-def test_a_line_torn_by_a_crash_is_dropped_and_cut_off(tmp_path: Path) -> None:
-    store = Store(tmp_path)
-    a, b = a_claim(), replace(a_claim(), id="ffeeddccbbaa9988")
-    store.save(State([a]))
-    store.save_claim(b, live=True, pending_restores=[])
-    whole = store.log_path.read_bytes()
-    store.log_path.write_bytes(whole + whole[: len(whole) // 2])
-    reader = Store(tmp_path)
-    assert reader.load() == State([a, b], [])
-    assert reader.log_path.read_bytes() == whole
-
-
-def test_a_garbled_log_line_is_corrupt(tmp_path: Path) -> None:
-    store = Store(tmp_path)
-    store.save(State([a_claim()]))
-    store.log_path.write_bytes(b"garbage\n")
-    with pytest.raises(CorruptState):
-        Store(tmp_path).load()
-
-
-def test_a_failed_append_leaves_no_torn_line(tmp_path: Path) -> None:
-    store = Store(tmp_path)
-    a = a_claim()
-    store.save(State([a]))
-    store.log_path.unlink()
-    store.log_path.mkdir()  # the log cannot be opened for writing: EISDIR
-    with pytest.raises(KernelError, match="cannot write state log"):
-        store.save_claim(a, live=False, pending_restores=[])
-    store.log_path.rmdir()
-    assert Store(tmp_path).load() == State([a], [])
-
-
-def test_missing_file_is_empty_state(tmp_path: Path) -> None:
+def test_missing_directory_is_empty_state(tmp_path: Path) -> None:
     assert Store(tmp_path / "nowhere").load() == State()
 
 
-def test_torn_file_is_reported_as_corrupt(tmp_path: Path) -> None:
+# ---------------------------------------------------------------- unreadable files
+
+UNREADABLE_CLAIM_FILES = {
+    "torn": b'{"version": 2, "claim": {"id": "00112233',
+    "empty": b"",
+    "binary": bytes(range(256)),
+    "wrong-schema": b'{"version": 99, "claim": {}}',
+    "wrong-shape": b'{"version": 2, "claim": {"id": 5}}',
+    "another claim's": json.dumps({"version": 2, "claim": plain(a_claim(B))}).encode(),
+}
+
+
+@pytest.mark.parametrize("kind", list(UNREADABLE_CLAIM_FILES))
+def test_an_unreadable_claim_file_is_set_aside_and_the_other_claims_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    Store(tmp_path).save(State([a_claim(), a_claim(B)], [RETURNED]))
+    bad = tmp_path / "claims" / "00112233aabbccdd.json"
+    bad.write_bytes(UNREADABLE_CLAIM_FILES[kind])
+    with caplog.at_level(logging.ERROR, logger="rdmad.store"):
+        state = Store(tmp_path).load()
+    assert state.claims == [a_claim(B)] and state.pending_restores == [RETURNED]
+    [aside] = state.set_aside
+    assert aside.parent == tmp_path / "aside" and aside.name.startswith(bad.name)
+    assert aside.read_bytes() == UNREADABLE_CLAIM_FILES[kind], "the evidence is kept"
+    assert not bad.exists()
+    [record] = caplog.records
+    assert record.getMessage().startswith(f"state file unreadable: {bad} (")
+
+
+def test_an_unreadable_daemon_file_is_set_aside_and_the_claims_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    Store(tmp_path).save(State([a_claim()], [RETURNED]))
+    (tmp_path / "daemon.json").write_bytes(b'{"version": 2, "pending_resto')
+    with caplog.at_level(logging.ERROR, logger="rdmad.store"):
+        state = Store(tmp_path).load()
+    assert state.claims == [a_claim()] and state.pending_restores == []
+    assert [p.parent.name for p in state.set_aside] == ["aside"]
+    assert f"state file unreadable: {tmp_path / 'daemon.json'} (" in caplog.text
+
+
+def test_the_daemon_file_set_aside_is_written_again_at_the_next_save(tmp_path: Path) -> None:
+    (tmp_path / "daemon.json").write_bytes(b"garbage")
     store = Store(tmp_path)
-    store.save(State([a_claim()]))
-    data = store.path.read_bytes()
-    store.path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(CorruptState):
-        store.load()
+    store.load()
+    store.save(State())
+    assert Store(tmp_path).load() == State()
 
 
-def test_unknown_schema_version_is_corrupt(tmp_path: Path) -> None:
+# ---------------------------------------------------------------- failed writes
+
+
+def test_a_failed_rewrite_is_a_kernel_error_and_keeps_the_old_file(tmp_path: Path) -> None:
     store = Store(tmp_path)
-    store.path.write_text('{"version": 99, "claims": [], "pending_restores": []}')
-    with pytest.raises(CorruptState, match="schema version"):
-        store.load()
-
-
-def test_move_aside_keeps_the_evidence(tmp_path: Path) -> None:
-    store = Store(tmp_path)
-    store.path.write_text("garbage")
-    store.log_path.write_text("more garbage")
-    aside = store.move_aside()
-    assert aside.read_text() == "garbage" and not store.path.exists()
-    assert (tmp_path / "state.log.corrupt").read_text() == "more garbage"
-    assert not store.log_path.exists()
-
-
-def test_failed_write_is_a_kernel_error_and_keeps_the_old_file(tmp_path: Path) -> None:
-    store = Store(tmp_path)
-    store.save(State([a_claim()]))
-    (tmp_path / "state.json.next").mkdir()  # the spare file cannot be written: EISDIR
+    a = a_claim()
+    store.save(State([a]))
+    (tmp_path / "claims" / ".spare").mkdir()  # the spare cannot be written: EISDIR
+    a.phase = ClaimPhase.ACTIVE
     with pytest.raises(KernelError, match="cannot write state file"):
-        store.save(State())
-    assert store.load().claims == [a_claim()]
+        store.save_claim(a, live=True, pending_restores=[])
+    assert Store(tmp_path).load().claims == [a_claim()]
+
+
+def test_a_failed_first_write_is_a_kernel_error(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.save(State())
+    (tmp_path / "claims").rmdir()
+    (tmp_path / "claims").write_bytes(b"")  # the claim's file cannot be made: ENOTDIR
+    with pytest.raises(KernelError, match="cannot write state file"):
+        store.save_claim(a_claim(), live=True, pending_restores=[])
+    (tmp_path / "claims").unlink()
+    assert Store(tmp_path).load() == State()
+
+
+def test_a_claim_whose_first_write_failed_can_still_end(tmp_path: Path) -> None:
+    # The core forgets a claim whose PENDING write failed (the disk was full).
+    store = Store(tmp_path)
+    store.save(State())
+    (tmp_path / "claims").rmdir()
+    (tmp_path / "claims").write_bytes(b"")
+    with pytest.raises(KernelError):
+        store.save_claim(a_claim(), live=True, pending_restores=[])
+    store.save_claim(a_claim(), live=False, pending_restores=[])
+
+
+# ---------------------------------------------------------------- schema 1
+
+# Schema 1, as rdmad wrote it: the whole state at generation 3, then one line per claim's
+# change. A claim's JSON without the fields added since (gids, cdi_name, ...).
+OLD_CLAIM = (
+    '{"id":"CLAIM_ID","device":"mlx5_0","netns_inode":4026532001,"netns_path":"/run/netns/pod",'
+    '"nsid":3,"ifname":"net0","shared":false,"owner":"ctr-1","created_at_us":1,'
+    '"netdev_moved":true,"rdma_moved":false,"host":{"ifindex":7,"name":"eth1","mtu":9000,'
+    '"up":true,"addresses":["10.0.0.1/24"],"kind":""},"chardevs":[{"kind":"uverbs",'
+    '"path":"/dev/infiniband/uverbs0","major":231,"minor":192}],"cdi_device":"",'
+    '"ns_ifindex":0,"phase":"PHASE"}'
+)
+
+
+def old_claim(claim_id: str, phase: str) -> str:
+    return OLD_CLAIM.replace("CLAIM_ID", claim_id).replace("PHASE", phase)
+
+
+OLD_STATE_JSON = (
+    '{"version":1,"generation":3,"claims":['
+    + old_claim("00112233aabbccdd", "pending")
+    + ","
+    + old_claim("1111111111111111", "active")
+    + '],"pending_restores":[{"ifindex":9,"name":"eth2","mtu":1500,"up":false,'
+    '"addresses":[],"kind":""}]}'
+)
+OLD_STATE_LOG = (
+    # from before generation 3's whole write, which holds it: skipped
+    f'{{"g":2,"claim":{old_claim("2222222222222222", "active")}}}\n'
+    f'{{"g":3,"claim":{old_claim("00112233aabbccdd", "active")}}}\n'
+    '{"g":3,"ended":"1111111111111111"}\n'
+    f'{{"g":3,"claim":{old_claim(B, "releasing")}}}\n'
+    '{"g":3,"claim":{"id":"33'  # torn by a crash: never saved
+)
+
+
+def old_layout(directory: Path) -> None:
+    (directory / "state.json").write_text(OLD_STATE_JSON)
+    (directory / "state.log").write_text(OLD_STATE_LOG)
+    (directory / "state.json.next").write_text("{the spare")
+
+
+def test_the_old_state_file_and_its_log_are_converted_to_one_file_per_claim(
+    tmp_path: Path,
+) -> None:
+    old_layout(tmp_path)
+    state = Store(tmp_path).load()
+    assert state == State(
+        [
+            replace(a_claim(), phase=ClaimPhase.ACTIVE),
+            replace(a_claim(B), phase=ClaimPhase.RELEASING),
+        ],
+        [RETURNED],
+    )
+    assert files_in(tmp_path) == [
+        "claims/00112233aabbccdd.json",
+        f"claims/{B}.json",
+        "daemon.json",
+    ]
+    assert Store(tmp_path).load() == state
+
+
+def test_a_conversion_cut_short_by_a_crash_is_done_again(tmp_path: Path) -> None:
+    old_layout(tmp_path)
+    Store(tmp_path).load()
+    old_layout(tmp_path)  # as if the crash came before the old files were removed
+    (tmp_path / "claims" / f"{B}.json").write_bytes(b'{"version": 2, "clai')
+    assert [c.phase for c in Store(tmp_path).load().claims] == [
+        ClaimPhase.ACTIVE,
+        ClaimPhase.RELEASING,
+    ]
+
+
+def test_an_old_file_in_the_indented_format_still_loads(tmp_path: Path) -> None:
+    # Written by rdmad before the compact format: an upgrade must find its claims.
+    doc = {"version": 1, "claims": [asdict(a_claim())], "pending_restores": []}
+    (tmp_path / "state.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
+    assert Store(tmp_path).load() == State([a_claim()], [])
+
+
+def test_an_old_file_with_the_char_device_kinds_earlier_versions_kept_still_loads(
+    tmp_path: Path,
+) -> None:
+    raw = {**asdict(a_claim()), "chardev_kinds": ["uverbs", "rdma_cm"]}
+    doc = {"version": 1, "claims": [raw], "pending_restores": []}
+    (tmp_path / "state.json").write_text(json.dumps(doc))
+    assert Store(tmp_path).load() == State([a_claim()], [])
+
+
+def test_an_unreadable_old_state_is_set_aside_whole(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "state.json").write_text(OLD_STATE_JSON)
+    (tmp_path / "state.log").write_bytes(b"garbage\n")
+    with caplog.at_level(logging.ERROR, logger="rdmad.store"):
+        state = Store(tmp_path).load()
+    assert state.claims == [] and state.pending_restores == []
+    assert sorted(p.name.split(".")[:2] for p in state.set_aside) == [
+        ["state", "json"],
+        ["state", "log"],
+    ]
+    assert (tmp_path / "aside").is_dir() and not (tmp_path / "state.json").exists()
+    assert caplog.text.count("state file unreadable") == 2

@@ -1,75 +1,98 @@
-"""rdmad.swapfile: atomic replacement that frees no inode (renameat2 RENAME_EXCHANGE)."""
+"""rdmad.swapfile: atomic writes; a state file's rewrite frees no inode (renameat2
+RENAME_EXCHANGE through one spare)."""
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 import pytest
 
 from rdmad import swapfile
-from rdmad.swapfile import spare_of, write_swapped
+from rdmad.swapfile import remove, write_new, write_renamed, write_swapped
 
 
-def test_the_first_write_creates_the_file(tmp_path: Path) -> None:
-    path = tmp_path / "state.json"
-    write_swapped(path, b"one")
+def failing_fsync(_fd: int) -> None:
+    raise OSError(errno.EIO, "I/O error")
+
+
+def test_a_new_file_is_written_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    write_new(path, b"one")
+    assert path.read_bytes() == b"one"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_new_file_is_never_written_over_one_that_exists(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    path.write_bytes(b"kept")
+    with pytest.raises(FileExistsError):
+        write_new(path, b"lost")
+    assert path.read_bytes() == b"kept"
+
+
+def test_a_new_file_that_cannot_be_written_whole_is_not_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A part written (a full disk) must not pass for a file torn by a crash.
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="I/O error"):
+        write_new(tmp_path / "a.json", b"one")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("write", ["new", "swapped", "renamed"])
+def test_a_missing_directory_is_made(tmp_path: Path, write: str) -> None:
+    path = tmp_path / "run" / "rdmad" / "a.json"
+    if write == "new":
+        write_new(path, b"one")
+    elif write == "swapped":
+        write_swapped(path, b"one", path.with_name(".spare"))
+    else:
+        write_renamed(path, b"one", path.with_name(".a.tmp"), 0o644)
     assert path.read_bytes() == b"one"
 
 
-def test_a_missing_directory_is_made(tmp_path: Path) -> None:
-    path = tmp_path / "run" / "rdmad" / "state.json"
-    write_swapped(path, b"one")
-    assert path.read_bytes() == b"one"
-
-
-def test_a_directory_removed_between_writes_is_made_again(tmp_path: Path) -> None:
-    path = tmp_path / "rdmad" / "state.json"
-    write_swapped(path, b"one")
-    for p in path.parent.iterdir():
-        p.unlink()
-    path.parent.rmdir()
-    write_swapped(path, b"two")
-    assert path.read_bytes() == b"two"
-
-
-def test_each_write_replaces_the_content(tmp_path: Path) -> None:
-    path = tmp_path / "state.json"
+def test_a_swapped_write_replaces_the_content(tmp_path: Path) -> None:
+    path, spare = tmp_path / "a.json", tmp_path / ".spare"
     for data in (b"one", b"two", b"three"):
-        write_swapped(path, data)
+        write_swapped(path, data, spare)
     assert path.read_bytes() == b"three"
 
 
-def test_steady_state_writes_swap_two_inodes_and_create_none(tmp_path: Path) -> None:
-    path = tmp_path / "state.json"
-    write_swapped(path, b"first")
-    write_swapped(path, b"second")  # creates the spare
-    pair = {path.stat().st_ino, spare_of(path).stat().st_ino}
-    seen = set()
+def test_steady_state_rewrites_of_several_files_through_one_spare_create_no_inode(
+    tmp_path: Path,
+) -> None:
+    spare = tmp_path / ".spare"
+    files = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path in files:
+        write_new(path, b"first")
+    write_swapped(files[0], b"second", spare)  # creates the spare
+    inodes = {p.stat().st_ino for p in (*files, spare)}
     for i in range(6):
-        write_swapped(path, f"write {i}".encode())
-        seen.add(path.stat().st_ino)
-    assert seen == pair  # no inode was created, so none was freed
-    assert spare_of(path).read_bytes() == b"write 4"  # the spare holds the previous content
+        write_swapped(files[i % 2], f"write {i}".encode(), spare)
+    assert {p.stat().st_ino for p in (*files, spare)} == inodes  # none created, none freed
+    assert [p.read_bytes() for p in files] == [b"write 4", b"write 5"]
+    assert spare.read_bytes() == b"write 3"  # the content last replaced
 
 
 def test_a_torn_spare_is_never_read(tmp_path: Path) -> None:
-    path = tmp_path / "state.json"
-    write_swapped(path, b"whole")
-    spare_of(path).write_bytes(b"{torn")  # as a crash in the middle of a write leaves it
+    path, spare = tmp_path / "a.json", tmp_path / ".spare"
+    write_new(path, b"whole")
+    spare.write_bytes(b"{torn")  # as a crash in the middle of a write leaves it
     assert path.read_bytes() == b"whole"
-    write_swapped(path, b"next")
+    write_swapped(path, b"next", spare)
     assert path.read_bytes() == b"next"
 
 
-def test_a_failed_write_leaves_the_file_as_it_was(tmp_path: Path) -> None:
-    path = tmp_path / "state.json"
-    write_swapped(path, b"kept")
-    spare_of(path).unlink(missing_ok=True)
-    spare_of(path).mkdir()  # the spare cannot be opened for writing
+def test_a_failed_swapped_write_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    path, spare = tmp_path / "a.json", tmp_path / ".spare"
+    write_new(path, b"kept")
+    spare.mkdir()  # the spare cannot be opened for writing
     with pytest.raises(IsADirectoryError):
-        write_swapped(path, b"lost")
+        write_swapped(path, b"lost", spare)
     assert path.read_bytes() == b"kept"
 
 
@@ -83,8 +106,36 @@ def test_a_filesystem_that_cannot_swap_gets_a_plain_rename(
         return -1
 
     monkeypatch.setattr(swapfile, "_renameat2", unsupported)
-    path = tmp_path / "state.json"
-    write_swapped(path, b"one")
-    write_swapped(path, b"two")
+    path, spare = tmp_path / "a.json", tmp_path / ".spare"
+    write_new(path, b"one")
+    write_swapped(path, b"two", spare)
     assert path.read_bytes() == b"two"
-    assert not os.path.exists(spare_of(path))  # renamed over, as before
+    assert not spare.exists()  # renamed over, as before
+
+
+def test_a_renamed_write_leaves_only_the_file(tmp_path: Path) -> None:
+    path, temp = tmp_path / "spec.json", tmp_path / ".spec.json.tmp"
+    write_renamed(path, b"one", temp, 0o644)
+    write_renamed(path, b"two", temp, 0o644)
+    assert path.read_bytes() == b"two"
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def test_a_failed_renamed_write_leaves_the_file_as_it_was_and_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, temp = tmp_path / "spec.json", tmp_path / ".spec.json.tmp"
+    write_renamed(path, b"kept", temp, 0o644)
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="I/O error"):
+        write_renamed(path, b"lost", temp, 0o644)
+    assert path.read_bytes() == b"kept"
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def test_remove_takes_the_file_away_and_a_missing_one_is_no_error(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    write_new(path, b"one")
+    remove(path)
+    remove(path)
+    assert not path.exists()
