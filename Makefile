@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 GUEST  := tests/guest/harness
 
-.PHONY: setup lock deb kernels lint test test-host test-guest test-guest-7.3 test-guest-6.1 test-systemd demo demo-host bench bench-smoke
+.PHONY: setup lock deb kernels lint test test-host test-guest test-guest-7.3 test-guest-6.1 test-systemd demo demo-host bench bench-smoke soak
 
 setup:
 	scripts/bootstrap.sh
@@ -34,6 +34,18 @@ lint: setup
 		|| { echo "gofmt -l cni: not gofmt-formatted:" $$unformatted; exit 1; }
 	scripts/go.sh vet .
 	if ls cni/*_test.go >/dev/null 2>&1; then scripts/go.sh test .; fi
+
+# The fast loop while working on the code: lint, then the tests that need no root, no bus and
+# no guest (tests/unit, tests/cli, bench's own), in under a minute. It only uses the .venv
+# that `make setup` made: no apt, no root, no build. `make test` is still the whole proof.
+.PHONY: check
+check:
+	@[ -x $(PY) ] || { echo "make check: no $(VENV) here. Make it once with 'make setup'" \
+		"(root: apt packages too) or 'scripts/bootstrap.sh --no-apt' (no root)." >&2; exit 2; }
+	$(VENV)/bin/ruff check rdmad tests bench
+	$(VENV)/bin/ruff format --check rdmad tests bench
+	$(VENV)/bin/mypy --strict
+	$(PY) -m pytest tests/unit tests/cli bench/tests --ignore=bench/tests/test_perfsplit.py -q
 
 test-host: setup
 	$(PY) -m pytest tests -ra
@@ -68,3 +80,10 @@ bench: setup
 bench-smoke: setup
 	$(PY) -m pytest bench/tests -q
 	$(PY) -m bench.run --smoke
+
+# The chaos soak (tests/soak, as root): claims, CNI, podman and faults together on two sim
+# nodes, invariants checked at intervals. Not part of `make test` (which runs 60 s of it in
+# tests/soak/test_soak.py). A violation prints the seed and the schedule: replay with it.
+SOAK_SECONDS ?= 600
+soak: setup
+	$(PY) -m tests.soak.runner --seconds $(SOAK_SECONDS) $(if $(SOAK_SEED),--seed $(SOAK_SEED))

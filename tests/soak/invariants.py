@@ -1,0 +1,239 @@
+"""What must hold whenever the soak is quiescent (no action in flight, no fault window
+open, every rdmad back up), per node. The device invariant is tests/support/invariants.py's
+`compare`; this adds what a soak can break besides:
+
+- a netdev=false claim (InterfaceName "") moved only the RDMA device: its netdev must be
+  home like a free one's, and its netns alive;
+- no orphan macvlan: none in a slot's netns without its claim (compare), and none in
+  init_net on a node's veth (a shared claim interrupted before its macvlan moved);
+- no orphan policy rule or route table: each slot's netns has only the kernel's default
+  rules (IPv4 and IPv6) and routes only on lo and on the interfaces of listed claims there;
+  init_net has the rules it had when the soak began;
+- each listed claim has its CDI spec, and each spec its listed claim (the first device name
+  of a spec is its claim id: docs/cni.md);
+- the exporter's rdmad_claim_info series are the listed claims;
+- no claim lost: every claim acknowledged to a caller (a Claim reply) or seen in a Claimed
+  signal is still listed, or `rdmactl monitor` printed its Released with a reason. When the
+  monitor was not listening at some time since the claim was acknowledged (the bus or the
+  monitor restarting), a claim that is not listed is accounted for by absence: no CDI spec,
+  no exporter series and (by the device invariant) no device or macvlan held for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.soak.node import Node, Slot
+from tests.support.daemon import Client
+from tests.support.invariants import DaemonView, compare, daemon_view
+from tests.support.net import ip_json
+
+SETTLE_S = 30.0  # rdmad ends claims of a netns deleted just before, from kernel events
+DEFAULT_RULES = {4: {0, 32766, 32767}, 6: {0, 32766}}
+
+
+def rules(family: int, netns: str | None = None) -> list[tuple[Any, ...]]:
+    return sorted(
+        (r.get("priority"), r.get("table"), r.get("src"), r.get("dst"))
+        for r in ip_json(f"-{family}", "rule", "show", netns=netns)
+    )
+
+
+@dataclass
+class Verdict:
+    problems: list[str] = field(default_factory=list)
+    figures: Counter[str] = field(default_factory=Counter)
+
+
+def _slot_names(slots: list[Slot]) -> list[str]:
+    return [s.name for s in slots if s.alive()]
+
+
+def _netns_names() -> dict[int, str]:
+    out = {}
+    for name in os.listdir("/run/netns"):
+        try:
+            out[os.stat(f"/run/netns/{name}").st_ino] = name
+        except OSError:
+            continue
+    return out
+
+
+def _inode(netns: str) -> int:
+    return int(netns.removeprefix("net:[").removesuffix("]") or 0)
+
+
+def without_nodev(view: DaemonView, verdict: Verdict) -> DaemonView:
+    """The view compare() understands: netdev=false claims left out, their devices shown as
+    free (their netdevs never left init_net); their netns checked here."""
+    by_inode = _netns_names()
+    devices = dict(view.devices)
+    claims = []
+    for claim in view.claims:
+        cid, device, netns, ifname = claim
+        if ifname:
+            claims.append(claim)
+            continue
+        verdict.figures["nodev_claims"] += 1
+        if _inode(netns) not in by_inode:
+            verdict.problems.append(f"netdev=false claim {cid} ({device}): netns {netns} is gone")
+        state, netdev = devices.get(device, ("?", ""))
+        if state != "claimed":
+            verdict.problems.append(f"netdev=false claim {cid}: {device} is {state!r}")
+        devices[device] = ("available", netdev)
+    return DaemonView(devices, claims)
+
+
+def check_routing(views: list[DaemonView], slots: list[Slot], init_rules: Any) -> Verdict:
+    """Over every node's claims: a slot's netns holds the claims of both nodes."""
+    verdict = Verdict()
+    by_inode = _netns_names()
+    claimed: dict[str, set[str]] = {}
+    for view in views:
+        for _cid, _device, netns, ifname in view.claims:
+            claimed.setdefault(by_inode.get(_inode(netns), "?"), set()).add(ifname)
+    for name in _slot_names(slots):
+        try:
+            for family in (4, 6):
+                prios = {r[0] for r in rules(family, name)}
+                if prios != DEFAULT_RULES[family]:
+                    verdict.problems.append(f"orphan policy rule in {name} (IPv{family}): {prios}")
+                for route in ip_json(f"-{family}", "route", "show", "table", "all", netns=name):
+                    dev = route.get("dev")
+                    if dev != "lo" and dev not in claimed.get(name, set()):
+                        verdict.problems.append(
+                            f"orphan route in {name} table {route.get('table', 'main')}: {route}"
+                        )
+        except RuntimeError:
+            continue  # the netns went while we looked
+        verdict.figures["netns_checked"] += 1
+    if (rules(4), rules(6)) != init_rules:
+        verdict.problems.append(f"init_net's policy rules changed: {rules(4)} {rules(6)}")
+    return verdict
+
+
+def check_init_macvlans(node: Node, verdict: Verdict) -> None:
+    hosts = {d.pair.host for d in node.devices.values()}
+    by_index = {int(x["ifindex"]): x["ifname"] for x in ip_json("link", "show")}
+    for x in ip_json("-d", "link", "show"):
+        if x.get("linkinfo", {}).get("info_kind") != "macvlan":
+            continue
+        parent = x.get("link") or by_index.get(int(x.get("link_index", 0)), "")
+        if parent in hosts:
+            verdict.problems.append(f"orphan macvlan {x['ifname']} on {parent} in init_net")
+
+
+def spec_claims(node: Node) -> set[str]:
+    out = set()
+    for path in node.daemon.cdi_dir.glob("*.json"):
+        try:
+            spec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # removed while we read
+        out.add(str(spec["devices"][0]["name"]))
+    return out
+
+
+async def check_node(
+    node: Node, slots: list[Slot], acks: dict[str, float]
+) -> tuple[Verdict, DaemonView]:
+    verdict = Verdict(node.problems[:])
+    client = await Client.connect(node.bus.address, signals=False)
+    try:
+        view = await daemon_view(client)
+    finally:
+        client.close()
+    listed = {c[0] for c in view.claims}
+    # Only a shared-mode node makes macvlans; the slots hold the other node's claims too.
+    watched = _slot_names(slots) if node.name == "shared" else []
+    report = compare(without_nodev(view, verdict), node.nics(), node.settings, watched)
+    verdict.problems += report.problems
+    verdict.figures.update(
+        free=report.free,
+        claimed=report.claimed,
+        shared_claims=report.shared_claims,
+        destroyed=report.destroyed,
+        listed=len(listed),
+    )
+    check_init_macvlans(node, verdict)
+    specs = spec_claims(node)
+    if specs != listed:
+        verdict.problems.append(
+            f"CDI specs without claims {sorted(specs - listed)}, claims without specs "
+            f"{sorted(listed - specs)}"
+        )
+    assert node.exporter is not None
+    samples = await node.exporter.scrape()
+    exported = {dict(k[1])["claim"] for k in samples if k[0] == "rdmad_claim_info"}
+    if exported != listed:
+        verdict.problems.append(
+            f"exporter's claims {sorted(exported)} are not ListClaims' {sorted(listed)}"
+        )
+    monitor = node.monitor
+    acked = {**{c: t for c, t in monitor.claimed.items()}, **acks}
+    for cid, when in acked.items():
+        if cid in listed:
+            verdict.figures["acked_live"] += 1
+        elif monitor.released.get(cid):
+            verdict.figures[f"acked_released_{monitor.released[cid]}"] += 1
+        elif not monitor.listening_since(when) and cid not in specs | exported:
+            verdict.figures["acked_ended_unseen"] += 1  # ended while the monitor was down
+        else:
+            verdict.problems.append(
+                f"LOST claim {cid}: acknowledged, not listed, and no Released while "
+                "rdmactl monitor listened"
+            )
+    return verdict, view
+
+
+async def settled(
+    nodes: dict[str, Node], slots: list[Slot], init_rules: Any, acks: dict[str, dict[str, float]]
+) -> dict[str, Verdict]:
+    """Each node's verdict (and "routing", over both) once they hold, or the last ones after
+    SETTLE_S seconds: rdmad learns of netns deaths and netdev moves from kernel events, a
+    moment after them."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        verdicts: dict[str, Verdict] = {}
+        views = []
+        for name, node in nodes.items():
+            verdicts[name], view = await check_node(node, slots, acks.get(name, {}))
+            views.append(view)
+        verdicts["routing"] = check_routing(views, slots, init_rules)
+        if not any(v.problems for v in verdicts.values()) or time.monotonic() > deadline:
+            return verdicts
+        await asyncio.sleep(0.5)
+
+
+def growth(node: Node, seconds: float) -> tuple[str, list[str]]:
+    """rdmad's RSS and fds in the first and the last quarter of the soak (each restart
+    starts afresh, so the last quarter can only be lower for that): the figures, and a
+    problem if the last quarter's peak is over the bound."""
+    first = [s for s in node.samples if s[0] < seconds / 4]
+    last = [s for s in node.samples if s[0] >= seconds * 3 / 4]
+    if not first or not last:
+        return f"{node.name}: too few samples ({len(node.samples)})", []
+    rss0, rss1 = max(s[2] for s in first), max(s[2] for s in last)
+    fds0, fds1 = max(s[3] for s in first), max(s[3] for s in last)
+    line = (
+        f"{node.name}: rdmad peak RSS {rss0 // 1024} MiB in the first quarter, "
+        f"{rss1 // 1024} MiB in the last; peak fds {fds0} -> {fds1} "
+        f"({len(node.samples)} samples)"
+    )
+    problems = []
+    if rss1 > rss0 * RSS_GROWTH + RSS_SLACK_KIB:
+        problems.append(f"{node.name}: rdmad RSS grew beyond the bound: {line}")
+    if fds1 > fds0 + FD_SLACK:
+        problems.append(f"{node.name}: rdmad fds grew beyond the bound: {line}")
+    return line, problems
+
+
+# The bound: the last quarter's peak RSS at most 1.25x the first quarter's + 16 MiB, its
+# peak fd count at most the first's + 16.
+RSS_GROWTH, RSS_SLACK_KIB, FD_SLACK = 1.25, 16 * 1024, 16

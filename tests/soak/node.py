@@ -1,0 +1,334 @@
+"""The soak's world: two nodes (one rdmad each, in shared and in exclusive RDMA netns mode,
+on the sim backend over real veths), each on its own restartable private bus with its state
+dir on a small tmpfs, an exporter and an `rdmactl monitor`; and the netns slots the actors
+claim into.
+
+A supervisor restarts a node's rdmad whenever it exits, as systemd's Restart= does, and
+records each exit: one no fault caused is a violation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.reliability.test_state_file import tiny_tmpfs
+from tests.soak.schedule import DEVICES
+from tests.support.bus import START_TIMEOUT, write_config
+from tests.support.daemon import ROOT, RdmadProcess
+from tests.support.exporter import Exporter, running_exporter
+from tests.support.faulty_rdmad import RCVBUF
+from tests.support.invariants import HostSettings, host_settings
+from tests.support.net import VethPair, ip, link, unique_name
+
+# rtnetlink's event socket is this small so that a flood overruns it (as in test_overrun).
+SOAK_RCVBUF = "32768"
+MONITOR_MARGIN_S = 3.0  # a restarted monitor may miss signals until it has subscribed
+
+
+class SoakBus:
+    """A private dbus-daemon that can be restarted on the same socket (so every client's
+    address stays valid), as a node's system bus is."""
+
+    def __init__(self) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="rdmad-soakbus-"))
+        self.directory.chmod(0o755)
+        self.config = write_config(self.directory)
+        self.address = f"unix:path={self.directory / 'system_bus_socket'}"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.up = asyncio.Event()
+
+    def start(self) -> None:
+        daemon = shutil.which("dbus-daemon")
+        if daemon is None:
+            raise RuntimeError("dbus-daemon is not installed")
+        proc = subprocess.Popen(
+            [
+                daemon,
+                f"--config-file={self.config}",
+                "--nofork",
+                "--print-address=1",
+                "--nopidfile",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            ready = sel.select(timeout=START_TIMEOUT)
+        if not ready or not proc.stdout.readline().startswith(self.address.encode()):
+            proc.kill()
+            raise RuntimeError("dbus-daemon did not start")
+        self.process = proc
+        self.up.set()
+
+    def stop(self) -> None:
+        self.up.clear()
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@dataclass
+class Device:
+    name: str
+    pair: VethPair
+    address: str  # its host address; with MTU 1500 and UP, its host settings
+
+    def create(self) -> HostSettings:
+        """The veth, configured as the host has it; its settings as recorded."""
+        ip("link", "add", self.pair.host, "type", "veth", "peer", "name", self.pair.peer)
+        ip("addr", "add", self.address, "dev", self.pair.host)
+        ip("link", "set", self.pair.host, "up")
+        return host_settings(self.pair.host)
+
+    def destroyed(self) -> bool:
+        """Both ends gone: the veth died with the netns a whole-device claim moved it to."""
+        return link(self.pair.host) is None and link(self.pair.peer) is None
+
+    def delete(self) -> None:
+        for end in (self.pair.host, self.pair.peer):
+            ip("link", "del", end, check=False)
+
+
+@dataclass
+class Monitor:
+    """`rdmactl monitor --json`, restarted when it ends (the bus restarted), and its record:
+    every Claimed and Released it printed, and when it was not listening."""
+
+    claimed: dict[str, float] = field(default_factory=dict)  # claim id -> when seen
+    released: dict[str, str] = field(default_factory=dict)  # claim id -> reason
+    gaps: list[tuple[float, float]] = field(default_factory=list)  # (from, to) monotonic
+    lines: int = 0
+    exits: list[int] = field(default_factory=list)
+    down_since: float | None = None
+
+    def listening_since(self, t: float) -> bool:
+        """Whether the monitor listened all the time from `t` until now."""
+        if self.down_since is not None:
+            return False
+        return all(end < t for _, end in self.gaps)
+
+    def take(self, line: bytes) -> None:
+        event = json.loads(line)
+        self.lines += 1
+        args = event.get("args", {})
+        if event.get("signal") == "Claimed":
+            self.claimed.setdefault(args["claim_id"], time.monotonic())
+        elif event.get("signal") == "Released":
+            self.released[args["claim_id"]] = args["reason"]
+
+
+@dataclass
+class Node:
+    name: str  # its RDMA netns mode: shared or exclusive
+    workdir: Path
+    devices: dict[str, Device]
+    bus: SoakBus
+    daemon: RdmadProcess
+    settings: dict[str, HostSettings] = field(default_factory=dict)
+    up: asyncio.Event = field(default_factory=asyncio.Event)
+    expected_exits: list[int] = field(default_factory=list)  # a fault says what it caused
+    exits: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    disk_full: bool = False
+    monitor: Monitor = field(default_factory=Monitor)
+    exporter: Exporter | None = None
+    closing: bool = False
+    samples: list[tuple[float, int, int, int]] = field(default_factory=list)  # t, pid, rss, fds
+
+    @property
+    def pid(self) -> int | None:
+        proc = self.daemon.proc
+        return proc.pid if proc is not None and proc.returncode is None else None
+
+    def nics(self) -> dict[str, VethPair]:
+        return {name: d.pair for name, d in self.devices.items()}
+
+    def repair(self) -> None:
+        """Re-create the veths that died with a netns, before rdmad (re)starts and binds to
+        them by name; a destroyed device stays destroyed while rdmad runs."""
+        for name, device in self.devices.items():
+            if device.destroyed():
+                self.settings[name] = device.create()
+
+    async def supervise(self) -> None:
+        while not self.closing:
+            assert self.daemon.proc is not None
+            code = await self.daemon.proc.wait()
+            self.up.clear()
+            if self.closing:
+                return
+            self.exits.append(code)
+            if code in self.expected_exits:
+                self.expected_exits.remove(code)
+            else:
+                self.problems.append(f"rdmad ({self.name}) exited with {code}, not by a fault")
+            await self.bus.up.wait()
+            await self.start()
+
+    async def start(self) -> None:
+        for _attempt in range(5):
+            self.repair()
+            try:
+                await self.daemon.start()
+                self.up.set()
+                return
+            except RuntimeError as exc:
+                if not self.disk_full:
+                    self.problems.append(f"rdmad ({self.name}) did not start: {exc}")
+                while self.disk_full or not self.bus.up.is_set():  # noqa: ASYNC110
+                    await asyncio.sleep(0.1)  # the fault ends the window; nothing announces it
+        raise RuntimeError(f"rdmad ({self.name}) did not start after 5 attempts")
+
+    async def run_monitor(self) -> None:
+        record = self.monitor
+        while not self.closing:
+            await self.bus.up.wait()
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "rdmad.cli",
+                "--bus-address",
+                self.bus.address,
+                "--json",
+                "monitor",
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                start_new_session=True,
+            )
+            if record.down_since is not None:
+                record.gaps.append((record.down_since, time.monotonic() + MONITOR_MARGIN_S))
+            record.down_since = None
+            assert proc.stdout is not None
+            try:
+                while line := await proc.stdout.readline():
+                    record.take(line)
+            finally:
+                if proc.returncode is None and self.closing:
+                    proc.terminate()
+                code = await proc.wait()
+            record.down_since = time.monotonic()
+            if not self.closing:
+                record.exits.append(code)
+                if code != 3:  # 3: the bus closed the connection
+                    self.problems.append(f"rdmactl monitor ({self.name}) exited with {code}")
+
+    def sample(self, t: float) -> None:
+        """rdmad's RSS (KiB) and open fds now."""
+        pid = self.pid
+        if pid is None:
+            return
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                rss = int(next(x for x in f if x.startswith("VmRSS:")).split()[1])
+            fds = len(os.listdir(f"/proc/{pid}/fd"))
+        except (OSError, StopIteration):
+            return
+        self.samples.append((t, pid, rss, fds))
+
+
+@contextlib.asynccontextmanager
+async def running_node(name: str, index: int, workdir: Path) -> AsyncIterator[Node]:
+    """A node: its bus, veths, tmpfs state dir, rdmad (supervised), exporter and monitor."""
+    await asyncio.to_thread(workdir.mkdir, parents=True)
+    devices = {
+        f"sim{i}": Device(
+            f"sim{i}",
+            VethPair(unique_name("sk"), unique_name("sk")),
+            f"198.51.100.{index * 16 + i + 1}/32",
+        )
+        for i in range(DEVICES)
+    }
+    bus = SoakBus()
+    tasks: list[asyncio.Task[None]] = []
+    node: Node | None = None
+    try:
+        bus.start()
+        spec = ",".join(f"{n}={d.pair.host}" for n, d in devices.items())
+        daemon = RdmadProcess(bus.address, workdir, spec, name, env={RCVBUF: SOAK_RCVBUF})
+        node = Node(name, workdir, devices, bus, daemon)
+        with tiny_tmpfs(daemon.state_dir):
+            await node.start()
+            tasks = [
+                asyncio.ensure_future(node.supervise()),
+                asyncio.ensure_future(node.run_monitor()),
+            ]
+            async with running_exporter(bus.address) as exporter:
+                node.exporter = exporter
+                yield node
+                node.closing = True
+    finally:
+        if node is not None:
+            node.closing = True
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await node.daemon.kill()
+        for device in devices.values():
+            device.delete()
+        bus.close()
+
+
+@dataclass
+class Slot:
+    """A netns an actor may claim into, with a process inside it (for the pid: form)."""
+
+    index: int
+    generation: int = 0
+    holder: asyncio.subprocess.Process | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def name(self) -> str:
+        return f"soak{os.getpid() % 100000}s{self.index}g{self.generation}"
+
+    def alive(self) -> bool:
+        return self.holder is not None and os.path.exists(f"/run/netns/{self.name}")
+
+    async def ensure(self) -> str:
+        """Its netns, made anew if it was deleted; the name."""
+        async with self.lock:
+            if not self.alive():
+                self.generation += 1
+                await asyncio.to_thread(ip, "netns", "add", self.name)
+                self.holder = await asyncio.create_subprocess_exec(
+                    *("ip", "netns", "exec", self.name, "sleep", "infinity"),
+                    stdin=asyncio.subprocess.DEVNULL,
+                )
+            return self.name
+
+    async def delete(self) -> bool:
+        """Delete it as a dying pod's netns goes: the name, then its last process. Whether
+        there was one."""
+        async with self.lock:
+            if not self.alive():
+                return False
+            await asyncio.to_thread(ip, "netns", "del", self.name, check=False)
+            assert self.holder is not None
+            self.holder.send_signal(signal.SIGKILL)
+            await self.holder.wait()
+            self.holder = None
+            return True
+
+    async def close(self) -> None:
+        await self.delete()

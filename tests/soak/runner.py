@@ -1,0 +1,255 @@
+"""The chaos soak: `python -m tests.soak.runner --seconds 600 [--seed N]` (as root; `make
+soak SOAK_SECONDS=600 SOAK_SEED=N`).
+
+It generates the schedule from the seed (printed first, so any run can be replayed), starts
+the two nodes (tests/soak/node.py), plays every actor's actions concurrently on the soak's
+clock, and at each of the checker's times stops the world (no action in flight, every fault
+window closed, every rdmad back up) and checks the invariants (tests/soak/invariants.py),
+once more at the end. A violation stops the soak and prints the seed, the schedule and the
+state; the exit status is then 1. At the end it prints the figures: operations and faults
+of each kind and their outcomes, checks passed, rdmad's RSS and fds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.cni.conftest import cni_path
+from tests.cni.podman import BUSYBOX, Podman
+from tests.soak.actors import BusClaimer, CniActor, PodmanActor, Scraper, Tally, World
+from tests.soak.clock import Clock
+from tests.soak.faults import FaultActor, NetnsReaper
+from tests.soak.invariants import Verdict, growth, rules, settled
+from tests.soak.node import Node, Slot, running_node
+from tests.soak.schedule import NODES, SLOTS, Action, Schedule, generate
+from tests.support.daemon import Client
+from tests.support.net import ip
+
+UP_WAIT_S = 120.0
+
+
+class Violation(Exception):
+    pass
+
+
+@dataclass
+class Result:
+    schedule: Schedule
+    tally: Tally
+    checks: int = 0
+    last: dict[str, Verdict] = field(default_factory=dict)
+    growth: list[str] = field(default_factory=list)
+    wall: float = 0.0
+    podman: bool = False
+
+    def summary(self) -> str:
+        lines = [
+            f"soak: seed {self.schedule.seed}, {self.schedule.seconds:g} s of schedule in "
+            f"{self.wall:.0f} s of wall time, {len(self.schedule.actions)} actions, "
+            f"podman {'on' if self.podman else 'not run'}",
+            f"invariant checks passed: {self.checks} (each over both nodes)",
+        ]
+        by_op: dict[tuple[str, str], Counter[str]] = {}
+        for (kind, op, result), n in self.tally.outcomes.items():
+            by_op.setdefault((kind, op), Counter())[result] += n
+        for (kind, op), results in sorted(by_op.items()):
+            detail = ", ".join(f"{r} {n}" for r, n in results.most_common())
+            lines.append(f"  {kind:<8} {op:<16} {sum(results.values()):5d}: {detail}")
+        for name, verdict in sorted(self.last.items()):
+            figures = ", ".join(f"{k} {v}" for k, v in sorted(verdict.figures.items()))
+            lines.append(f"  final state {name}: {figures}")
+        lines += [f"  {g}" for g in self.growth]
+        return "\n".join(lines)
+
+
+def has_podman() -> bool:
+    return all(shutil.which(t) for t in ("podman", "runc")) and BUSYBOX.exists()
+
+
+@contextlib.asynccontextmanager
+async def podman_home() -> AsyncIterator[Podman]:
+    # podman refuses a runroot path longer than 50 characters: a short temp dir.
+    home = Path(tempfile.mkdtemp(prefix="rdmad-spm-"))
+    pm = Podman(home)
+    pm.setup()
+    try:
+        yield pm
+    finally:
+        await asyncio.to_thread(pm.cleanup)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+async def play(
+    actions: list[Action], do: Callable[[Action], Awaitable[None]], clock: Clock
+) -> None:
+    """An actor: each action at its time, once the gate is open; an exception an actor did
+    not expect stops the soak."""
+    for action in actions:
+        await clock.until(action.at)
+        async with clock.acting():
+            try:
+                await do(action)
+            except Exception as exc:
+                raise Violation(f"{action.line()}: the actor failed: {exc!r}") from exc
+
+
+async def check(world: World, init_rules: object, result: Result) -> None:
+    async with asyncio.timeout(UP_WAIT_S):
+        for node in world.nodes.values():
+            await node.up.wait()
+    result.last = await settled(world.nodes, world.slots, init_rules, world.tally.acks)
+    problems = [f"{n}: {p}" for n, v in result.last.items() for p in v.problems]
+    if problems:
+        raise Violation("\n".join(problems))
+    result.checks += 1
+    print(
+        f"[{world.clock.now():7.1f} s] check {result.checks} passed: "
+        + "; ".join(
+            f"{n} listed {v.figures['listed']} destroyed {v.figures['destroyed']}"
+            for n, v in sorted(result.last.items())
+            if n in world.nodes
+        ),
+        flush=True,
+    )
+
+
+async def checker(actions: list[Action], world: World, init_rules: object, result: Result) -> None:
+    for action in actions:
+        await world.clock.until(action.at)
+        async with world.clock.quiescent():
+            await check(world, init_rules, result)
+
+
+async def state_of(world: World) -> str:
+    """What a replay needs to compare against: each node's claims and devices, the slots'
+    links, and the tail of each rdmad's log."""
+    out = []
+    for name, node in world.nodes.items():
+        out.append(
+            f"== node {name}: rdmad pid {node.pid}, exits {node.exits}, log {node.daemon.log_path}"
+        )
+        try:
+            client = await Client.connect(node.bus.address, signals=False)
+            try:
+                out += [f"  device {d}" for d in await client.manager("ListDevices")]
+                out += [f"  claim {c}" for c in await client.manager("ListClaims")]
+            finally:
+                client.close()
+        except Exception as exc:  # the state is printed whatever broke
+            out.append(f"  (bus unreadable: {exc!r})")
+        out.append(f"  veths: { {d: dev.pair for d, dev in node.devices.items()} }")
+        out += ["  | " + line for line in node.daemon.log().splitlines()[-30:]]
+    for slot in world.slots:
+        if slot.alive():
+            out.append(
+                f"== netns {slot.name}: "
+                + ip("-br", "link", netns=slot.name, check=False).replace("\n", "; ")
+            )
+    return "\n".join(out)
+
+
+async def soak(seconds: float, seed: int, workdir: Path, podman: bool) -> Result:
+    schedule = generate(seed, seconds, podman)
+    tally = Tally()
+    result = Result(schedule, tally, podman=podman)
+    started = time.monotonic()
+    init_rules = (rules(4), rules(6))
+    slots = [Slot(i) for i in range(SLOTS)]
+    async with contextlib.AsyncExitStack() as stack:
+        nodes: dict[str, Node] = {}
+        for index, name in enumerate(sorted(NODES)):
+            nodes[name] = await stack.enter_async_context(running_node(name, index, workdir / name))
+        world = World(nodes, slots, tally, Clock(), workdir)
+        for slot in slots:
+            stack.push_async_callback(slot.close)
+        bus = {a: BusClaimer(a, world) for a in schedule.actors() if a.startswith("bus")}
+        for claimer in bus.values():
+            stack.callback(claimer.close)
+        path = cni_path()
+        cni = {a: CniActor(a, world, path) for a in schedule.actors() if a.startswith("cni")}
+        faults, reaper, scraper = FaultActor(world), NetnsReaper(world), Scraper(world)
+        players: dict[str, Callable[[Action], Awaitable[None]]] = {
+            **{a: b.do for a, b in bus.items()},
+            **{a: c.do for a, c in cni.items()},
+            **{f"faults-{n}": faults.do for n in nodes},
+            "netns-reaper": reaper.do,
+            "scraper": scraper.do,
+        }
+        if podman:
+            pm = await stack.enter_async_context(podman_home())
+            players["podman"] = PodmanActor(world, pm).do
+        print(f"soak: {len(schedule.actions)} actions for {len(players) + 1} actors", flush=True)
+        tasks = [
+            asyncio.ensure_future(play(schedule.of(actor), do, world.clock))
+            for actor, do in players.items()
+        ]
+        tasks.append(
+            asyncio.ensure_future(checker(schedule.of("checker"), world, init_rules, result))
+        )
+        try:
+            await asyncio.gather(*tasks)
+            async with world.clock.quiescent():
+                await check(world, init_rules, result)
+        except Violation as exc:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            state = await state_of(world)
+            raise Violation(
+                f"INVARIANT VIOLATED at soak time {world.clock.now():.1f} s:\n{exc}\n\n"
+                f"seed {seed}; replay: make soak SOAK_SECONDS={seconds:g} SOAK_SEED={seed}\n\n"
+                f"== state\n{state}\n\n== schedule\n{schedule.dump()}"
+            ) from None
+        problems = []
+        for node in nodes.values():
+            line, grown = growth(node, seconds)
+            result.growth.append(line)
+            problems += grown
+        result.wall = time.monotonic() - started
+        if problems:
+            raise Violation("\n".join(problems) + f"\n\nseed {seed}\n{schedule.dump()}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.soak.runner", description=__doc__)
+    parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--seed", type=int, default=None, help="default: a random one")
+    parser.add_argument("--no-podman", action="store_true", help="leave the podman actor out")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("the soak needs root (netns, veths, tmpfs)", file=sys.stderr)
+        return 2
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    podman = not args.no_podman and has_podman()
+    print(
+        f"soak: seed {seed}, {args.seconds:g} s "
+        f"(replay: make soak SOAK_SECONDS={args.seconds:g} SOAK_SEED={seed})",
+        flush=True,
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="rdmad-soak-"))
+    try:
+        result = asyncio.run(soak(args.seconds, seed, workdir, podman))
+    except Violation as exc:
+        print(exc, flush=True)
+        print(f"logs kept in {workdir}")
+        return 1
+    print(result.summary())
+    shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
