@@ -3,9 +3,10 @@
 Claims are kernel state (a netdev sitting in a container's netns); the state is how a
 restarted daemon finds out what it owes each device. It is saved before and after each
 kernel step of a claim or release, so a save must cost the same on a node with 1 claim or
-4000: each claim has its own file, and a save writes that one (what it costs:
-docs/performance.md, "State files"; `python -m bench.store` measures it). The layout, which
-`ls` shows (docs/reliability.md, "The state directory"):
+4000: each claim has its own file, and a save writes that one. What it costs is in
+docs/performance.md ("In the node's size"), not here, where figures would go stale;
+`python -m bench.store` measures it. The layout, which `ls` shows (docs/reliability.md,
+"The state directory"):
 
     daemon.json          the daemon-wide settings: netdevs to restore when they come home
     claims/<id>.json     one claim each
@@ -69,7 +70,7 @@ class Store:
         self.aside_dir = directory / ASIDE_DIR
         self._spare = self.claims_dir / SPARE
         self._encoded: dict[str, str] = {}  # claim id -> its JSON as in its file
-        self._restores: str | None = None  # pending_restores' JSON as in daemon.json
+        self._restores: list[HostConfig] | None = None  # as in daemon.json, if there
 
     def load(self) -> State:
         """What was saved; files that cannot be read are set aside (State.set_aside)."""
@@ -88,7 +89,7 @@ class Store:
         restores: list[HostConfig] = []
         try:
             restores = _daemon_file(self.path.read_bytes())
-            self._restores = _compact([plain(h) for h in restores])
+            self._restores = list(restores)
         except FileNotFoundError:
             pass
         except _UNREADABLE as exc:
@@ -119,14 +120,14 @@ class Store:
             self._remove_claim(claim.id)
 
     def _save_restores(self, pending_restores: list[HostConfig]) -> None:
-        restores = _compact([plain(h) for h in pending_restores])
-        if restores == self._restores:
+        if pending_restores == self._restores:
             return
+        data = _daemon_bytes(_compact([plain(h) for h in pending_restores]))
         try:
-            write_swapped(self.path, _daemon_bytes(restores), self._spare)
+            write_swapped(self.path, data, self._spare)
         except OSError as exc:
             raise KernelError(exc.errno or 0, f"cannot write state file {self.path}") from exc
-        self._restores = restores
+        self._restores = list(pending_restores)
 
     def _write_claim(self, claim_id: str, encoded: str) -> None:
         path = self.claims_dir / f"{claim_id}.json"

@@ -5,7 +5,7 @@ new name, the target's dentry), and the kernel frees those through RCU, which st
 period. rdmad saves a claim's state right before its netns moves, and a move waits in
 rcu_barrier() for every pending RCU callback: a grace period started just before it costs
 the move that one plus another, one to two scheduler ticks more (docs/kernel-notes.md,
-docs/performance.md, "State files"). So:
+docs/performance.md, "What rdmad does because of the move"). So:
 
 - a new file is written in place (`write_new`): nothing is replaced, nothing freed. Only a
   crash before `write_new` returned can tear it, so before anything relied on its content;
@@ -56,37 +56,53 @@ _renameat2: Renameat2 | None = _load_renameat2()
 def write_new(path: Path, data: bytes) -> None:
     """Create `path` (mode 0600) holding `data`; FileExistsError if it exists. OSError on
     failure, with no file left."""
-    _write(path, _NEW, 0o600, data)
-    _sync_dirs(path.parent)
+    name = os.fspath(path)
+    _write(name, _NEW, 0o600, data)
+    _sync_dirs(name)
 
 
 def write_swapped(path: Path, data: bytes, spare: Path) -> None:
     """Make `data` the content of `path` (created if missing) through `spare`, on the same
     filesystem. OSError on failure, with `path` as it was."""
-    _write(spare, _TRUNC, 0o600, data)
-    if not _exchange(spare, path):
-        os.rename(spare, path)  # no file to swap with, or a filesystem that cannot swap
-    _sync_dirs(path.parent, spare.parent)
+    name, spare_name = os.fspath(path), os.fspath(spare)
+    _write(spare_name, _TRUNC, 0o600, data)
+    if not _exchange(spare_name, name):
+        os.rename(spare_name, name)  # no file to swap with, or a filesystem that cannot swap
+    _sync_dirs(name, spare_name)
 
 
 def write_renamed(path: Path, data: bytes, temp: Path, mode: int) -> None:
     """Make `data` the content of `path` through `temp` (in the same directory), renamed
     over it. `mode`: of a new file, before the umask. OSError on failure, with `path` as it
     was and no `temp` left."""
-    _write(temp, _TRUNC, mode, data)
-    os.rename(temp, path)
-    _sync_dirs(path.parent)
+    name, temp_name = os.fspath(path), os.fspath(temp)
+    _write(temp_name, _TRUNC, mode, data)
+    os.rename(temp_name, name)
+    _sync_dirs(name)
 
 
-def _write(path: Path, flags: int, mode: int, data: bytes) -> None:
-    """Write `data` to `path` and sync it; on failure, no `path` is left."""
+def remove(path: Path) -> None:
+    """Remove `path` durably; nothing if it is missing."""
+    name = os.fspath(path)
     try:
-        fd = os.open(path, flags, mode)
+        os.unlink(name)
+    except FileNotFoundError:
+        return
+    _sync_dirs(name)
+
+
+# Plain strings below: pathlib's objects cost a save more than its system calls.
+
+
+def _write(name: str, flags: int, mode: int, data: bytes) -> None:
+    """Write `data` to the file `name` and sync it; on failure, no file `name` is left."""
+    try:
+        fd = os.open(name, flags, mode)
     except FileNotFoundError:
         # The first write, or the directory was removed (/run is a tmpfs): made only then,
         # not before every write, which is twice on each claim's way.
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, flags, mode)
+        os.makedirs(os.path.dirname(name), exist_ok=True)
+        fd = os.open(name, flags, mode)
     try:
         view = memoryview(data)
         while view:
@@ -94,23 +110,15 @@ def _write(path: Path, flags: int, mode: int, data: bytes) -> None:
         os.fsync(fd)
     except OSError:
         # A part written (a full disk) must not pass for a file torn by a crash.
-        os.unlink(path)
+        os.unlink(name)
         raise
     finally:
         os.close(fd)
 
 
-def remove(path: Path) -> None:
-    """Remove `path` durably; nothing if it is missing."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
-    _sync_dirs(path.parent)
-
-
-def _sync_dirs(*directories: Path) -> None:
-    for directory in dict.fromkeys(directories):
+def _sync_dirs(*names: str) -> None:
+    """Make the directory entries of the files `names` durable."""
+    for directory in {os.path.dirname(name) for name in names}:
         dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.fsync(dfd)
@@ -118,7 +126,7 @@ def _sync_dirs(*directories: Path) -> None:
             os.close(dfd)
 
 
-def _exchange(a: Path, b: Path) -> bool:
+def _exchange(a: str, b: str) -> bool:
     """Swap two paths atomically. False if `b` does not exist or swapping is unsupported."""
     if _renameat2 is None:
         return False
@@ -129,4 +137,4 @@ def _exchange(a: Path, b: Path) -> bool:
         return False  # no file at b
     if err in _CANNOT_SWAP:
         return False
-    raise OSError(err, os.strerror(err), str(a), None, str(b))
+    raise OSError(err, os.strerror(err), a, None, b)
