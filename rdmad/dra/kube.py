@@ -1,0 +1,89 @@
+"""The API server, through the kubernetes client: the node's UID and its ResourceSlices.
+Blocking calls (urllib3), for rdmad/dra/slices.py's worker thread."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from rdmad.dra.slices import ApiFailed
+
+# Each call's (connect, read) bound: a slow API server fails the call, then backoff.
+REQUEST_TIMEOUT = (10.0, 30.0)
+
+
+def api_client(kubeconfig: str | None) -> client.ApiClient:
+    """From `kubeconfig` (the node's kubelet credentials), else the pod's service account."""
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, client_configuration=configuration
+        )
+    else:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return client.ApiClient(configuration)
+
+
+def _failed(call: str, e: Exception) -> ApiFailed:
+    if isinstance(e, ApiException):
+        return ApiFailed(f"{call}: {e.status} {e.reason}: {str(e.body or '').strip()[:200]}")
+    return ApiFailed(f"{call}: {e}")
+
+
+_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+class KubeSliceApi:
+    """rdmad/dra/slices.py's SliceApi on a kubernetes ApiClient."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._core = client.CoreV1Api(api)
+        self._resource = client.ResourceV1Api(api)
+
+    def node_uid(self, node: str) -> str:
+        try:
+            reply = self._core.read_node(node, _request_timeout=REQUEST_TIMEOUT)
+        except _ERRORS as e:
+            raise _failed(f"get node {node}", e) from e
+        if reply.metadata is None or not reply.metadata.uid:
+            raise ApiFailed(f"get node {node}: no uid in the reply")
+        return reply.metadata.uid
+
+    def list_slices(self, driver: str, node: str) -> list[dict[str, Any]]:
+        try:
+            reply = self._resource.list_resource_slice(
+                field_selector=f"spec.driver={driver},spec.nodeName={node}",
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except _ERRORS as e:
+            raise _failed("list resourceslices", e) from e
+        return [s.model_dump(by_alias=True, exclude_none=True, mode="json") for s in reply.items]
+
+    def create_slice(self, body: dict[str, Any]) -> None:
+        try:
+            self._resource.create_resource_slice(
+                client.V1ResourceSlice.model_validate(body), _request_timeout=REQUEST_TIMEOUT
+            )
+        except _ERRORS as e:
+            raise _failed("create resourceslice", e) from e
+
+    def replace_slice(self, name: str, body: dict[str, Any]) -> None:
+        try:
+            self._resource.replace_resource_slice(
+                name, client.V1ResourceSlice.model_validate(body), _request_timeout=REQUEST_TIMEOUT
+            )
+        except _ERRORS as e:
+            raise _failed(f"update resourceslice {name}", e) from e
+
+    def delete_slice(self, name: str) -> None:
+        try:
+            self._resource.delete_resource_slice(name, _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as e:
+            if e.status == 404:  # gone already: what we wanted
+                return
+            raise _failed(f"delete resourceslice {name}", e) from e
+        except _ERRORS as e:
+            raise _failed(f"delete resourceslice {name}", e) from e

@@ -1,0 +1,164 @@
+"""rdmad-dra: the command. Registers the driver with the kubelet and keeps the node's
+ResourceSlices equal to what rdmad offers; docs/kubernetes.md."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from dbus_fast import BusType
+from dbus_fast.aio import MessageBus
+from kubernetes.config.config_exception import ConfigException
+
+from rdmad.cli import bus_address
+from rdmad.dra.device_watch import DeviceWatch
+from rdmad.dra.kube import KubeSliceApi, api_client
+from rdmad.dra.node_service import dra_handlers
+from rdmad.dra.offer import offered
+from rdmad.dra.registration import registration_handler
+from rdmad.dra.slices import Pool, SlicePublisher
+from rdmad.dra.unix_server import serving
+
+log = logging.getLogger("rdmad.dra")
+
+DEFAULT_DRIVER = "rdma.rdmad.io"
+DEFAULT_REGISTRAR_DIR = "/var/lib/kubelet/plugins_registry"
+DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
+EXIT_FAILED = 1  # 2: a usage error, from argparse
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="rdmad-dra",
+        description="rdmad's Kubernetes DRA kubelet plugin: publishes this node's RDMA "
+        "devices (read from rdmad over D-Bus) as resource.k8s.io/v1 ResourceSlices. It does "
+        "not prepare claims yet.",
+    )
+    p.add_argument(
+        "--kubelet-registrar-directory-path",
+        default=DEFAULT_REGISTRAR_DIR,
+        metavar="DIR",
+        help=f"the kubelet's plugin registration directory (default {DEFAULT_REGISTRAR_DIR})",
+    )
+    p.add_argument(
+        "--kubelet-plugins-directory-path",
+        default=DEFAULT_PLUGINS_DIR,
+        metavar="DIR",
+        help=f"where the plugin's DRA socket goes, under DIR/DRIVER "
+        f"(default {DEFAULT_PLUGINS_DIR})",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig to reach the API server with (default: the pod's service account)",
+    )
+    p.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME", ""),
+        metavar="NAME",
+        help="this node's name in Kubernetes (default: $NODE_NAME)",
+    )
+    p.add_argument(
+        "--bus-address",
+        metavar="ADDRESS",
+        help="D-Bus address of rdmad's bus (default: $DBUS_SYSTEM_BUS_ADDRESS, else the "
+        "system bus)",
+    )
+    p.add_argument(
+        "--driver-name",
+        default=DEFAULT_DRIVER,
+        metavar="NAME",
+        help=f"the DRA driver's name, as DeviceClasses select it (default {DEFAULT_DRIVER})",
+    )
+    args = p.parse_args(argv)
+    if not args.node_name:
+        p.error("no node name: give --node-name or set NODE_NAME")
+    try:
+        args.bus_address = bus_address(args.bus_address)
+    except ValueError as e:
+        p.error(str(e))
+    return args
+
+
+async def follow_rdmad(watch: DeviceWatch, publisher: SlicePublisher) -> None:
+    """Hand the publisher a new offer after each signal that can change it."""
+    stale = asyncio.Event()
+    await watch.subscribe(stale.set)
+    while True:
+        state = await watch.read()
+        publisher.offer(offered(state.devices, state.netns_mode) if state else [])
+        await stale.wait()
+        stale.clear()
+
+
+async def run(args: argparse.Namespace) -> int:
+    pool = Pool(KubeSliceApi(api_client(args.kubeconfig)), args.driver_name, args.node_name)
+    publisher = SlicePublisher(pool)
+    bus = await MessageBus(bus_address=args.bus_address, bus_type=BusType.SYSTEM).connect()
+    driver = args.driver_name
+    endpoint = os.path.join(args.kubelet_plugins_directory_path, driver, "dra.sock")
+    reg_socket = os.path.join(args.kubelet_registrar_directory_path, f"{driver}-reg.sock")
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [
+        asyncio.ensure_future(publisher.run()),
+        asyncio.ensure_future(follow_rdmad(DeviceWatch(bus), publisher)),
+        asyncio.ensure_future(bus.wait_for_disconnect()),  # type: ignore[no-untyped-call]
+        asyncio.ensure_future(stop.wait()),
+    ]
+    try:
+        # The DRA socket first: the kubelet connects to it as soon as it registers us.
+        async with (
+            serving(endpoint, dra_handlers(driver)),
+            serving(reg_socket, [registration_handler(driver, endpoint, publisher.recheck)]),
+        ):
+            log.info(
+                "serving DRA driver %s for node %s: registration %s, DRA service %s; "
+                "rdmad on bus %s",
+                driver,
+                args.node_name,
+                reg_socket,
+                endpoint,
+                args.bus_address,
+            )
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        bus.disconnect()
+    if stop.is_set():
+        return 0
+    for task in done:
+        if task.exception() is not None:
+            log.error("stopped: %s", task.exception())
+            return EXIT_FAILED
+    log.error("stopped: the bus closed the connection")
+    return EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
+    try:
+        return asyncio.run(run(args))
+    except OSError as e:  # no bus, a socket path that cannot be served
+        print(f"rdmad-dra: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except ConfigException as e:  # no kubeconfig, not in a pod
+        print(f"rdmad-dra: no API server to publish to: {e}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""The node's ResourceSlices: one pool named after the node, owned by its Node object, made
+to match the offer through the API server, with backoff when the API server fails.
+
+The kubernetes client is synchronous (urllib3): its calls run on one worker thread, one at a
+time, while the event loop goes on following rdmad. The publisher wakes only when the offer
+changes or the kubelet registers the plugin again (it wipes a node's slices when it starts),
+and after a failure it waits out its backoff before it tries the newest offer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rdmad.dra.offer import in_slices
+
+log = logging.getLogger("rdmad.dra")
+
+API_VERSION = "resource.k8s.io/v1"
+_SAME = ("name", "attributes", "capacity")  # what makes a published device the wanted one
+
+
+class SliceApi(Protocol):
+    """What the publisher needs of the API server (rdmad/dra/kube.py). Blocking calls;
+    failures raise ApiFailed."""
+
+    def node_uid(self, node: str) -> str: ...
+    def list_slices(self, driver: str, node: str) -> list[dict[str, Any]]: ...
+    def create_slice(self, body: dict[str, Any]) -> None: ...
+    def replace_slice(self, name: str, body: dict[str, Any]) -> None: ...
+    def delete_slice(self, name: str) -> None: ...
+
+
+class ApiFailed(Exception):
+    """The API server refused a call or could not be reached."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    initial: float = 1.0
+    factor: float = 2.0
+    cap: float = 60.0
+
+    def delay(self, failures: int) -> float:
+        return float(min(self.cap, self.initial * self.factor ** max(0, failures - 1)))
+
+
+def _devices_of(slice_: dict[str, Any]) -> list[dict[str, Any]]:
+    devices = slice_["spec"].get("devices") or []
+    return [{k: d[k] for k in _SAME if d.get(k)} for d in devices]
+
+
+class Pool:
+    """The node's pool of this driver's devices, as the API server should hold it."""
+
+    def __init__(self, api: SliceApi, driver: str, node: str) -> None:
+        self._api = api
+        self.driver = driver
+        self.node = node
+        self._node_uid = ""
+
+    def _body(
+        self, devices: list[dict[str, Any]], generation: int, count: int, existing: str | None
+    ) -> dict[str, Any]:
+        metadata: dict[str, Any] = {
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "name": self.node,
+                    "uid": self._node_uid,
+                    "controller": True,
+                }
+            ]
+        }
+        if existing is None:
+            metadata["generateName"] = f"{self.node}-{self.driver}-"
+        else:
+            metadata["name"] = existing
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "ResourceSlice",
+            "metadata": metadata,
+            "spec": {
+                "driver": self.driver,
+                "nodeName": self.node,
+                "pool": {"name": self.node, "generation": generation, "resourceSliceCount": count},
+                "devices": devices,
+            },
+        }
+
+    def _current(self, slices: list[dict[str, Any]], wanted: list[list[dict[str, Any]]]) -> bool:
+        if len(slices) != len(wanted):
+            return False
+        generations = {s["spec"]["pool"].get("generation", 0) for s in slices}
+        for s, devices in zip(slices, wanted, strict=True):
+            owners = s["metadata"].get("ownerReferences") or []
+            if (
+                len(generations) != 1
+                or s["spec"]["pool"].get("name") != self.node
+                or s["spec"]["pool"].get("resourceSliceCount") != len(wanted)
+                or [o.get("uid") for o in owners] != [self._node_uid]
+                or _devices_of(s) != devices
+            ):
+                return False
+        return True
+
+    def sync(self, devices: list[dict[str, Any]]) -> bool:
+        """Make the API server's slices hold `devices`; True if anything was written.
+        Blocking; raises ApiFailed."""
+        if not self._node_uid:
+            self._node_uid = self._api.node_uid(self.node)
+        wanted = in_slices(devices)
+        slices = sorted(
+            self._api.list_slices(self.driver, self.node), key=lambda s: s["metadata"]["name"]
+        )
+        if self._current(slices, wanted):
+            return False
+        # A new generation for the whole pool: the scheduler takes only the newest one's
+        # slices, so it never sees a device twice or half a pool while slices are rewritten.
+        generation = 1 + max((s["spec"]["pool"].get("generation", 0) for s in slices), default=0)
+        for i, chunk in enumerate(wanted):
+            if i < len(slices):
+                name = slices[i]["metadata"]["name"]
+                body = self._body(chunk, generation, len(wanted), name)
+                body["metadata"]["resourceVersion"] = slices[i]["metadata"]["resourceVersion"]
+                self._api.replace_slice(name, body)
+            else:
+                self._api.create_slice(self._body(chunk, generation, len(wanted), None))
+        for extra in slices[len(wanted) :]:
+            self._api.delete_slice(extra["metadata"]["name"])
+        log.info(
+            "published %d devices of pool %s in %d slices, generation %d",
+            len(devices),
+            self.node,
+            len(wanted),
+            generation,
+        )
+        return True
+
+
+class SlicePublisher:
+    """Keeps the pool equal to the newest offer, from the event loop."""
+
+    def __init__(self, pool: Pool, backoff: Backoff = Backoff()) -> None:
+        self._pool = pool
+        self._backoff = backoff
+        self._wanted: list[dict[str, Any]] | None = None  # None: not read from rdmad yet
+        self._wake = asyncio.Event()
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kube-api")
+
+    def offer(self, devices: Sequence[dict[str, Any]]) -> None:
+        self._wanted = list(devices)
+        self._wake.set()
+
+    def recheck(self) -> None:
+        """Compare the API server's copy again (someone else may have deleted it)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        failures = 0
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                if self._wanted is None:
+                    continue
+                try:
+                    await loop.run_in_executor(self._executor, self._pool.sync, self._wanted)
+                except ApiFailed as e:
+                    failures += 1
+                    delay = self._backoff.delay(failures)
+                    log.warning("publishing ResourceSlices failed (%s); again in %g s", e, delay)
+                    await asyncio.sleep(delay)
+                    self._wake.set()
+                    continue
+                failures = 0
+        finally:
+            self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,279 @@
+"""A loopback Kubernetes API server for the contract tests: the Node and the
+resource.k8s.io/v1 ResourceSlice endpoints the plugin uses, on 127.0.0.1, in a thread of
+the test process (http.server).
+
+Every ResourceSlice it is given is validated as the real API server and the node
+authorizer would: it must deserialize into the kubernetes client's V1ResourceSlice, keep
+the API's limits (128 devices a slice, 32 attributes and capacities a device, string
+values of 64 bytes, DNS-label device names), name this node and driver, and be owned by the
+Node. A slice that fails is refused with 422 and its faults are kept in `invalid`, which
+the tests assert empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from kubernetes.client import V1ResourceSlice
+
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+DEVICES_PER_SLICE = 128
+ATTRIBUTES_AND_CAPACITIES = 32
+STRING_BYTES = 64
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+VALUE_KINDS = {"bool", "int", "string", "version"}
+
+
+class ApiServer:
+    def __init__(self, node: str, driver: str) -> None:
+        self.node = node
+        self.node_uid = str(uuid.uuid4())
+        self.driver = driver
+        self.slices: dict[str, dict[str, Any]] = {}
+        self.invalid: list[str] = []  # every refused slice's faults
+        self.writes = 0  # slices created, replaced or deleted
+        self.fail_writes = 0  # answer this many next writes with 500
+        self._versions = itertools.count(1)
+        self._changed = threading.Condition()
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+
+    @property
+    def url(self) -> str:
+        host, port = self._http.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def kubeconfig(self, directory: Path) -> Path:
+        path = directory / "kubeconfig"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "loopback", "cluster": {"server": self.url}}],
+            "users": [{"name": "node", "user": {"token": "node-token"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "loopback", "user": "node"}}],
+            "current-context": "c",
+        }
+        path.write_text(json.dumps(config))
+        return path
+
+    # --- what the tests read ---
+
+    def devices(self) -> dict[str, dict[str, Any]]:
+        """The pool's devices by name, from its newest generation's slices."""
+        with self._changed:
+            return self._devices()
+
+    def _devices(self) -> dict[str, dict[str, Any]]:
+        if not self.slices:
+            return {}
+        newest = max(s["spec"]["pool"]["generation"] for s in self.slices.values())
+        return {
+            d["name"]: d
+            for s in self.slices.values()
+            if s["spec"]["pool"]["generation"] == newest
+            for d in s["spec"].get("devices") or []
+        }
+
+    async def wait_for(
+        self, what: Callable[[dict[str, dict[str, Any]]], bool], timeout: float = 20.0
+    ) -> dict[str, dict[str, Any]]:
+        """The pool's devices once `what` holds for them (checked after each write)."""
+
+        def wait() -> dict[str, dict[str, Any]]:
+            with self._changed:
+                if not self._changed.wait_for(lambda: what(self._devices()), timeout):
+                    raise AssertionError(f"slices never matched; devices: {self._devices()}")
+                return self._devices()
+
+        return await asyncio.to_thread(wait)
+
+    # --- validation ---
+
+    def faults(self, body: dict[str, Any]) -> list[str]:
+        try:
+            # strict: a field the v1 model does not have (v1beta1's `basic`) is refused
+            model = V1ResourceSlice.model_validate(body)
+        except ValueError as e:  # pydantic's ValidationError
+            return [f"not a V1ResourceSlice: {e}"]
+        out = []
+        if model.spec is None or model.metadata is None:
+            return ["no spec or metadata"]
+        if (body.get("apiVersion"), body.get("kind")) != ("resource.k8s.io/v1", "ResourceSlice"):
+            out.append(f"apiVersion/kind {body.get('apiVersion')}/{body.get('kind')}")
+        spec = body["spec"]
+        if spec.get("driver") != self.driver:
+            out.append(f"driver {spec.get('driver')!r}")
+        if spec.get("nodeName") != self.node:  # the node authorizer allows only its own
+            out.append(f"nodeName {spec.get('nodeName')!r}")
+        pool = spec.get("pool", {})
+        if not pool.get("name") or not DNS_SUBDOMAIN.fullmatch(pool["name"]):
+            out.append(f"pool name {pool.get('name')!r}")
+        if not isinstance(pool.get("generation"), int) or pool["generation"] < 0:
+            out.append(f"pool generation {pool.get('generation')!r}")
+        if not isinstance(pool.get("resourceSliceCount"), int) or pool["resourceSliceCount"] < 1:
+            out.append(f"resourceSliceCount {pool.get('resourceSliceCount')!r}")
+        owners = body["metadata"].get("ownerReferences") or []
+        expected = {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": self.node_uid}
+        if [{k: o.get(k) for k in expected} for o in owners] != [expected]:
+            out.append(f"ownerReferences {owners}")
+        devices = spec.get("devices") or []
+        if len(devices) > DEVICES_PER_SLICE:
+            out.append(f"{len(devices)} devices")
+        names = [d.get("name", "") for d in devices]
+        if len(set(names)) != len(names):
+            out.append(f"device names repeat: {names}")
+        for d in devices:
+            out += [f"device {d.get('name')!r}: {f}" for f in self._device_faults(d)]
+        return out
+
+    def _device_faults(self, device: dict[str, Any]) -> list[str]:
+        out = []
+        if not DNS_LABEL.fullmatch(device.get("name", "")):
+            out.append("name is not a DNS label")
+        attributes = device.get("attributes") or {}
+        if len(attributes) + len(device.get("capacity") or {}) > ATTRIBUTES_AND_CAPACITIES:
+            out.append("over 32 attributes and capacities")
+        for key, value in attributes.items():
+            domain, _, short = key.rpartition("/")
+            if not C_IDENTIFIER.fullmatch(short) or (
+                domain and not DNS_SUBDOMAIN.fullmatch(domain)
+            ):
+                out.append(f"attribute name {key!r}")
+            if len(value) != 1 or not set(value) <= VALUE_KINDS:
+                out.append(f"attribute {key}: not exactly one value: {value}")
+            text = value.get("string")
+            if text is not None and len(text.encode()) > STRING_BYTES:
+                out.append(f"attribute {key}: {len(text.encode())} bytes")
+        return out
+
+    # --- HTTP ---
+
+    def _write(self, method: str, name: str, body: dict[str, Any] | None) -> tuple[int, Any]:
+        with self._changed:
+            if self.fail_writes:
+                self.fail_writes -= 1
+                return 500, _status(500, "InternalError", "the test made this write fail")
+            if method == "DELETE":
+                if self.slices.pop(name, None) is None:
+                    return 404, _status(404, "NotFound", f"resourceslices {name!r} not found")
+                reply: Any = _status(200, "", "")
+            else:
+                assert body is not None
+                faults = self.faults(body)
+                if faults:
+                    self.invalid += faults
+                    return 422, _status(422, "Invalid", "; ".join(faults))
+                meta = body["metadata"]
+                if method == "POST":
+                    name = meta.pop("generateName") + uuid.uuid4().hex[:5]
+                    meta["name"], meta["uid"] = name, str(uuid.uuid4())
+                elif name not in self.slices:
+                    return 404, _status(404, "NotFound", f"resourceslices {name!r} not found")
+                elif (
+                    meta.get("resourceVersion") != self.slices[name]["metadata"]["resourceVersion"]
+                ):
+                    return 409, _status(409, "Conflict", "the object has been modified")
+                meta["resourceVersion"] = str(next(self._versions))
+                self.slices[name] = reply = body
+            self.writes += 1
+            self._changed.notify_all()
+            return (201 if method == "POST" else 200), reply
+
+    def _list(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        wanted = dict(r.split("=", 1) for r in query.get("fieldSelector", [""])[0].split(",") if r)
+        assert set(wanted) <= {"spec.driver", "spec.nodeName"}, wanted
+        with self._changed:
+            items = [
+                s
+                for s in self.slices.values()
+                if all(s["spec"].get(k.removeprefix("spec.")) == v for k, v in wanted.items())
+            ]
+            return {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSliceList",
+                "metadata": {"resourceVersion": str(next(self._versions))},
+                "items": json.loads(json.dumps(items)),
+            }
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _reply(self, code: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self) -> dict[str, Any]:
+                size = int(self.headers.get("Content-Length", "0"))
+                body: dict[str, Any] = json.loads(self.rfile.read(size) or b"{}")
+                return body
+
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                if url.path == f"/api/v1/nodes/{server.node}":
+                    node = {"name": server.node, "uid": server.node_uid}
+                    self._reply(200, {"apiVersion": "v1", "kind": "Node", "metadata": node})
+                elif url.path == SLICES:
+                    self._reply(200, server._list(parse_qs(url.query)))
+                else:
+                    self._reply(404, _status(404, "NotFound", url.path))
+
+            def do_POST(self) -> None:
+                assert urlparse(self.path).path == SLICES, self.path
+                self._reply(*server._write("POST", "", self._body()))
+
+            def do_PUT(self) -> None:
+                name = urlparse(self.path).path.removeprefix(SLICES + "/")
+                self._reply(*server._write("PUT", name, self._body()))
+
+            def do_DELETE(self) -> None:
+                name = urlparse(self.path).path.removeprefix(SLICES + "/")
+                self._body()
+                self._reply(*server._write("DELETE", name, None))
+
+        return Handler
+
+    @contextmanager
+    def running(self) -> Iterator[ApiServer]:
+        thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._http.shutdown()
+            self._http.server_close()
+            thread.join()
+
+
+def _version(slice_: dict[str, Any]) -> Any:
+    return slice_["metadata"]["resourceVersion"]
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "status": "Success" if code < 300 else "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }

@@ -1,0 +1,107 @@
+"""rdmad-dra as a real process, as systemd or a DaemonSet runs it, with its kubelet
+directories under a test's temp dir and the loopback API server as its cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.dra.apiserver import ApiServer
+from tests.support.daemon import ROOT
+
+WAIT = 60.0
+
+
+@dataclass
+class Plugin:
+    proc: asyncio.subprocess.Process
+    registry_dir: Path
+    plugins_dir: Path
+    driver: str
+    log: list[str] = field(default_factory=list)
+    _logged: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registry_dir / f"{self.driver}-reg.sock"
+
+    @property
+    def endpoint(self) -> Path:
+        return self.plugins_dir / self.driver / "dra.sock"
+
+    async def wait_log(self, text: str, timeout: float = WAIT) -> str:
+        """The first line of the plugin's stderr that holds `text`."""
+
+        async def scan() -> str:
+            while True:
+                for line in self.log:
+                    if text in line:
+                        return line
+                self._logged.clear()
+                await self._logged.wait()
+
+        try:
+            return await asyncio.wait_for(scan(), timeout)
+        except TimeoutError:
+            raise AssertionError(f"rdmad-dra never logged {text!r}: {self.log}") from None
+
+    async def stop(self) -> int:
+        """SIGTERM, as systemd and the kubelet stop it; its exit status."""
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.proc.wait(), WAIT)
+
+
+def argv(api: ApiServer, bus_address: str, workdir: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "rdmad.dra.plugin",
+        "--kubelet-registrar-directory-path",
+        str(workdir / "plugins_registry"),
+        "--kubelet-plugins-directory-path",
+        str(workdir / "plugins"),
+        "--kubeconfig",
+        str(api.kubeconfig(workdir)),
+        "--node-name",
+        api.node,
+        "--bus-address",
+        bus_address,
+        "--driver-name",
+        api.driver,
+    ]
+
+
+@contextlib.asynccontextmanager
+async def running_plugin(api: ApiServer, bus_address: str, workdir: Path) -> AsyncIterator[Plugin]:
+    """Started, and serving once it has said so on stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv(api, bus_address, workdir),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    plugin = Plugin(proc, workdir / "plugins_registry", workdir / "plugins", api.driver)
+
+    async def read_log() -> None:  # and keep the pipe drained, or its logging blocks
+        assert proc.stderr is not None
+        while line := await proc.stderr.readline():
+            plugin.log.append(line.decode(errors="replace").rstrip())
+            plugin._logged.set()
+
+    reader = asyncio.ensure_future(read_log())
+    try:
+        await plugin.wait_log("serving DRA driver")
+        yield plugin
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await reader
