@@ -27,7 +27,7 @@ from tests.cni.conftest import run_plugin
 from tests.cni.podman import Podman
 from tests.soak.clock import Clock
 from tests.soak.node import Node, Slot
-from tests.soak.schedule import Action
+from tests.soak.schedule import DEVICES, Action
 from tests.support.daemon import BUS_NAME, Client, DBusCallError
 
 CALL_TIMEOUT = 40.0  # longer than any fault's window: an unanswered call is an outcome
@@ -37,9 +37,13 @@ CALL_TIMEOUT = 40.0  # longer than any fault's window: an unanswered call is an 
 class Tally:
     outcomes: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # kind, op, result
     acks: dict[str, dict[str, float]] = field(default_factory=dict)  # node -> claim id -> when
+    details: dict[tuple[str, str, str], str] = field(default_factory=dict)  # the first of each
 
-    def count(self, actor: str, op: str, result: str) -> None:
-        self.outcomes[(actor.rstrip("0123456789"), op, result)] += 1
+    def count(self, actor: str, op: str, result: str, detail: str = "") -> None:
+        key = (actor.rstrip("0123456789"), op, result)
+        self.outcomes[key] += 1
+        if detail:
+            self.details.setdefault(key, detail)
 
     def ack(self, node: str, claim_id: str) -> None:
         self.acks.setdefault(node, {})[claim_id] = time.monotonic()
@@ -92,12 +96,14 @@ class BusClaimer:
                 client = await self.client(node)
                 result = await getattr(self, action.op)(client, args)
         except (DBusCallError, TimeoutError, OSError, EOFError, ConnectionError) as exc:
-            result = outcome_of(exc)
+            result, detail = outcome_of(exc), str(exc)
             if not isinstance(exc, DBusCallError):
                 self.clients.pop(node.name, None)
+        else:
+            detail = ""
         op = f"{action.op}-{args['kind']}" if action.op == "claim" else action.op
         outcome, _, claim_id = result.partition(" ")
-        self.world.tally.count(self.name, op, outcome)
+        self.world.tally.count(self.name, op, outcome, detail)
         if claim_id:
             self.world.tally.ack(node.name, claim_id)
             self.held.setdefault(node.name, []).append(claim_id)
@@ -158,8 +164,11 @@ class CniActor:
         self.cni_path = cni_path
         self.live: list[Attachment] = []
         self.serial = 0
+        self.detail = ""  # the last failure's error object and stderr
 
     def conf(self, node: Node, **keys: Any) -> dict[str, Any]:
+        """The network config; its route's destination is the attachment's own (two
+        attachments with one route in one netns: the second route exists already)."""
         index = sorted(self.world.nodes).index(node.name)
         subnet = f"10.{77 + index}.{int(self.name[3:])}.0/24"
         return {
@@ -170,7 +179,7 @@ class CniActor:
             "ipam": {
                 "type": "host-local",
                 "subnet": subnet,
-                "routes": [{"dst": f"10.{90 + index}.0.0/16"}],
+                "routes": [{"dst": f"10.{90 + index}.{self.serial % 250}.0/24"}],
                 "dataDir": str(self.world.workdir / "ipam"),
             },
             **keys,
@@ -186,14 +195,15 @@ class CniActor:
     def result_of(self, done: Any) -> str:
         if done.code == 0:
             return "ok"
-        msg = str((done.out or {}).get("msg", ""))
-        return f"error-{(done.out or {}).get('code', done.code)}:{msg.split(':', 1)[0][:30]}"
+        self.detail = f"{done.out} {done.stderr.strip()}"
+        return f"error-{(done.out or {}).get('code', done.code)}"
 
     async def do(self, action: Action) -> None:
         node = self.world.nodes[action.args["node"]]
         verbs = {"add": self.add, "check": self.check, "del": self.delete, "gc": self.gc}
+        self.detail = ""
         result = await verbs[action.op](node, action.args)
-        self.world.tally.count(self.name, action.op, result)
+        self.world.tally.count(self.name, action.op, result, self.detail)
 
     def mine(self, node: Node) -> list[Attachment]:
         return [a for a in self.live if a.node == node.name]
@@ -246,7 +256,8 @@ class CniActor:
 
 
 class PodmanActor:
-    """Containers on the shared node's rdmad network (shared claims of sim0/sim1)."""
+    """Containers on the shared node's rdmad network: shared claims of its last device,
+    which no other actor claims (a whole claim of it would refuse every container)."""
 
     def __init__(self, world: World, podman: Podman) -> None:
         self.world = world
@@ -254,6 +265,7 @@ class PodmanActor:
         self.serial = 0
         self.running: list[str] = []
         self.killed: list[str] = []
+        self.detail = ""  # the last failure's stderr
         node = world.nodes["shared"]
         podman.add_network(
             "soakrdma",
@@ -261,7 +273,7 @@ class PodmanActor:
                 "type": "rdmad",
                 "busAddress": node.bus.address,
                 "shared": True,
-                "selector": {"netdev": node.devices["sim0"].pair.host},
+                "device": f"sim{DEVICES - 1}",
                 "ipam": {
                     "type": "host-local",
                     "subnet": "10.88.99.0/24",
@@ -275,11 +287,13 @@ class PodmanActor:
             await asyncio.to_thread(self.podman, *args)
             return "ok"
         except AssertionError as exc:
-            return "error:" + str(exc).rsplit("failed", 1)[-1].strip()[:40]
+            self.detail = str(exc)
+            return "error"
 
     async def do(self, action: Action) -> None:
+        self.detail = ""
         result = await getattr(self, action.op)(action.args["pick"])
-        self.world.tally.count("podman", action.op, result)
+        self.world.tally.count("podman", action.op, result, self.detail)
 
     async def run(self, _pick: int) -> str:
         self.serial += 1

@@ -31,7 +31,7 @@ from tests.support.daemon import ROOT, RdmadProcess
 from tests.support.exporter import Exporter, running_exporter
 from tests.support.faulty_rdmad import RCVBUF
 from tests.support.invariants import HostSettings, host_settings
-from tests.support.net import VethPair, ip, link, unique_name
+from tests.support.net import VethPair, eventually, ip, link, unique_name
 
 # rtnetlink's event socket is this small so that a flood overruns it (as in test_overrun).
 SOAK_RCVBUF = "32768"
@@ -315,7 +315,17 @@ class Slot:
                     *("ip", "netns", "exec", self.name, "sleep", "infinity"),
                     stdin=asyncio.subprocess.DEVNULL,
                 )
+                # pid:PID names its netns only once `ip netns exec` has entered it
+                await eventually(self._holder_inside, 10, f"the holder to enter {self.name}")
             return self.name
+
+    def _holder_inside(self) -> bool:
+        assert self.holder is not None
+        try:
+            inside = os.stat(f"/proc/{self.holder.pid}/ns/net").st_ino
+        except FileNotFoundError:
+            return False
+        return inside == os.stat(f"/run/netns/{self.name}").st_ino
 
     async def delete(self) -> bool:
         """Delete it as a dying pod's netns goes: the name, then its last process. Whether

@@ -67,6 +67,9 @@ class Result:
         for (kind, op), results in sorted(by_op.items()):
             detail = ", ".join(f"{r} {n}" for r, n in results.most_common())
             lines.append(f"  {kind:<8} {op:<16} {sum(results.values()):5d}: {detail}")
+        lines.append("  the first message of each refusal or failure:")
+        for (kind, op, result), detail in sorted(self.tally.details.items()):
+            lines.append(f"    {kind} {op} {result}: {' '.join(detail.split())[:240]}")
         for name, verdict in sorted(self.last.items()):
             figures = ", ".join(f"{k} {v}" for k, v in sorted(verdict.figures.items()))
             lines.append(f"  final state {name}: {figures}")

@@ -18,12 +18,19 @@ from typing import Any
 # The two nodes: the kernel's RDMA netns mode is one per host and changes only while no other
 # netns exists, so shared claims and netdev=false claims need one rdmad in each mode.
 NODES = {"shared": ("whole", "shared"), "exclusive": ("whole", "nodev")}
-DEVICES = 6  # sim devices per node
+DEVICES = 6  # sim devices per node; the last is the podman actor's, on the shared node
+CLAIMABLE = DEVICES - 1  # the bus and CNI actors' devices
 SLOTS = 6  # netns slots, shared by every actor and both nodes
 BUS_CLIENTS = 6
 CNI_ACTORS = 2
 FORMS = ("name", "path", "pid")
 CHECK_EVERY = 15.0
+# A macvlan cannot be larger than its parent (1500): 9000 is for whole devices.
+MTUS: dict[str, list[int | None]] = {
+    "whole": [None, 1400, 9000],
+    "shared": [None, 1400],
+    "nodev": [None],
+}
 FAULT_KINDS = ("sigkill", "sigstop", "bus-restart", "netlink-flood", "disk-full")
 
 
@@ -67,13 +74,14 @@ def _bus_client(rng: random.Random, name: str, seconds: float) -> list[Action]:
     for t in _times(rng, seconds, 0.3, 1.5):
         node = rng.choice(sorted(NODES))
         if rng.random() < 0.55:
+            kind = rng.choice(NODES[node])
             args = {
                 "node": node,
-                "device": f"sim{rng.randrange(DEVICES)}",
-                "kind": rng.choice(NODES[node]),
+                "device": f"sim{rng.randrange(CLAIMABLE)}",
+                "kind": kind,
                 "form": rng.choice(FORMS),
                 "slot": rng.randrange(SLOTS),
-                "mtu": rng.choice([None, 1400, 9000]),
+                "mtu": rng.choice(MTUS[kind]),
             }
             out.append(Action(t, name, "claim", args))
         else:
@@ -90,7 +98,7 @@ def _cni(rng: random.Random, name: str, seconds: float) -> list[Action]:
         args: dict[str, Any] = {"node": node, "pick": rng.randrange(1000)}
         if op == "add":
             args |= {
-                "device": f"sim{rng.randrange(DEVICES)}",
+                "device": f"sim{rng.randrange(CLAIMABLE)}",
                 "shared": node == "shared" and rng.random() < 0.6,
                 "slot": rng.randrange(SLOTS),
             }
