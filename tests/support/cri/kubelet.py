@@ -1,0 +1,95 @@
+"""The kubelet's side of CRI, in the order it makes the calls: a pod sandbox (which runs the
+CNI ADD), then each container: ImageStatus, CreateContainer (with the CDI devices a DRA
+driver's NodePrepareResources returned, in CRI's CDIDevices), StartContainer. The messages
+carry what the kubelet puts in them that containerd acts on: the pod's metadata (its uid
+reaches CNI as K8S_POD_UID), the kubelet's labels, log paths."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support.cri.client import Cri, Exec
+from tests.support.cri.containerd import IMAGE
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    namespace: str
+    uid: str
+    sandbox_id: str
+    config: Any  # the PodSandboxConfig it was made with; CreateContainer takes it again
+
+
+@dataclass(frozen=True)
+class Container:
+    pod: Pod
+    id: str
+
+
+class Kubelet:
+    def __init__(self, cri: Cri, logs: Path) -> None:
+        self.cri = cri
+        self.logs = logs  # /var/log/pods on a node
+
+    async def run_pod(self, name: str, namespace: str = "team") -> Pod:
+        pb = self.cri.pb
+        uid = str(uuid.uuid4())
+        config = pb.PodSandboxConfig(
+            metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=0),
+            hostname=name,
+            log_directory=str(self.logs / f"{namespace}_{name}_{uid}"),
+            labels={
+                "io.kubernetes.pod.name": name,
+                "io.kubernetes.pod.namespace": namespace,
+                "io.kubernetes.pod.uid": uid,
+            },
+        )
+        return Pod(name, namespace, uid, await self.cri.run_pod_sandbox(config), config)
+
+    async def run_container(
+        self,
+        pod: Pod,
+        name: str,
+        cdi_devices: tuple[str, ...] = (),
+        command: tuple[str, ...] = ("/bin/sleep", "3600"),
+    ) -> Container:
+        """A started container in `pod`, with the CDI devices named (`kind=name` each)."""
+        pb = self.cri.pb
+        assert await self.cri.image_id(IMAGE), f"{IMAGE} is not in the runtime"
+        config = pb.ContainerConfig(
+            metadata=pb.ContainerMetadata(name=name, attempt=0),
+            image=pb.ImageSpec(image=IMAGE),
+            command=list(command),
+            log_path=f"{name}/0.log",
+            labels={
+                "io.kubernetes.container.name": name,
+                "io.kubernetes.pod.name": pod.name,
+                "io.kubernetes.pod.namespace": pod.namespace,
+                "io.kubernetes.pod.uid": pod.uid,
+            },
+            CDI_devices=[pb.CDIDevice(name=d) for d in cdi_devices],
+        )
+        container_id = await self.cri.create_container(pod.sandbox_id, config, pod.config)
+        await self.cri.start_container(container_id)
+        return Container(pod, container_id)
+
+    async def exec(self, container: Container, *cmd: str) -> Exec:
+        """`cmd` in the container (ExecSync, as `kubectl exec` reaches it); must exit 0."""
+        done = await self.cri.exec_sync(container.id, *cmd)
+        assert done.exit_code == 0, f"{' '.join(cmd)} in the container: {done}"
+        return done
+
+    async def pod_ip(self, pod: Pod) -> str:
+        """The pod's IP as the kubelet reads it (PodSandboxStatus), from the CNI result."""
+        status = await self.cri.pod_sandbox_status(pod.sandbox_id)
+        return str(status.network.ip)
+
+    async def stop_pod(self, pod: Pod) -> None:
+        await self.cri.stop_pod_sandbox(pod.sandbox_id)
+
+    async def remove_pod(self, pod: Pod) -> None:
+        await self.cri.remove_pod_sandbox(pod.sandbox_id)
