@@ -21,12 +21,12 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from dbus_fast import BusType, Message, MessageType, Variant
-from dbus_fast._private.address import parse_address  # what MessageBus parses it with
 from dbus_fast.aio import MessageBus
 from dbus_fast.errors import DBusError, InvalidAddressError
 
 from rdmad import __version__
 from rdmad.argtypes import positive_seconds
+from rdmad.bus.address import check_bus_address
 from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.names import (
     BUS_NAME,
@@ -174,7 +174,7 @@ def bus_address(given: str | None) -> str:
     ):
         if address:
             try:
-                parse_address(address)
+                check_bus_address(address)
             except InvalidAddressError as exc:
                 raise ValueError(
                     f"{source}: {address!r} is not a D-Bus address ({exc}); "

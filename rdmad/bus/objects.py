@@ -123,14 +123,12 @@ class ManagerInterface(ServiceInterface):
         resolver: NetnsResolver,
         credentials: Credentials,
         claim_exported: Callable[[Claim], str],
-        fds_negotiated: bool,
     ) -> None:
         super().__init__(MANAGER_IFACE)
         self._core = core
         self._resolver = resolver
         self._credentials = credentials
         self._claim_exported = claim_exported
-        self._fds_negotiated = fds_negotiated
 
     @dbus_method()
     @bus_errors
@@ -176,13 +174,10 @@ class ManagerInterface(ServiceInterface):
         try:
             with counted(self._core.stats, "claim"):
                 await self._credentials.require_privileged("ClaimFd")
-                if not self._fds_negotiated:
-                    raise InvalidArgs("this connection of rdmad cannot receive file descriptors")
                 parsed = claim_options(options)
                 target = self._resolver.adopt_fd(netns)  # dup'ed: ours is closed below
         finally:
-            if self._fds_negotiated:
-                os.close(netns)  # dbus-fast hands received fds over and never closes them
+            os.close(netns)  # dbus-fast hands received fds over and never closes them
         claim = await self._core.claim(device, target, parsed)
         return self._claim_exported(claim)
 

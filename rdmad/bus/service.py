@@ -14,16 +14,11 @@ sees the name can already call everything.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import socket
-from collections.abc import Callable
-from typing import Any
 
 from dbus_fast import BusType, Message, NameFlag, RequestNameReply, Variant
 from dbus_fast.aio import MessageBus
-from dbus_fast.send_reply import SendReply
-from dbus_fast.service import ServiceInterface, _Method
+from dbus_fast.service import ServiceInterface
 
 from rdmad.backend import NetnsResolver
 from rdmad.bus.credentials import Credentials
@@ -55,10 +50,10 @@ class NameTaken(RuntimeError):
 class _PatientSocket:
     """The bus socket as dbus-fast's writer sees it, with EAGAIN meaning "not now".
 
-    dbus-fast (like dbus-next, python-dbus-next#153) takes EAGAIN from a full socket as a
-    lost connection, so a burst of replies (64 clients calling ListDevices) made rdmad
-    exit. Reporting 0 bytes sent makes its writer wait for the socket to drain instead.
-    sendmsg (fd passing) is left alone: rdmad never sends fds.
+    dbus-fast's writer takes EAGAIN from a full socket as a lost connection, so a burst of
+    replies (64 clients calling ListDevices) made rdmad exit. Reporting 0 bytes sent makes
+    it wait for the socket to drain instead. sendmsg (fd passing) is left alone: rdmad
+    never sends fds.
     """
 
     def __init__(self, sock: socket.socket) -> None:
@@ -75,19 +70,16 @@ class _PatientSocket:
 
 
 class RdmadMessageBus(MessageBus):
-    """A MessageBus that
-    - survives a full socket (see _PatientSocket);
-    - sends ObjectManager.InterfacesAdded/Removed from the manager's path, as the D-Bus
-      spec says and GDBus/sd-bus clients expect (stock dbus-fast sends them from the child
-      object's own path, which ObjectManager clients ignore);
-    - finds a signal's object path in a dict: stock dbus-fast searches every exported
-      object for each signal, 1000+ of them on a big node;
-    - replies to an async method at the end of the method's own run (see
-      _make_method_handler)."""
+    """The system bus (or `bus_address`), with unix fd passing on (ClaimFd needs it), and
+    two dbus-fast bugs worked around through its private members (docs/kernel-notes.md,
+    "dbus-fast"; tests/bus/test_dbus_fast_contract.py):
+    - a full socket is back-pressure, not a lost connection (_PatientSocket);
+    - ObjectManager.InterfacesAdded/Removed come from the manager's path, as the D-Bus
+      spec says and GDBus/sd-bus clients expect (stock dbus-fast sends them from the
+      child object's own path, which ObjectManager clients ignore)."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._paths: dict[ServiceInterface, str] = {}
+    def __init__(self, bus_address: str | None = None) -> None:
+        super().__init__(bus_address=bus_address, bus_type=BusType.SYSTEM, negotiate_unix_fd=True)
 
     async def connect(self) -> MessageBus:
         await super().connect()
@@ -96,70 +88,8 @@ class RdmadMessageBus(MessageBus):
         writer.sock = _PatientSocket(writer.sock)  # type: ignore[assignment]
         return self
 
-    def export(self, path: str, interface: ServiceInterface) -> None:
-        super().export(path, interface)
-        self._paths[interface] = path
-
-    def unexport(self, path: str, interface: ServiceInterface | str | None = None) -> None:
-        before = list(self._path_exports.get(path, {}).values())
-        super().unexport(path, interface)  # dbus-fast decides which of them go
-        after = self._path_exports.get(path, {}).values()
-        for i in before:
-            if i not in after:
-                self._paths.pop(i, None)
-
-    def _interface_signal_notify(
-        self,
-        interface: ServiceInterface,
-        interface_name: str,
-        member: str,
-        signature: str,
-        body: list[Any],
-        unix_fds: list[int] | None = None,
-    ) -> None:
-        path = self._paths.get(interface)
-        if path is None:  # not exported by us: dbus-fast's own search and error
-            super()._interface_signal_notify(
-                interface, interface_name, member, signature, body, unix_fds or []
-            )
-            return
-        self.send(Message.new_signal(path, interface_name, member, signature, body, unix_fds))
-
-    def _make_method_handler(
-        self, interface: ServiceInterface, method: _Method
-    ) -> Callable[[Message, Callable[[Message], None]], None]:
-        """Stock dbus-fast replies to an async method from its task's done callback, which
-        asyncio runs a loop turn after the method returns. When many calls finish in one turn
-        (64 shared claims at once resume together), every reply waited for the last of them:
-        each claim's reply at 1.5-2x the time the same claim of a serial sequence was done
-        (docs/performance.md, "Bursts"). Here the reply is sent as the method returns, with
-        the same error replies (SendReply); calls that want no reply keep the stock path."""
-        stock = super()._make_method_handler(interface, method)
-        if not inspect.iscoroutinefunction(method.fn):
-            return stock
-        negotiate_fds = self._negotiate_unix_fd
-
-        async def run(msg: Message, send_reply: SendReply) -> None:
-            with send_reply:
-                args = ServiceInterface._msg_body_to_args(msg) if msg.unix_fds else msg.body
-                result = await method.fn(interface, *args)
-                body, fds = ServiceInterface._fn_result_to_body(
-                    result, method.out_signature_tree, replace_fds=negotiate_fds
-                )
-                send_reply(Message.new_method_return(msg, method.out_signature, body, fds))
-
-        def handler(msg: Message, send_reply: Callable[[Message], None]) -> None:
-            if not isinstance(send_reply, SendReply):  # NO_REPLY_EXPECTED
-                stock(msg, send_reply)
-                return
-            task = asyncio.ensure_future(run(msg, send_reply))
-            self._pending_futures.add(task)  # a strong reference until it is done
-            task.add_done_callback(self._pending_futures.discard)
-
-        return handler
-
     def _emit_interface_added(self, path: str, interface: ServiceInterface) -> None:
-        if self._disconnected or not path.startswith(MANAGER_PATH + "/"):
+        if not self.connected or not path.startswith(MANAGER_PATH + "/"):
             return
         props = getattr(interface, "all_properties", None)
         body: dict[str, dict[str, Variant]] = {interface.name: props() if props else {}}
@@ -170,7 +100,7 @@ class RdmadMessageBus(MessageBus):
         )
 
     def _emit_interface_removed(self, path: str, removed_interfaces: list[str]) -> None:
-        if self._disconnected or not path.startswith(MANAGER_PATH + "/"):
+        if not self.connected or not path.startswith(MANAGER_PATH + "/"):
             return
         self.send(
             Message.new_signal(
@@ -183,10 +113,10 @@ class RdmadMessageBus(MessageBus):
         )
 
 
-async def connect_bus(address: str | None = None) -> MessageBus:
+async def connect_bus(address: str | None = None) -> RdmadMessageBus:
     """Connect to `address`, or the system bus (DBUS_SYSTEM_BUS_ADDRESS is honoured by
-    dbus-fast). Unix fd passing is on: ClaimFd needs it."""
-    bus = RdmadMessageBus(bus_address=address, bus_type=BusType.SYSTEM, negotiate_unix_fd=True)
+    dbus-fast)."""
+    bus = RdmadMessageBus(address)
     await bus.connect()
     return bus
 
@@ -195,14 +125,16 @@ class Service(CoreObserver):
     """Owns the exported objects; a CoreObserver."""
 
     def __init__(
-        self, bus: MessageBus, core: CoreAPI, resolver: NetnsResolver, allowed_gid: int | None
+        self,
+        bus: RdmadMessageBus,
+        core: CoreAPI,
+        resolver: NetnsResolver,
+        allowed_gid: int | None,
     ) -> None:
         self.bus = bus
         self.core = core
         self.credentials = Credentials(bus, allowed_gid)
-        self.manager = ManagerInterface(
-            core, resolver, self.credentials, self._export_claim, bus._negotiate_unix_fd
-        )
+        self.manager = ManagerInterface(core, resolver, self.credentials, self._export_claim)
         self._devices: dict[str, DeviceInterface] = {}
         self._claims: dict[str, ClaimInterface] = {}
 
@@ -284,7 +216,7 @@ class Service(CoreObserver):
 
 
 async def start_service(
-    bus: MessageBus,
+    bus: RdmadMessageBus,
     core: CoreAPI,
     resolver: NetnsResolver,
     allowed_gid: int | None = None,

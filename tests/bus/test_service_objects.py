@@ -53,6 +53,15 @@ async def test_release_on_the_claim_object_removes_it_and_says_why(live: Live) -
     assert await live.call("ListClaims") == [[]]
 
 
+async def test_object_manager_signals_come_from_the_manager_only(live: Live) -> None:
+    # Stock dbus-fast sends them from the object's own path (tests/bus/test_dbus_fast_contract.py)
+    (path,) = await live.call("Claim", "ssa{sv}", ["mlx5_0", "ns1", {"shared": Variant("b", True)}])
+    await live.call("Release", path=path, interface=CLAIM_IFACE)
+    await live.wait_signal(_named("Released"))  # sent after the claim's InterfacesRemoved
+    sent = [(m.member, m.path) for m in live.signals if m.interface == OBJECT_MANAGER_IFACE]
+    assert sent == [("InterfacesAdded", MANAGER_PATH), ("InterfacesRemoved", MANAGER_PATH)]
+
+
 async def test_claim_fd_takes_a_netns_fd(live: Live) -> None:
     fd = os.open("/proc/self/ns/net", os.O_RDONLY)
     try:
