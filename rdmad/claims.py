@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
-from rdmad.model import Claim, HostConfig, NetnsMode
+from rdmad.model import Claim, HostConfig
 
 
 class ClaimBook:
     """Written by the core only. Plain records and queries: nothing here touches the kernel."""
 
     def __init__(self) -> None:
-        self.netns_mode = NetnsMode.UNAVAILABLE
         self.claims: dict[str, Claim] = {}
         # Netdevs whose netns died before the kernel handed them back: restore on return.
         self.pending_restores: list[HostConfig] = []

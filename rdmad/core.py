@@ -96,7 +96,16 @@ class Core:
         self._inv = Inventory()
         self._book = ClaimBook()
         self._observers = Observers()
-        self._tracker = InventoryTracker(self._inv, net, rdma, self._book, self._observers, self)
+        self._tracker = InventoryTracker(
+            self._inv,
+            net,
+            rdma,
+            self._book,
+            self._observers,
+            end_claim=self.end_claim,
+            reread_gids=self.reread_gids,
+            retry_restores=self.retry_restores,
+        )
         self._giveback = GiveBack(net, rdma, resolver, self._inv, self._book, self._tracker)
         # Released(reconciled) found at start, announced once observers are attached.
         self._startup_releases: list[Claim] = []
@@ -106,11 +115,11 @@ class Core:
     # ------------------------------------------------------------------ mode, observers
     @property
     def netns_mode(self) -> NetnsMode:
-        return self._book.netns_mode
+        return self._tracker.netns_mode
 
     @netns_mode.setter
     def netns_mode(self, mode: NetnsMode) -> None:
-        self._book.netns_mode = mode
+        self._tracker.netns_mode = mode
 
     def add_observer(self, observer: CoreObserver) -> None:
         self._observers.add(observer)
@@ -209,6 +218,12 @@ class Core:
             self._inv.replace_devices(listed, keep=self._book.moved_devices())
         await self._reconcile()
         self._tracker.start()
+
+    async def quiesce(self) -> None:
+        """Wait until the kernel events queued so far are applied and all they set going is
+        done, but for what waits for the kernel to report more (a netdev not home yet): at
+        shutdown, so that a claim being ended is not cut off half-way."""
+        await self._tracker.quiesce()
 
     async def close(self) -> None:
         await self._tracker.close()
@@ -536,7 +551,7 @@ class Core:
         """Queue a kernel event; the tracker applies them in order."""
         self._tracker.handle(event)
 
-    # What the tracker asks of the claims: see rdmad.tracking.ClaimKeeper.
+    # What the tracker finds about claims in the kernel's events: see InventoryTracker.
     async def retry_restores(self) -> None:
         await self._giveback.restore_pending()
         self._save()

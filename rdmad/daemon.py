@@ -160,6 +160,9 @@ async def _shutdown(
 ) -> None:
     for source in sources:
         await source.stop()
+    # A claim the kernel ended is given back to the end rather than cut off half-way (which
+    # the next start would finish): only what waits for news from the kernel is cancelled.
+    await core.quiesce()
     await core.close()
     await rdma.close()
     await net.close()

@@ -37,6 +37,9 @@ MESSAGE_NOT_RETURNED: Final = "84fed45eb174426fa1eb8cdd58df960d"
 MESSAGE_GIDS_UNREADABLE: Final = "ee57270e940c4ce2998c131d4fcc3b83"  # the claim works without
 # a netns death reported by an nsid that a live claim's netns has since been given: ignored
 MESSAGE_NSID_REUSED: Final = "6a1e682f2c624b41a6ca2c92b1255c4d"
+# a job the daemon ran in the background failed (a bug, or a kernel answer it did not
+# expect); RDMAD_* name the claim or device it was about, if any
+MESSAGE_JOB_FAILED: Final = "a07cb651ec544098b67a0071cea51a7a"
 MESSAGE_START: Final = "437dce355abf4ffebd66e09ca16f3080"
 MESSAGE_STOP: Final = "09a98dc9b33d4b1092e6415b2d426007"
 
@@ -78,11 +81,13 @@ def log_event(
     reason: str | None = None,
     error: str | None = None,
     level: int = logging.INFO,
+    exc_info: BaseException | None = None,
 ) -> None:
-    """Log one event with its MESSAGE_ID and whichever of the RDMAD_* fields apply."""
+    """Log one event with its MESSAGE_ID and whichever of the RDMAD_* fields apply (and the
+    traceback of `exc_info`, for a failure that may be a bug)."""
     fields = _fields(message_id, device, netns, claim, reason, error)
     # "%s" + arg: a '%' inside msg (a netns path, a name) must not be %-formatted.
-    logger.log(level, "%s", msg, extra=fields, stacklevel=2)
+    logger.log(level, "%s", msg, extra=fields, stacklevel=2, exc_info=exc_info)
 
 
 def _fields(message_id: str, *values: str | None) -> dict[str, str]:

@@ -1,19 +1,21 @@
 """Keeping the inventory in step with the kernel, and telling observers how devices look.
 
-Imports no D-Bus, pyroute2 or pyudev. The InventoryTracker applies the events in
-rdmad.events to the Inventory, in order, re-reading the kernel where an event is not enough,
-and announces each device's view when it changes. It reads the claims in the ClaimBook
-(rdmad.claims) and leaves ending the claims the kernel ended to its ClaimKeeper
-(rdmad.core.Core).
+Imports nothing of rdmad.bus or rdmad.kernel: the kernel reaches it through the protocols in
+rdmad.backend and the events in rdmad.events. The InventoryTracker applies those events to
+the Inventory, in order, re-reading the kernel where an event is not enough, keeps the RDMA
+netns mode, and announces each device's view when it changes. It reads the claims in the
+ClaimBook (rdmad.claims) and writes none: what it finds about a claim (the kernel ended it,
+its GIDs are stale, a netdev to restore came home) it hands to the core's callbacks, each
+run as a job of its own. Its background work (rdmad.work) is batched and logged there, and
+`quiesce` waits for it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable, Collection, Iterable
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Collection, Coroutine, Iterable
+from typing import Any, TypeVar
 
 from rdmad.backend import NetdevBackend, RdmaBackend
 from rdmad.claims import ClaimBook
@@ -40,26 +42,18 @@ from rdmad.model import (
     gid_of,
 )
 from rdmad.observer import CoreObserver
+from rdmad.work import Batch, Job, Work
 
 log = logging.getLogger("rdmad.tracking")
 
 _Key = TypeVar("_Key", int, str)
 
 
-class ClaimKeeper(Protocol):
-    """What the tracker asks of the claim state machine (rdmad.core.Core)."""
+_Step = Coroutine[Any, Any, None]
 
-    async def retry_restores(self) -> None:
-        """Restore the netdevs that have come home since, and save."""
-        ...
 
-    async def end_claim(self, claim: Claim, reason: ReleaseReason) -> None:
-        """End a claim the kernel ended for us (netns death, device removal)."""
-        ...
-
-    async def reread_gids(self, claim: Claim) -> None:
-        """Read a claim's GIDs again (its netns's addresses changed)."""
-        ...
+def _about(what: str, claim: Claim) -> Job:
+    return Job(what, claim.device, claim.netns, claim.id)
 
 
 class InventoryTracker:
@@ -70,45 +64,57 @@ class InventoryTracker:
         rdma: RdmaBackend,
         book: ClaimBook,
         observers: CoreObserver,
-        keeper: ClaimKeeper,
+        *,
+        end_claim: Callable[[Claim, ReleaseReason], _Step],
+        reread_gids: Callable[[Claim], _Step],
+        retry_restores: Callable[[], _Step],
     ) -> None:
+        """The last three are the core's, for what the tracker finds about claims: the
+        kernel ended one (netns death, device removal), an address a claim's GIDs follow
+        came or went, a netdev still to be restored may be home."""
         self._inv = inventory
         self._net = net
         self._rdma = rdma
         self._book = book
         self._observers = observers
-        self._keeper = keeper
+        self._end_claim = end_claim
+        self._reread_gids_of = reread_gids
+        self._retry_restores = retry_restores
+        self.netns_mode = NetnsMode.UNAVAILABLE
         self._events: asyncio.Queue[Event] = asyncio.Queue()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._work = Work(log)
         self._link_waiters: dict[int, asyncio.Future[None]] = {}
         self._device_waiters: dict[str, asyncio.Future[None]] = {}
-        self._refresh_all = False
-        self._refresh_some: set[str] = set()
-        self._refresh_task: asyncio.Task[None] | None = None
         self._refresh_lock = asyncio.Lock()
         self._touched_links: set[int] | None = None  # set while a netdev dump runs
         self._reload_lock = asyncio.Lock()
         self._announced: dict[str, DeviceView] = {}  # what observers were last told
-        # The devices whose view may differ from the announced one (None: any of them).
-        # Naming them keeps a burst's cost to what it touched, not to every device.
-        self._stale: set[str] | None = set()
-        self._sync_task: asyncio.Task[None] | None = None
-        self._pump: asyncio.Task[None] | None = None
-        self._gids_due: set[str] = set()  # claims whose GIDs are about to be read again
+        # Each burst of events costs one pass of each: over the devices whose view may
+        # differ from the announced one, the devices to re-read, the claims whose GIDs to
+        # re-read. Naming them keeps a burst's cost to what it touched, not to every device.
+        self._view_sync = Batch[str](
+            self._work, Job("announcing the device views that changed"), self._sync_views
+        )
+        self._rdma_reread = Batch[str](
+            self._work, Job("re-reading the RDMA inventory"), self._reread_rdma
+        )
+        self._gids_reread = Batch[str](
+            self._work, Job("asking for the GIDs of claims to be read again"), self._reread_gids
+        )
 
     def start(self) -> None:
         """Take the current views as announced, then start applying the queued events."""
         self._announced = {view.device.name: view for view in self.views()}
-        self._pump = asyncio.create_task(self._consume_events(), name="rdmad-events")
+        self._work.spawn(self._consume_events(), Job("applying kernel events"))
+
+    async def quiesce(self) -> None:
+        """Wait until every event queued so far is applied and all it set going is done, but
+        for what waits for the kernel to report something more (a netdev coming home)."""
+        await self._work.quiesce()
 
     async def close(self) -> None:
-        pending = (self._pump, self._refresh_task, self._sync_task, *self._tasks)
-        tasks = [t for t in pending if t is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        """Stop: what is still under way is cancelled (crash-safe: the next start finishes it)."""
+        await self._work.close()
 
     # ------------------------------------------------------------------ views
     def views(self, names: Collection[str] | None = None) -> list[DeviceView]:
@@ -118,7 +124,7 @@ class InventoryTracker:
         by_device: dict[str, list[Claim]] = {}
         for claim in self._book.claims.values():
             by_device.setdefault(claim.device, []).append(claim)
-        mode = self._book.netns_mode
+        mode = self.netns_mode
         view, none = self._inv.view, ()
         return [
             view(d, by_device.get(d.name, none), mode)
@@ -132,12 +138,12 @@ class InventoryTracker:
         return sorted(self._announced.values(), key=lambda v: v.device.index)
 
     def view(self, dev: RdmaDevice) -> DeviceView:
-        return self._inv.view(dev, self._book.of(dev.name), self._book.netns_mode)
+        return self._inv.view(dev, self._book.of(dev.name), self.netns_mode)
 
     def adopt_mode(self, mode: NetnsMode) -> None:
         """The RDMA subsystem turned up, or its mode changed: every device may look different."""
-        if mode != self._book.netns_mode:
-            self._book.netns_mode = mode
+        if mode != self.netns_mode:
+            self.netns_mode = mode
             self._observers.mode_changed(mode)
             for view in self.views():
                 self.announce(view)
@@ -156,18 +162,9 @@ class InventoryTracker:
         which change through different paths: after each burst, announce each view that may
         have changed (those of `devices`; every one when None) and differs from what was last
         announced, so observers never keep a stale state."""
-        if devices is None:
-            self._stale = None
-        elif self._stale is not None:
-            self._stale.update(devices)
-            if not self._stale:
-                return
-        if self._sync_task is None or self._sync_task.done():
-            self._sync_task = asyncio.ensure_future(self._sync_views())
+        self._view_sync.add(devices)
 
-    async def _sync_views(self) -> None:
-        await asyncio.sleep(0)  # after the rest of the burst
-        stale, self._stale = self._stale, set()
+    async def _sync_views(self, stale: set[str] | None) -> None:
         for view in self.views(stale):
             # A device mid-claim or mid-release would show its own netdev's trip between
             # netns as a passing state ("unavailable"): its operation announces the outcome,
@@ -186,11 +183,13 @@ class InventoryTracker:
         """Wait for a re-read to list an RDMA device in init_net; False if none did in time."""
         return await self._wait(self._device_waiters, name, timeout)
 
-    @staticmethod
-    async def _wait(waiters: dict[_Key, asyncio.Future[None]], key: _Key, timeout: float) -> bool:
+    async def _wait(
+        self, waiters: dict[_Key, asyncio.Future[None]], key: _Key, timeout: float
+    ) -> bool:
         waiter = waiters.setdefault(key, asyncio.get_running_loop().create_future())
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            with self._work.parked(waiter.done):
+                await asyncio.wait_for(asyncio.shield(waiter), timeout)
         except TimeoutError:
             return False
         finally:
@@ -209,8 +208,12 @@ class InventoryTracker:
         self._events.put_nowait(event)
 
     async def _consume_events(self) -> None:
+        def queued() -> bool:
+            return not self._events.empty()
+
         while True:
-            event = await self._events.get()
+            with self._work.parked(queued):
+                event = await self._events.get()
             touched: set[str] | None = None
             try:
                 touched = await self._apply(event)
@@ -225,7 +228,7 @@ class InventoryTracker:
             return await self._apply_link(event)
         if isinstance(event, NetnsGone):
             for claim in [c for c in self._book.claims.values() if c.nsid == event.nsid]:
-                self._spawn(self._keeper.end_claim(claim, ReleaseReason.NETNS_GONE))
+                self._end(claim, ReleaseReason.NETNS_GONE)
         elif isinstance(event, AddressChanged):
             for claim in list(self._book.claims.values()):
                 if (
@@ -233,7 +236,7 @@ class InventoryTracker:
                     and self._gids_follow(claim, event)
                     and not _gids_show(claim, event)
                 ):
-                    self._reread_gids(claim)
+                    self._gids_reread.add({claim.id})
         elif isinstance(event, RdmaChanged):
             name = event.device or self._inv.device_of_chardev(event.chardev)
             self.schedule_refresh({name} if name in self._inv.devices else None)
@@ -244,7 +247,9 @@ class InventoryTracker:
                 f"{event.source} events were lost (socket overrun): resynchronising",
                 level=logging.WARNING,
             )
-            self._spawn(self._resync())
+            self._work.spawn(
+                self._resync(), Job(f"resynchronising after {event.source} events were lost")
+            )
         return set()
 
     def _gids_follow(self, claim: Claim, event: AddressChanged) -> bool:
@@ -257,30 +262,27 @@ class InventoryTracker:
             return home and dev is not None and dev.netdev_ifindex == event.ifindex
         return claim.nsid == event.nsid and (not claim.shared or claim.ns_ifindex == event.ifindex)
 
-    def _reread_gids(self, claim: Claim) -> None:
-        """One re-read per claim at a time: a burst of address events costs one more."""
-        if claim.id in self._gids_due:
-            return
-        self._gids_due.add(claim.id)
+    async def _reread_gids(self, claim_ids: set[str] | None) -> None:
+        """A burst of address events costs one re-read per claim; an event from now on asks
+        for one more."""
+        assert claim_ids is not None  # asked for by claim, never for all
+        for claim_id in claim_ids:
+            claim = self._book.claims.get(claim_id)
+            if claim is not None:
+                job = _about(f"re-reading the GIDs of claim {claim.id}", claim)
+                self._work.spawn(self._reread_gids_of(claim), job)
 
-        async def reread() -> None:
-            self._gids_due.discard(claim.id)  # an event from now on asks again
-            await self._keeper.reread_gids(claim)
-
-        self._spawn(reread())
-
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _end(self, claim: Claim, reason: ReleaseReason) -> None:
+        job = _about(f"ending claim {claim.id} ({reason.value})", claim)
+        self._work.spawn(self._end_claim(claim, reason), job)
 
     async def _resync(self) -> None:
         await self.reload_netdevs()
         live = await self._net.live_nsids()
         for claim in list(self._book.claims.values()):
             if claim.phase == ClaimPhase.ACTIVE and claim.nsid >= 0 and claim.nsid not in live:
-                self._spawn(self._keeper.end_claim(claim, ReleaseReason.NETNS_GONE))
-        await self._keeper.retry_restores()
+                self._end(claim, ReleaseReason.NETNS_GONE)
+        await self._retry_restores()
         await self.refresh()
 
     # ------------------------------------------------------------------ netdevs
@@ -302,7 +304,8 @@ class InventoryTracker:
             self._inv.netdevs[nd.ifindex] = nd
             self._wake(self._link_waiters, nd.ifindex)
             if self._book.restore_waits_for(nd.ifindex):
-                self._spawn(self._keeper.retry_restores())
+                job = Job(f"restoring the host settings of {nd.name} (ifindex {nd.ifindex})")
+                self._work.spawn(self._retry_restores(), job)
             self.schedule_refresh(concerned)
         else:
             # The event can be older than what we know: a claim re-read the kernel since, or
@@ -380,34 +383,22 @@ class InventoryTracker:
     def schedule_refresh(self, devices: set[str] | None = None) -> None:
         """Coalesce bursts of events into one re-read: of the named devices, or of the whole
         RDMA inventory when `devices` is None."""
-        if devices is None:
-            self._refresh_all = True
-        elif not devices:
-            return
-        else:
-            self._refresh_some |= devices
-        if self._refresh_task is None or self._refresh_task.done():
-            self._refresh_task = asyncio.ensure_future(self._refresh_loop())
+        self._rdma_reread.add(devices)
 
-    async def _refresh_loop(self) -> None:
-        while self._refresh_all or self._refresh_some:
-            await asyncio.sleep(0)  # let the rest of a burst queue up first
-            whole, some = self._refresh_all, self._refresh_some
-            self._refresh_all, self._refresh_some = False, set()
-            reread: set[str] | None = some
-            try:
-                if whole or not await self._refresh_devices(some):
-                    reread = None
-                    await self.refresh()
-            except Exception:
-                reread = None
-                log.exception("re-reading the RDMA inventory failed")
-            self.schedule_view_sync(reread)
+    async def _reread_rdma(self, names: set[str] | None) -> None:
+        try:
+            if names is None or not await self._refresh_devices(names):
+                names = None
+                await self.refresh()
+        except Exception:
+            self.schedule_view_sync()  # whatever it got to may have changed any device
+            raise
+        self.schedule_view_sync(names)
 
     async def _refresh_devices(self, names: set[str]) -> bool:
         """Re-read a few devices. False when that is not enough (one left init_net, or the
         subsystem is not there): the caller re-reads everything."""
-        if self._book.netns_mode == NetnsMode.UNAVAILABLE:
+        if self.netns_mode == NetnsMode.UNAVAILABLE:
             return False
         async with self._refresh_lock:
             for name in names:
@@ -432,7 +423,7 @@ class InventoryTracker:
             await self._refresh_locked()
 
     async def _refresh_locked(self) -> None:
-        if self._book.netns_mode == NetnsMode.UNAVAILABLE:
+        if self.netns_mode == NetnsMode.UNAVAILABLE:
             mode = await self._rdma.netns_mode()
             if mode == NetnsMode.UNAVAILABLE:
                 return
@@ -446,7 +437,7 @@ class InventoryTracker:
             self._announced.pop(dev.name, None)
             self._observers.device_removed(self.view(dev))
             for claim in [c for c in self._book.claims.values() if c.device == dev.name]:
-                self._spawn(self._keeper.end_claim(claim, ReleaseReason.DEVICE_REMOVED))
+                self._end(claim, ReleaseReason.DEVICE_REMOVED)
         for dev in diff.added:
             view = self.view(dev)
             self._announced[dev.name] = view

@@ -19,15 +19,6 @@ from rdmad.store import State, Store
 from tests.support.fake_kernel import INIT, FakeKernel, Process
 
 WAIT = 5.0
-# Every fake answers without real I/O: once this many loop turns pass with nothing to wait
-# for, whatever the last step set going (event bursts, view syncs, re-reads) has run.
-IDLE_TURNS = 200
-
-
-async def idle() -> None:
-    """Let everything already set going run to its end (no timers involved)."""
-    for _ in range(IDLE_TURNS):
-        await asyncio.sleep(0)
 
 
 @dataclass
@@ -136,6 +127,13 @@ class Rig:
         """As SIGKILL: no more events reach it, its fds close, its state file stays."""
         await self.stop()
         self.process.crash()
+
+    async def quiesce(self) -> None:
+        """Let whatever the last step set going (the events of it, the re-reads and view
+        announcements they cause, the claims they end) run to its end (Core.quiesce), or
+        fail the test if that takes longer than WAIT (a job stopped at a paused step)."""
+        async with asyncio.timeout(WAIT):
+            await self.core.quiesce()
 
     async def restart(self) -> Rig:
         """Crash it, then start a fresh daemon on the same kernel and state file."""

@@ -14,7 +14,7 @@ from rdmad.errors import DeviceBusy, ModeBusy, Unavailable
 from rdmad.model import Claim, ClaimOptions, DeviceState, DeviceView, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver, Observers
 from rdmad.store import Store
-from tests.support.core_rig import WAIT, Recorder, Rigs, idle, two_nics
+from tests.support.core_rig import WAIT, Recorder, Rigs, two_nics
 
 WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=(ip_interface("10.0.0.5/24"),))
 SHARED = ClaimOptions(shared=True)
@@ -29,7 +29,7 @@ async def test_a_claim_and_its_release_show_as_claimed_then_available(
     mark = rig.seen.mark()
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     await rig.core.release(claim.id)
-    await idle()
+    await rig.quiesce()
     assert rig.seen.state_changes("mlx5_0", mark, AVAILABLE) == ["claimed", "available"]
 
 
@@ -52,7 +52,7 @@ async def test_the_device_list_shows_what_observers_were_told_while_a_claim_runs
         rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     )
     await asyncio.wait_for(gate.reached.wait(), WAIT)
-    await idle()
+    await rig.quiesce()
     listed = {v.device.name: v.state for v in rig.core.devices()}
     assert listed == {"mlx5_0": AVAILABLE, "mlx5_1": AVAILABLE}
     gate.go.set()
@@ -67,7 +67,7 @@ async def test_a_shared_claim_and_its_release_show_as_shared_then_available(
     mark = rig.seen.mark()
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     await rig.core.release(claim.id)
-    await idle()
+    await rig.quiesce()
     assert rig.seen.state_changes("mlx5_0", mark, AVAILABLE) == ["shared", "available"]
 
 
@@ -82,7 +82,7 @@ async def test_netns_death_shows_as_available_once_the_nic_is_restored(
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     kernel.delete_netns("pod")
     await rig.seen.wait_released(claim.id)
-    await idle()
+    await rig.quiesce()
     assert rig.seen.state_changes("mlx5_0", mark, AVAILABLE) == ["claimed", "available"]
     assert rig.core.device("mlx5_0").device.netdev == "eth0"
 
@@ -91,7 +91,7 @@ async def test_claimed_and_released_are_told_once_each(rigs: Rigs, tmp_path: Pat
     rig = await rigs.start(two_nics(), Store(tmp_path))
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     await rig.core.release(claim.id)
-    await idle()
+    await rig.quiesce()
     assert rig.seen.made == [claim.id]
     assert rig.seen.ended == [(claim.id, ReleaseReason.REQUESTED)]
 
@@ -103,7 +103,7 @@ async def test_a_failed_claim_is_never_announced(rigs: Rigs, tmp_path: Path) -> 
     kernel.fail("chardevs", DeviceBusy("no"))
     with pytest.raises(DeviceBusy):
         await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
-    await idle()
+    await rig.quiesce()
     assert rig.seen.made == [] and rig.seen.state_changes("mlx5_0", mark, AVAILABLE) == []
 
 
@@ -115,9 +115,9 @@ async def test_a_netdev_moved_away_by_someone_else_shows_unavailable_then_availa
     rig = await rigs.start(kernel, Store(tmp_path))
     mark = rig.seen.mark()
     kernel.move_link("eth0", "elsewhere")
-    await idle()
+    await rig.quiesce()
     kernel.move_link("eth0", None, from_netns="elsewhere")
-    await idle()
+    await rig.quiesce()
     assert rig.seen.state_changes("mlx5_0", mark, AVAILABLE) == ["unavailable", "available"]
 
 

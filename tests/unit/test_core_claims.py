@@ -11,7 +11,7 @@ import pytest
 from rdmad.errors import DeviceBusy, NoSuchClaim, NoSuchDevice, NotSupported, Unavailable
 from rdmad.model import ClaimOptions, DeviceState, NetnsMode, ReleaseReason
 from rdmad.store import Store
-from tests.support.core_rig import Rigs, idle, two_nics
+from tests.support.core_rig import Rigs, two_nics
 from tests.support.fake_kernel import INIT
 
 WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=(ip_interface("10.0.0.5/24"),))
@@ -56,7 +56,7 @@ async def test_a_claimed_device_is_still_shown_with_its_host_netdev_name(
 ) -> None:
     rig = await rigs.start(two_nics(), Store(tmp_path))
     await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
-    await idle()
+    await rig.quiesce()
     assert rig.core.device("mlx5_0").device.netdev == "eth0"
 
 
@@ -149,7 +149,7 @@ async def test_an_exclusive_mode_claim_moves_the_rdma_device_with_its_netdev(
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     assert kernel.rdma_netns("mlx5_0") == kernel.netns("pod").inode
     assert kernel.link("net0", "pod") is not None
-    await idle()
+    await rig.quiesce()
     view = rig.core.device("mlx5_0")  # init_net no longer sees it: the claim keeps it listed
     assert view.state == DeviceState.CLAIMED and view.netns == claim.netns
 

@@ -5,12 +5,16 @@ address of a netdev."""
 from __future__ import annotations
 
 import ipaddress
+import logging
 from pathlib import Path
 
+import pytest
+
 from rdmad.events import AddressChanged
+from rdmad.logfields import MESSAGE_JOB_FAILED
 from rdmad.model import ClaimOptions, Gid, NetnsMode, gid_of
 from rdmad.store import Store
-from tests.support.core_rig import Rig, Rigs, idle, two_nics
+from tests.support.core_rig import FlakyStore, Rig, Rigs, two_nics
 
 SHARED = ClaimOptions(
     shared=True, ifname="net1", addresses=(ipaddress.ip_interface("198.51.100.5/24"),)
@@ -61,10 +65,10 @@ async def test_an_address_on_another_netdev_in_the_netns_leaves_a_shared_claim_a
     rig = await rigs.start(kernel, Store(tmp_path))
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     kernel.move_link("eth1", "pod")
-    read = kernel.pause("gids")
+    reads = kernel.calls["gids"]
     kernel.set_addresses("eth1", ("203.0.113.9/24",), netns="pod")
-    await idle()
-    assert not read.reached.is_set(), "the GID table was read again"
+    await rig.quiesce()
+    assert kernel.calls["gids"] == reads, "the GID table was read again"
     assert [g.gid for g in claim.gids] == [v4_gid("198.51.100.5")]
 
 
@@ -86,10 +90,10 @@ async def test_an_address_on_another_netdev_at_home_leaves_a_moved_device_alone(
     kernel = two_nics(NetnsMode.EXCLUSIVE)
     rig = await rigs.start(kernel, Store(tmp_path))
     await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), RDMA_ONLY)
-    read = kernel.pause("gids")
+    reads = kernel.calls["gids"]
     kernel.set_addresses("eth1", ("192.0.2.77/24",))
-    await idle()
-    assert not read.reached.is_set(), "the GID table was read again"
+    await rig.quiesce()
+    assert kernel.calls["gids"] == reads, "the GID table was read again"
 
 
 async def test_the_event_of_an_address_the_claims_gids_already_show_reads_nothing_again(
@@ -101,11 +105,11 @@ async def test_the_event_of_an_address_the_claims_gids_already_show_reads_nothin
     await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     child = kernel.link("net1", "pod")
     assert child is not None
-    read = kernel.pause("gids")
+    reads = kernel.calls["gids"]
     own = ipaddress.ip_address("198.51.100.5")
     kernel.emit(AddressChanged(kernel.netns("pod").nsid, child.ifindex, own, removed=False))
-    await idle()
-    assert not read.reached.is_set(), "the GID table was read again"
+    await rig.quiesce()
+    assert kernel.calls["gids"] == reads, "the GID table was read again"
 
 
 async def test_an_address_removed_from_a_shared_claims_child_leaves_its_gids(
@@ -119,3 +123,21 @@ async def test_an_address_removed_from_a_shared_claims_child_leaves_its_gids(
     kernel.set_addresses("net1", ("203.0.113.7/24",), netns="pod")
     await changed_once_more(rig, 1)
     assert [g.gid for g in claim.gids] == [v4_gid("203.0.113.7")]
+
+
+async def test_a_gid_re_read_that_fails_is_logged_with_its_claim(
+    rigs: Rigs, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    kernel = two_nics()
+    store = FlakyStore(tmp_path)
+    rig = await rigs.start(kernel, store)
+    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
+    store.full = True  # the new GIDs cannot be saved
+    with caplog.at_level(logging.ERROR, logger="rdmad"):
+        kernel.set_addresses("net1", ("198.51.100.5/24", "203.0.113.7/24"), netns="pod")
+        await rig.quiesce()
+    [record] = [r for r in caplog.records if getattr(r, "MESSAGE_ID", "") == MESSAGE_JOB_FAILED]
+    assert record.getMessage().startswith(f"re-reading the GIDs of claim {claim.id} failed: ")
+    assert "ENOSPC" in record.getMessage()
+    fields = (record.__dict__["RDMAD_CLAIM"], record.__dict__["RDMAD_DEVICE"])
+    assert fields == (claim.id, "mlx5_0")

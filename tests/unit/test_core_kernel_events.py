@@ -13,7 +13,7 @@ import pytest
 from rdmad.events import Resync
 from rdmad.model import ClaimOptions, ClaimPhase, DeviceState, NetnsMode, ReleaseReason
 from rdmad.store import Store
-from tests.support.core_rig import Rigs, host_side, idle, two_nics
+from tests.support.core_rig import Rigs, host_side, two_nics
 from tests.support.fake_kernel import INIT
 
 WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=(ip_interface("10.0.0.5/24"),))
@@ -46,7 +46,7 @@ async def test_netns_death_ends_a_shared_claim_and_leaves_the_parent_alone(
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     kernel.delete_netns("pod")  # the macvlan child dies with it
     assert await rig.seen.wait_released(claim.id) == ReleaseReason.NETNS_GONE
-    await idle()
+    await rig.quiesce()
     assert host_side(kernel) == before and rig.state("mlx5_0") == DeviceState.AVAILABLE
 
 
@@ -59,7 +59,7 @@ async def test_netns_death_in_exclusive_mode_brings_the_device_home_without_remo
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     kernel.delete_netns("pod")
     assert await rig.seen.wait_released(claim.id) == ReleaseReason.NETNS_GONE
-    await idle()
+    await rig.quiesce()
     assert kernel.rdma_netns("mlx5_0") == INIT and host_side(kernel) == before
     view = rig.core.device("mlx5_0")
     assert (view.state, view.netns) == (DeviceState.AVAILABLE, "init")
@@ -75,7 +75,7 @@ async def test_a_nic_that_comes_home_late_is_waited_for_then_restored(
     rig = await rigs.start(kernel, Store(tmp_path))
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     kernel.delete_netns("pod")
-    await idle()
+    await rig.quiesce()
     assert rig.seen.ended == [], "the claim ends once its NIC is home"
     kernel.return_parked()
     assert await rig.seen.wait_released(claim.id) == ReleaseReason.NETNS_GONE
@@ -96,7 +96,7 @@ async def test_a_nic_later_than_the_wait_is_restored_whenever_it_comes_home(
     assert await rig.seen.wait_released(claim.id) == ReleaseReason.NETNS_GONE
     assert [h.name for h in Store(tmp_path).load().pending_restores] == ["eth0"]
     kernel.return_parked()  # as net0, down, without addresses
-    await idle()
+    await rig.quiesce()
     assert host_side(kernel) == before
     assert Store(tmp_path).load().pending_restores == []
     assert rig.state("mlx5_0") == DeviceState.AVAILABLE
@@ -146,14 +146,14 @@ async def test_a_stale_dellink_for_a_netdev_already_home_keeps_its_device_availa
         claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     with kernel.hold_events() as release_events:
         await rig.core.release(claim.id)
-    await idle()
+    await rig.quiesce()
     assert rig.state("mlx5_0") == DeviceState.AVAILABLE
     kernel.deliver(claim_events)  # the stale RTM_DELLINK of eth0
-    await idle()
+    await rig.quiesce()
     view = rig.core.device("mlx5_0")
     assert (view.state, view.device.netdev) == (DeviceState.AVAILABLE, "eth0")
     kernel.deliver(release_events)
-    await idle()
+    await rig.quiesce()
     assert rig.state("mlx5_0") == DeviceState.AVAILABLE
 
 
@@ -164,7 +164,7 @@ async def test_a_dellink_for_a_netdev_really_gone_makes_its_device_unavailable(
     kernel.add_netns("elsewhere")
     rig = await rigs.start(kernel, Store(tmp_path))
     kernel.move_link("eth0", "elsewhere")  # someone else's move
-    await idle()
+    await rig.quiesce()
     assert rig.state("mlx5_0") == DeviceState.UNAVAILABLE
 
 
@@ -182,7 +182,7 @@ async def test_a_stale_delnsid_for_a_reused_nsid_keeps_the_live_claim(
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     assert claim.nsid == dead_nsid
     kernel.deliver(late)
-    await idle()
+    await rig.quiesce()
     assert [c.phase for c in Store(tmp_path).load().claims] == [ClaimPhase.ACTIVE]
     assert rig.core.get_claim(claim.id).phase == ClaimPhase.ACTIVE and rig.seen.ended == []
     assert kernel.link("net0", "pod") is not None
@@ -199,7 +199,7 @@ async def test_a_lost_delnsid_is_caught_by_the_resync_after_an_overrun(
         kernel.delete_netns("pod")
     rig.core.handle(Resync("rtnetlink"))
     assert await rig.seen.wait_released(claim.id) == ReleaseReason.NETNS_GONE
-    await idle()
+    await rig.quiesce()
     assert host_side(kernel) == before and rig.state("mlx5_0") == DeviceState.AVAILABLE
 
 
@@ -249,6 +249,6 @@ async def test_a_netdev_renamed_by_someone_else_is_shown_under_its_new_name(
     kernel = two_nics()
     rig = await rigs.start(kernel, Store(tmp_path))
     kernel.rename_link("eth1", "renamed0")
-    await idle()
+    await rig.quiesce()
     view = rig.core.device("mlx5_1")
     assert (view.device.netdev, view.state) == ("renamed0", DeviceState.AVAILABLE)

@@ -15,7 +15,7 @@ import pytest
 
 from rdmad.model import ClaimOptions, ClaimPhase, DeviceState, NetnsMode, ReleaseReason
 from rdmad.store import Store
-from tests.support.core_rig import WAIT, Rig, Rigs, host_side, idle, two_nics
+from tests.support.core_rig import WAIT, Rig, Rigs, host_side, two_nics
 from tests.support.fake_kernel import INIT
 
 WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=(ip_interface("10.0.0.5/24"),))
@@ -66,7 +66,7 @@ async def test_a_claim_interrupted_by_a_crash_is_undone_at_the_next_start(
     rig = await rigs.start(kernel, Store(tmp_path))
     claim = rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), options)
     fresh = await crash_at(rig, step, claim)
-    await idle()
+    await fresh.quiesce()
     assert host_side(kernel) == before
     assert kernel.rdma_netns("mlx5_0") == INIT and kernel.links_in("pod") == []
     assert fresh.core.claims() == [] and phases(fresh) == []
@@ -90,9 +90,9 @@ async def test_a_release_interrupted_by_a_crash_is_finished_and_announced_as_rec
     before = host_side(kernel)
     rig = await rigs.start(kernel, Store(tmp_path))
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), options)
-    await idle()
+    await rig.quiesce()
     fresh = await crash_at(rig, step, rig.core.release(claim.id))
-    await idle()
+    await fresh.quiesce()
     assert host_side(kernel) == before
     assert kernel.rdma_netns("mlx5_0") == INIT and kernel.links_in("pod") == []
     assert fresh.core.claims() == [] and phases(fresh) == []
@@ -117,7 +117,7 @@ async def test_a_live_claim_survives_a_restart_as_it_was(rigs: Rigs, tmp_path: P
     rig = await rigs.start(kernel, Store(tmp_path))
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     fresh = await rig.restart()
-    await idle()
+    await fresh.quiesce()
     assert [c.id for c in fresh.core.claims()] == [claim.id]
     assert kernel.link("net0", "pod") is not None
     assert fresh.state("mlx5_0") == DeviceState.CLAIMED and fresh.seen.ended == []
@@ -134,7 +134,7 @@ async def test_a_netns_deleted_while_the_daemon_was_down_ends_its_claim_at_start
     await rig.crash()
     kernel.delete_netns("pod")  # the NIC comes back as net0, down, without addresses
     fresh = await rigs.start(kernel, rig.store)
-    await idle()
+    await fresh.quiesce()
     assert fresh.seen.ended == [(claim.id, ReleaseReason.RECONCILED)]
     assert host_side(kernel) == before, "renamed back and reconfigured"
     assert fresh.core.claims() == [] and fresh.state("mlx5_0") == DeviceState.AVAILABLE

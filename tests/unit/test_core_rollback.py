@@ -12,7 +12,7 @@ import pytest
 from rdmad.errors import KernelError, RdmadError
 from rdmad.model import ClaimOptions, ClaimPhase, DeviceState, NetnsMode
 from rdmad.store import Store
-from tests.support.core_rig import FlakyStore, HostSide, Rig, Rigs, host_side, idle, two_nics
+from tests.support.core_rig import FlakyStore, HostSide, Rig, Rigs, host_side, two_nics
 from tests.support.fake_kernel import INIT
 
 WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=(ip_interface("10.0.0.5/24"),))
@@ -23,7 +23,7 @@ BROKEN = KernelError(errno.EIO, "the kernel refused")
 async def assert_nothing_stranded(rig: Rig, before: HostSide, on_disk: bool = True) -> None:
     """Every netdev home as it was, every RDMA device in init_net, nothing in the netns, no
     claim in memory (nor on disk, unless the disk is what failed), every device available."""
-    await idle()
+    await rig.quiesce()
     kernel = rig.kernel
     assert host_side(kernel) == before
     assert all(d.netns == INIT for d in kernel.rdma.values())

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rdmad.model import ClaimOptions, NetnsMode
 from rdmad.store import Store
-from tests.support.core_rig import Rig, Rigs, idle
+from tests.support.core_rig import Rig, Rigs
 from tests.support.fake_kernel import FakeKernel
 
 SMALL, LARGE = 2, 60
@@ -38,10 +38,10 @@ async def calls(
     """The kernel calls `run` causes on a node of `devices`, once all it set going is done."""
     kernel = node(devices, mode)
     rig = await rigs.start(kernel, Store(tmp_path / str(devices)))
-    await idle()
+    await rig.quiesce()
     before = Counter(kernel.calls)
     await run(rig, kernel)
-    await idle()
+    await rig.quiesce()
     return kernel.calls - before
 
 

@@ -1,0 +1,1 @@
+"""containerd through CRI, as a Kubernetes node runs it (tests/cri)."""
