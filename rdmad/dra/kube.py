@@ -33,7 +33,8 @@ def _failed(call: str, e: Exception) -> ApiFailed:
     return ApiFailed(f"{call}: {e}")
 
 
-_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
+# ValueError: a reply the client's models cannot parse (pydantic's ValidationError)
+_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
 
 
 class KubeSliceApi:

@@ -70,6 +70,10 @@ class ApiServer:
 
     # --- what the tests read ---
 
+    def lock(self) -> threading.Condition:
+        """Held, the server's state is the test's alone (the server thread waits)."""
+        return self._changed
+
     def devices(self) -> dict[str, dict[str, Any]]:
         """The pool's devices by name, from its newest generation's slices."""
         with self._changed:
@@ -166,9 +170,9 @@ class ApiServer:
                 self.fail_writes -= 1
                 return 500, _status(500, "InternalError", "the test made this write fail")
             if method == "DELETE":
-                if self.slices.pop(name, None) is None:
+                reply: Any = self.slices.pop(name, None)  # the object, as the API server has it
+                if reply is None:
                     return 404, _status(404, "NotFound", f"resourceslices {name!r} not found")
-                reply: Any = _status(200, "", "")
             else:
                 assert body is not None
                 faults = self.faults(body)

@@ -59,6 +59,7 @@ class Plugin:
 
 
 def argv(api: ApiServer, bus_address: str, workdir: Path) -> list[str]:
+    workdir.mkdir(exist_ok=True)
     return [
         sys.executable,
         "-m",

@@ -1,0 +1,105 @@
+"""Contract tests: the node's pool, written through the kubernetes client to the loopback
+API server, which validates each slice against the client's V1ResourceSlice and the API's
+limits (the `api` fixture fails a test that sent one it refused)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdmad.dra.kube import KubeSliceApi, api_client
+from rdmad.dra.offer import offered
+from rdmad.dra.slices import Backoff, Pool, SlicePublisher
+from tests.dra.apiserver import ApiServer
+from tests.dra.test_offer import props
+
+
+@pytest.fixture
+def pool(api: ApiServer, tmp_path: Path) -> Pool:
+    kube = KubeSliceApi(api_client(str(api.kubeconfig(tmp_path))))
+    return Pool(kube, api.driver, api.node)
+
+
+def devices(n: int) -> list[dict[str, Any]]:
+    return offered([props(f"mlx5_{i}") for i in range(n)], "shared")
+
+
+def test_one_slice_names_the_node_as_pool_and_owner(api: ApiServer, pool: Pool) -> None:
+    assert pool.sync(devices(2))
+    (s,) = api.slices.values()
+    assert s["spec"]["pool"] == {"name": "node-a", "generation": 1, "resourceSliceCount": 1}
+    assert s["spec"]["nodeName"] == "node-a" and s["spec"]["driver"] == "rdma.rdmad.io"
+    (owner,) = s["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Node", "node-a", api.node_uid)
+    assert sorted(api.devices()) == ["mlx5-0", "mlx5-1"]
+
+
+def test_an_unchanged_offer_writes_nothing(api: ApiServer, pool: Pool) -> None:
+    pool.sync(devices(2))
+    writes = api.writes
+    assert not pool.sync(devices(2))
+    assert api.writes == writes
+
+
+def test_300_devices_take_three_slices_of_one_generation(api: ApiServer, pool: Pool) -> None:
+    pool.sync(devices(300))
+    pools = [s["spec"]["pool"] for s in api.slices.values()]
+    assert sorted(len(s["spec"]["devices"]) for s in api.slices.values()) == [44, 128, 128]
+    assert {(p["generation"], p["resourceSliceCount"]) for p in pools} == {(1, 3)}
+    assert len(api.devices()) == 300
+
+
+def test_a_shrinking_pool_deletes_its_extra_slices_under_a_new_generation(
+    api: ApiServer, pool: Pool
+) -> None:
+    pool.sync(devices(300))
+    pool.sync(devices(1))
+    (s,) = api.slices.values()
+    assert s["spec"]["pool"] == {"name": "node-a", "generation": 2, "resourceSliceCount": 1}
+    assert list(api.devices()) == ["mlx5-0"]
+
+
+def test_no_device_is_one_empty_slice(api: ApiServer, pool: Pool) -> None:
+    pool.sync(devices(2))
+    pool.sync([])
+    (s,) = api.slices.values()
+    assert s["spec"]["devices"] == [] and s["spec"]["pool"]["resourceSliceCount"] == 1
+
+
+def test_slices_someone_else_deleted_are_made_again(api: ApiServer, pool: Pool) -> None:
+    pool.sync(devices(2))
+    api.slices.clear()  # as the kubelet wipes a node's slices when it starts
+    assert pool.sync(devices(2))
+    assert sorted(api.devices()) == ["mlx5-0", "mlx5-1"]
+
+
+@contextlib.asynccontextmanager
+async def publishing(pool: Pool, backoff: Backoff) -> AsyncIterator[SlicePublisher]:
+    publisher = SlicePublisher(pool, backoff)
+    task = asyncio.ensure_future(publisher.run())
+    try:
+        yield publisher
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_api_errors_are_retried_after_backoff_with_the_newest_offer(
+    api: ApiServer, pool: Pool
+) -> None:
+    api.fail_writes = 3
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    async with publishing(pool, Backoff(initial=0.2, factor=2, cap=1)) as publisher:
+        publisher.offer(devices(1))
+        publisher.offer(devices(3))  # the newest offer wins, once the API server is back
+        await api.wait_for(lambda d: len(d) == 3)
+    # 0.2 + 0.4 + 0.8 s of backoff between the four tries: no busy loop
+    assert loop.time() - start >= 1.4
+    assert api.fail_writes == 0 and api.writes == 1
