@@ -1,13 +1,16 @@
 """The state machine: claims, release, reconciliation, the RDMA netns mode.
 
-Imports no D-Bus, pyroute2 or pyudev. It drives the protocols in rdmad.backend, leaves
+Imports nothing of rdmad.bus or rdmad.kernel, nor dbus_fast or pyudev: it drives the
+protocols in rdmad.backend (rdmad.kernel implements them over netlink and udev), leaves
 applying the events in rdmad.events to an InventoryTracker (rdmad.tracking) and giving back
 what a claim took to GiveBack (rdmad.giveback), persists through a Store, and tells
 observers (rdmad.observer) what changed.
 
 Crash safety: a claim is written as PENDING before the kernel is touched and as RELEASING
 before it is given back, so a daemon killed at any step finds out at start what to undo or
-finish. A device is always either free in init_net or held by a claim that is listed.
+finish. A device is always either free in init_net or held by a claim that is listed: one
+whose give-back the kernel refuses at start stays listed, NOT_RETURNED, and the daemon
+starts anyway (a start that failed on it would be restarted into it, forever).
 """
 
 from __future__ import annotations
@@ -38,7 +41,14 @@ from rdmad.errors import (
     RdmadError,
     Unavailable,
 )
-from rdmad.events import Event
+from rdmad.events import (
+    AddressChanged,
+    Event,
+    LinkChanged,
+    LinkRemoved,
+    RdmaChanged,
+    Resync,
+)
 from rdmad.giveback import GiveBack, placement
 from rdmad.inventory import Inventory
 from rdmad.logfields import (
@@ -72,10 +82,18 @@ from rdmad.options import check_device_name
 from rdmad.steps import step
 from rdmad.store import State, Store
 from rdmad.tracking import InventoryTracker
+from rdmad.work import Job, Work
 
 log = logging.getLogger("rdmad.core")
 
 DEFAULT_SHARED_IFNAME = "net1"
+# What start does about a claim a crash interrupted, by the phase it was written in.
+_INTERRUPTED = {
+    ClaimPhase.PENDING: "made: undoing it",
+    ClaimPhase.RELEASING: "released: finishing the release",
+}
+# Loop turns after a failed retry in which its own steps' events are read (and ignored).
+ECHO_TURNS = 3
 
 
 class Core:
@@ -110,6 +128,11 @@ class Core:
         # Released(reconciled) found at start, announced once observers are attached.
         self._startup_releases: list[Claim] = []
         self.startup_notes: list[str] = []
+        # NOT_RETURNED claims, by id (kept apart from the book so that an event costs
+        # nothing while none is owed), and those whose give-back is being retried.
+        self._owed: dict[str, Claim] = {}
+        self._retrying: set[str] = set()
+        self._work = Work(log)  # the retries
         self.stats = OpStats()
 
     # ------------------------------------------------------------------ mode, observers
@@ -207,8 +230,7 @@ class Core:
                 f"state file unreadable: {len(state.set_aside)} set aside in "
                 f"{state.set_aside[0].parent} (see the log)"
             )
-        self._book.claims.update((c.id, c) for c in state.claims)
-        self._book.pending_restores.extend(state.pending_restores)
+        self._book.load(state.claims, state.pending_restores)
         visible: set[str] | None = None
         if self.netns_mode != NetnsMode.UNAVAILABLE:  # else picked up when ib_core appears
             listed = await self._rdma.list_devices()
@@ -224,8 +246,12 @@ class Core:
         done, but for what waits for the kernel to report more (a netdev not home yet): at
         shutdown, so that a claim being ended is not cut off half-way."""
         await self._tracker.quiesce()
+        while self._retrying:  # a retry's own kernel steps may set the tracker going again
+            await self._work.quiesce()
+            await self._tracker.quiesce()
 
     async def close(self) -> None:
+        await self._work.close()
         await self._tracker.close()
 
     def _assume_pending_moved(self, visible: set[str] | None) -> None:
@@ -247,35 +273,54 @@ class Core:
         for claim in list(self._book.claims.values()):
             # The nsid says dead for sure; a live nsid may have been reused by another netns.
             alive = (claim.nsid < 0 or claim.nsid in live) and self._netns_reachable(claim)
-            if claim.phase == ClaimPhase.PENDING:
+            if claim.phase == ClaimPhase.ACTIVE and alive:
+                continue
+            doing = _INTERRUPTED.get(claim.phase)
+            if doing is not None:
                 log_claim_event(
                     log,
                     MESSAGE_INTERRUPTED,
                     claim,
-                    f"claim {claim.id} of {claim.device} was interrupted while being made: "
-                    "undoing it",
+                    f"claim {claim.id} of {claim.device} was interrupted while being {doing}",
                     level=logging.WARNING,
                 )
+            # A claim never made was never announced; any other was, or was on the bus.
+            announced = claim.phase != ClaimPhase.PENDING
+            try:
                 await self._giveback.give_back(claim, netns_alive=alive)
-                self._drop(claim)
-            elif claim.phase == ClaimPhase.RELEASING:
-                log_claim_event(
-                    log,
-                    MESSAGE_INTERRUPTED,
-                    claim,
-                    f"claim {claim.id} of {claim.device} was interrupted while being released: "
-                    "finishing the release",
-                    level=logging.WARNING,
-                )
-                await self._giveback.give_back(claim, netns_alive=alive)
-                self._drop(claim)
+            except Exception as exc:  # one claim must not keep the daemon from starting
+                self._keep_not_returned(claim, exc)
+                continue
+            self._drop(claim)
+            if announced:
                 self._startup_releases.append(claim)
-            elif not alive:
-                await self._giveback.give_back(claim, netns_alive=False)
-                self._drop(claim)
-                self._startup_releases.append(claim)
+        # From here on, a change to the device or netns of one of these retries it (`handle`).
+        owed = [c for c in self._book.claims.values() if c.phase == ClaimPhase.NOT_RETURNED]
+        self._owed = {c.id: c for c in owed}
+        if self._owed:
+            n = len(self._owed)
+            self.startup_notes.append(
+                f"could not give back {n} claim{'s' if n > 1 else ''} at start "
+                "(listed as not-returned; see the journal)"
+            )
         await self._giveback.restore_pending()
         self._save()
+
+    def _keep_not_returned(self, claim: Claim, exc: Exception) -> None:
+        """The kernel refused a give-back at start: keep the claim listed, with the reason,
+        and try again on the next change to its device or netns (`handle`)."""
+        claim.phase = ClaimPhase.NOT_RETURNED
+        claim.failure = str(exc) if isinstance(exc, RdmadError) else repr(exc)
+        log_claim_event(
+            log,
+            MESSAGE_NOT_RETURNED,
+            claim,
+            f"could not give back what claim {claim.id} took of {claim.device}: "
+            f"{claim.failure}; it stays listed (not-returned), to be given back on the next "
+            "change to its device or netns, on Release, or at the next start",
+            error=exc.dbus_name if isinstance(exc, RdmadError) else None,
+            level=logging.ERROR,
+        )
 
     def _netns_reachable(self, claim: Claim) -> bool:
         return netns_reachable(self._resolver, claim.netns_inode, claim.netns_path)
@@ -384,7 +429,7 @@ class Core:
             phase=ClaimPhase.PENDING,
             cdi_name=opts.cdi_name,
         )
-        self._book.claims[claim_id] = claim
+        self._book.add(claim)
         try:
             self._save(claim)
             step("pending-written", f"claim {claim.id}")
@@ -489,7 +534,7 @@ class Core:
                 level=logging.ERROR,
             )
             return
-        self._book.claims.pop(claim.id, None)
+        self._book.drop(claim)
         with contextlib.suppress(RdmadError):
             self._save(claim)
         # Events applied meanwhile re-read the device without its netdev: read it again
@@ -512,9 +557,10 @@ class Core:
         async with self._operating_on(claim.device):
             if self._book.claims.get(claim_id) is not claim:
                 raise NoSuchClaim(f"claim {claim_id!r} ended while waiting")
-            claim.phase = ClaimPhase.RELEASING
-            self._save(claim)
-            step("releasing-written", f"claim {claim.id}")
+            if claim.phase != ClaimPhase.NOT_RETURNED:  # else on record as owed already
+                claim.phase = ClaimPhase.RELEASING
+                self._save(claim)
+                step("releasing-written", f"claim {claim.id}")
             # By inode, not nsid: a dead netns's nsid may already name another one.
             await self._giveback.give_back(claim, netns_alive=self._netns_reachable(claim))
             self._drop(claim)
@@ -530,7 +576,8 @@ class Core:
             self._tracker.announce(self._tracker.view(dev))
 
     def _drop(self, claim: Claim) -> None:
-        self._book.claims.pop(claim.id, None)
+        self._book.drop(claim)
+        self._owed.pop(claim.id, None)
 
     # ------------------------------------------------------------------ mode
     async def set_netns_mode(self, mode: NetnsMode) -> None:
@@ -548,8 +595,69 @@ class Core:
 
     # ------------------------------------------------------------------ events
     def handle(self, event: Event) -> None:
-        """Queue a kernel event; the tracker applies them in order."""
+        """Queue a kernel event; the tracker applies them in order. A change it reports to
+        the device or netns of a claim not returned at start retries that claim's give-back."""
         self._tracker.handle(event)
+        for claim in list(self._owed.values()):
+            if claim.id not in self._retrying and self._concerns(claim, event):
+                self._retrying.add(claim.id)
+                job = Job("giving back a not-returned claim", claim.device, claim.netns, claim.id)
+                self._work.spawn(self._retry_give_back(claim), job)
+
+    def _concerns(self, claim: Claim, event: Event) -> bool:
+        """Whether `event` reports a change to the claim's RDMA device, its netdev (or a
+        shared claim's parent) or its netns. A netns's death ends the claim: end_claim."""
+        dev = self._inv.devices.get(claim.device)
+        netdevs = {claim.host.ifindex} if claim.host is not None else set()
+        if dev is not None and dev.netdev_ifindex:
+            netdevs.add(dev.netdev_ifindex)
+        if isinstance(event, RdmaChanged):
+            named = event.device or self._inv.device_of_chardev(event.chardev)
+            return named in ("", claim.device)  # "": it could be any device
+        if isinstance(event, LinkChanged):
+            return event.netdev.ifindex in netdevs
+        if isinstance(event, LinkRemoved):
+            return event.ifindex in netdevs
+        if isinstance(event, AddressChanged):
+            return event.nsid == claim.nsid if event.nsid is not None else event.ifindex in netdevs
+        return isinstance(event, Resync)
+
+    async def _retry_give_back(self, claim: Claim) -> None:
+        """Try a NOT_RETURNED claim's give-back again; end the claim if it works."""
+        try:
+            if await self._given_back_again(claim):
+                self._finish_release(claim, ReleaseReason.RECONCILED)
+                return
+            # The events of this attempt's own steps are read in the next turns of the loop:
+            # while the claim still counts as retrying, they retry nothing.
+            for _ in range(ECHO_TURNS):
+                await asyncio.sleep(0)
+        finally:
+            self._retrying.discard(claim.id)
+
+    async def _given_back_again(self, claim: Claim) -> bool:
+        """Whether the give-back worked this time (the claim is then dropped and saved)."""
+        async with self._operating_on(claim.device):
+            if self._owed.get(claim.id) is not claim:
+                return False  # released or ended meanwhile
+            if claim.host is not None:  # the change may be its coming home: see it
+                await self._tracker.reread_netdev(claim.host.ifindex)
+            try:
+                await self._giveback.give_back(claim, netns_alive=self._netns_reachable(claim))
+            except RdmadError as exc:
+                log_claim_event(
+                    log,
+                    MESSAGE_NOT_RETURNED,
+                    claim,
+                    f"still could not give back what claim {claim.id} took of "
+                    f"{claim.device}: {exc}",
+                    error=exc.dbus_name,
+                    level=logging.WARNING,
+                )
+                return False
+            self._drop(claim)
+            self._save_end(claim)
+        return True
 
     # What the tracker finds about claims in the kernel's events: see InventoryTracker.
     async def retry_restores(self) -> None:
@@ -573,10 +681,12 @@ class Core:
                     level=logging.INFO,
                 )
                 return
-            claim.phase = ClaimPhase.RELEASING
-            self._save(claim)
             alive = reason != ReleaseReason.NETNS_GONE
             try:
+                claim.phase = ClaimPhase.RELEASING
+                # Unsaved (a full disk), nothing is given back: the next start finds the
+                # claim as the file has it, its netns or device gone, and gives it back.
+                self._save(claim)
                 await self._giveback.give_back(claim, netns_alive=alive)
             except RdmadError as exc:
                 log_claim_event(
@@ -588,8 +698,17 @@ class Core:
                     level=logging.ERROR,
                 )
             self._drop(claim)
-            self._save(claim)
+            self._save_end(claim)
         self._finish_release(claim, reason)
+
+    def _save_end(self, claim: Claim) -> None:
+        """Save that a claim no caller is waiting on ended. Its kernel side is over, and its
+        observers are to be told so, whatever the disk says: unsaved, the next start finds
+        the claim's netns or device gone, or what it took home already, and ends it."""
+        try:
+            self._save(claim)
+        except RdmadError as exc:
+            log.error("claim %s ended, but its end could not be saved: %s", claim.id, exc)
 
     async def reread_gids(self, claim: Claim) -> None:
         """The addresses in a claim's netns changed: read its GIDs again, and tell observers

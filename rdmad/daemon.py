@@ -2,7 +2,9 @@
 
 Start order (each step needs the previous one):
  1. event sources subscribed (events queue up in the core);
- 2. state loaded, kernel enumerated, claims reconciled (core.start);
+ 2. state loaded, kernel enumerated, claims reconciled (core.start: a claim whose give-back
+    the kernel refuses stays listed as not-returned, and the start goes on, so that systemd
+    never restarts rdmad into the same refusal; STATUS= says how many);
  3. objects exported, then the bus name taken (start_service);
  4. READY=1, and the watchdog if systemd asked for one.
 SIGTERM: STOPPING=1 and a clean exit. Claims stay: they are kernel state, and the next
@@ -31,6 +33,7 @@ from rdmad.kernel.netns import KernelNetnsResolver
 from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_events import RtnlEventSource
+from rdmad.model import ClaimPhase
 from rdmad.options import parse_netns_mode
 from rdmad.sim import SimRdma, parse_sim_devices
 from rdmad.store import Store
@@ -109,7 +112,8 @@ async def run(cfg: Config) -> int:
             log.error("cannot apply netns_mode=%s at start: %s", cfg.netns_mode, exc)
 
     cdi = CdiWriter(cfg.cdi_dir)
-    cdi.sync(core.claims())
+    # A not-returned claim is half given back: no runtime is to inject it.
+    cdi.sync([c for c in core.claims() if c.phase == ClaimPhase.ACTIVE])
     core.add_observer(cdi)
     core.add_observer(EventLog())
 

@@ -173,11 +173,14 @@ class ClaimOptions:
 class ClaimPhase(enum.StrEnum):
     """Where a claim stands, saved with it: PENDING before the claim's first kernel step,
     ACTIVE once its last is done, RELEASING before a release's first step. A restarted
-    daemon undoes a PENDING claim and finishes a RELEASING one."""
+    daemon undoes a PENDING claim and finishes a RELEASING one. When the kernel refuses that
+    give-back at start, the claim stays listed as NOT_RETURNED, with the reason: tried again
+    on the next kernel change to its device or netns, on a Release, and at the next start."""
 
     PENDING = "pending"  # claim in progress: undo it at start
     ACTIVE = "active"
     RELEASING = "releasing"  # release in progress: finish it at start
+    NOT_RETURNED = "not-returned"  # its give-back failed at start: `Claim.failure` says why
 
 
 @dataclass
@@ -203,6 +206,7 @@ class Claim:
     ns_ifindex: int = 0
     phase: ClaimPhase = ClaimPhase.ACTIVE
     cdi_name: str = ""  # a second CDI device name for the same char devices, "" if none
+    failure: str = ""  # NOT_RETURNED: the error of the last give-back tried at start
 
     @property
     def netns(self) -> str:

@@ -22,7 +22,7 @@ from rdmad.bus.mapping import bus_errors
 from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE, MANAGER_IFACE, claim_path, device_path
 from rdmad.bus.properties import Prop, PropertyTable
 from rdmad.errors import InvalidArgs, RdmadError
-from rdmad.model import Claim, ClaimOptions, Counters, DeviceView, NetnsMode
+from rdmad.model import Claim, ClaimOptions, ClaimPhase, Counters, DeviceView, NetnsMode
 from rdmad.observer import CoreObserver
 from rdmad.opstats import Histogram, OpStats
 from rdmad.options import parse_claim_options, parse_netns_mode
@@ -252,6 +252,13 @@ def gid_rows(claim: Claim) -> list[GidRow]:
     return [(g.port, g.index, g.gid, g.type, g.netdev) for g in claim.gids]
 
 
+def claim_state(claim: Claim) -> str:
+    """A claim mid-claim or mid-release is shown as it was until the call returns: only a
+    claim not returned at start is anything but active."""
+    shown = ClaimPhase.NOT_RETURNED if claim.phase == ClaimPhase.NOT_RETURNED else ClaimPhase.ACTIVE
+    return str(shown)
+
+
 CLAIM_PROPERTIES: PropertyTable[Claim] = PropertyTable(
     Prop("Id", "s", lambda c: c.id),
     Prop("Device", "s", lambda c: c.device),
@@ -264,6 +271,8 @@ CLAIM_PROPERTIES: PropertyTable[Claim] = PropertyTable(
     Prop("CdiDevice", "s", lambda c: c.cdi_device),
     Prop("CreatedAt", "t", lambda c: c.created_at_us),
     Prop("Gids", "a(uusss)", lambda c: gid_rows(c)),
+    Prop("State", "s", lambda c: claim_state(c)),
+    Prop("Failure", "s", lambda c: c.failure),
 )
 
 

@@ -14,9 +14,10 @@ from tests.reliability.conftest import reliability_rig, restart, settings_of
 from tests.support.daemon import BUS_NAME, DBusCallError
 from tests.support.faulty_rdmad import CRASH_AT
 from tests.support.invariants import assert_invariants
-from tests.support.net import ip, link
+from tests.support.net import ip, link, temp_netns
 from tests.support.sim_rig import Rig
 
+CLAIM_IFACE = "io.rdmad1.Claim"
 WHOLE = {
     "ifname": Variant("s", "rdma0"),
     "mtu": Variant("u", 1400),
@@ -113,4 +114,37 @@ async def test_crash_at_every_step_leaves_each_device_home_or_claimed(
         # The last daemon is not armed: the device still works end to end.
         path = await claim(rig, netns, options)
         await rig.client.call_raw(BUS_NAME, path, "io.rdmad1.Claim", "Release")
+        await assert_invariants(rig.client, rig.nics, settings, [netns])
+
+
+async def test_a_give_back_the_kernel_refuses_at_restart_leaves_rdmad_serving_the_claim(
+    bus_address: str, tmp_path: Path, netns: str
+) -> None:
+    """Killed mid-release; while it is down, the claimed netdev leaves the claim's netns
+    (someone moved it on), so the restart's give-back finds no netdev to bring home: rdmad
+    still comes up, says so in its status, shows the claim not-returned with the kernel's
+    reason, refuses a Release while the netdev is away, and releases it once it is back."""
+    env = {CRASH_AT: "releasing-written"}
+    async with reliability_rig(bus_address, tmp_path, 1, env=env) as rig:
+        prepare_host(rig)
+        settings = settings_of(rig.nics)
+        await crash_once(rig, netns, "release", WHOLE)
+        with temp_netns("away") as away:
+            ip("link", "set", "rdma0", "netns", away, netns=netns)
+            await restart(rig)
+            ready = [m for m in rig.daemon.notified if "READY=1" in m.split("\n")][-1]
+            assert "could not give back 1 claim at start" in ready, ready
+            ((claim_id, *_, path),) = await rig.client.manager("ListClaims")
+            assert await rig.client.prop(path, CLAIM_IFACE, "State") == "not-returned"
+            failure = await rig.client.prop(path, CLAIM_IFACE, "Failure")
+            assert "bringing rdma0 home" in failure and "ENODEV" in failure, failure
+            with pytest.raises(DBusCallError):
+                await rig.client.call_raw(BUS_NAME, path, CLAIM_IFACE, "Release")
+            assert [c[0] for c in await rig.client.manager("ListClaims")] == [claim_id]
+            ip("link", "set", "rdma0", "netns", netns, netns=away)
+        since = rig.client.mark()
+        await rig.client.call_raw(BUS_NAME, path, CLAIM_IFACE, "Release")
+        released = await rig.client.wait_signal("Released", lambda b: b[0] == claim_id, since=since)
+        assert released[2] == "requested"
+        assert await rig.client.manager("ListClaims") == []
         await assert_invariants(rig.client, rig.nics, settings, [netns])

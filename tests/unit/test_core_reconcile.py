@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import logging
 from collections.abc import AsyncIterator, Awaitable
 from ipaddress import ip_interface
 from pathlib import Path
 
 import pytest
 
-from rdmad.model import ClaimOptions, ClaimPhase, DeviceState, NetnsMode, ReleaseReason
+from rdmad.errors import KernelError
+from rdmad.events import RdmaChanged
+from rdmad.logfields import MESSAGE_NOT_RETURNED
+from rdmad.model import Claim, ClaimOptions, ClaimPhase, DeviceState, NetnsMode, ReleaseReason
 from rdmad.store import Store
-from tests.support.core_rig import WAIT, Rig, Rigs, host_side, two_nics
-from tests.support.fake_kernel import INIT
+from tests.support.core_rig import WAIT, FlakyStore, HostSide, Rig, Rigs, host_side, two_nics
+from tests.support.fake_kernel import INIT, FakeKernel
 
 WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=(ip_interface("10.0.0.5/24"),))
 SHARED = ClaimOptions(shared=True)
@@ -174,3 +179,237 @@ async def test_a_restore_still_owed_at_a_crash_is_done_when_the_next_start_finds
     await rigs.start(kernel, rig.store)
     assert host_side(kernel) == before
     assert Store(tmp_path).load().pending_restores == []
+
+
+# ---------------------------------------------------------------- a give-back refused at start
+
+REFUSED = KernelError(errno.EEXIST, "bringing net0 home as eth0: the name eth0 is taken")
+BUSY = KernelError(errno.EBUSY, "moving mlx5_0 home: the device is busy")
+GONE = KernelError(errno.ENODEV, "bringing net0 home as eth0: no netdev net0 in pod")
+
+
+async def restart_refused(rig: Rig, op: str, error: KernelError) -> Rig:
+    """Start a fresh daemon whose first call of `op` the kernel refuses."""
+    await rig.crash()
+    rig.kernel.fail(op, error)
+    return await rig.rigs.start(rig.kernel, rig.store)
+
+
+async def interrupted_claim(rig: Rig) -> Rig:
+    """PENDING: killed with the netdev in the netns, before the claim was done."""
+    gate = rig.kernel.pause("chardevs")
+    async with abandoned(rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)):
+        await asyncio.wait_for(gate.reached.wait(), WAIT)
+        return await restart_refused(rig, "bring_home", REFUSED)
+
+
+async def interrupted_release(rig: Rig) -> Rig:
+    """RELEASING: killed before the release's first kernel step."""
+    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
+    gate = rig.kernel.pause("bring_home")
+    async with abandoned(rig.core.release(claim.id)):
+        await asyncio.wait_for(gate.reached.wait(), WAIT)
+        return await restart_refused(rig, "bring_home", REFUSED)
+
+
+async def interrupted_exclusive_release(rig: Rig) -> Rig:
+    """RELEASING, exclusive mode: killed with the netdev home, the RDMA device not."""
+    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
+    gate = rig.kernel.pause("move_home")
+    async with abandoned(rig.core.release(claim.id)):
+        await asyncio.wait_for(gate.reached.wait(), WAIT)
+        return await restart_refused(rig, "move_home", BUSY)
+
+
+async def netns_died_while_down(rig: Rig) -> Rig:
+    """ACTIVE, its netns deleted while no daemon ran: the NIC is home, unconfigured."""
+    await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
+    await rig.crash()
+    rig.kernel.delete_netns("pod")
+    rig.kernel.fail("restore", REFUSED)
+    return await rig.rigs.start(rig.kernel, rig.store)
+
+
+async def refused_twice(rig: Rig) -> Rig:
+    """NOT_RETURNED: refused at one start, and again, for another reason, at the next."""
+    fresh = await interrupted_release(rig)
+    return await restart_refused(fresh, "bring_home", GONE)
+
+
+# the phase a crash left the claim in: the netns mode, how it got there, the last refusal
+REFUSALS = {
+    "pending": (NetnsMode.SHARED, interrupted_claim, REFUSED),
+    "releasing": (NetnsMode.SHARED, interrupted_release, REFUSED),
+    "releasing-exclusive": (NetnsMode.EXCLUSIVE, interrupted_exclusive_release, BUSY),
+    "active-netns-gone": (NetnsMode.SHARED, netns_died_while_down, REFUSED),
+    "not-returned": (NetnsMode.SHARED, refused_twice, GONE),
+}
+
+
+async def refused_at_restart(rigs: Rigs, tmp_path: Path, phase: str) -> tuple[Rig, HostSide]:
+    """A daemon started on a claim left in `phase`, whose give-back the kernel refused; and
+    the host side as it was before the claim."""
+    mode, scenario, _ = REFUSALS[phase]
+    kernel = two_nics(mode)
+    before = host_side(kernel)
+    rig = await rigs.start(kernel, Store(tmp_path))
+    fresh = await scenario(rig)
+    await fresh.quiesce()
+    return fresh, before
+
+
+def one_claim_not_returned(rig: Rig) -> Claim:
+    (claim,) = rig.core.claims()
+    assert claim.phase == ClaimPhase.NOT_RETURNED
+    return claim
+
+
+def device_changed(kernel: FakeKernel) -> None:
+    """udev reports a change to mlx5_0 (a "change" uevent)."""
+    kernel.emit(RdmaChanged("change infiniband/mlx5_0", device="mlx5_0"))
+
+
+def released_home(rig: Rig, before: HostSide) -> None:
+    assert host_side(rig.kernel) == before
+    assert rig.kernel.rdma_netns("mlx5_0") == INIT
+    assert rig.core.claims() == [] and phases(rig) == []
+    assert rig.state("mlx5_0") == DeviceState.AVAILABLE
+
+
+@pytest.mark.parametrize("phase", list(REFUSALS))
+async def test_a_give_back_refused_at_start_keeps_the_claim_listed_with_the_reason(
+    rigs: Rigs, tmp_path: Path, phase: str
+) -> None:
+    fresh, _ = await refused_at_restart(rigs, tmp_path, phase)
+    claim = one_claim_not_returned(fresh)
+    assert claim.failure == str(REFUSALS[phase][2])
+    assert phases(fresh) == [ClaimPhase.NOT_RETURNED], "and the next start knows it"
+    # (exclusive mode: the device, in the netns, is not seen from init_net at all)
+    held = [v.state for v in fresh.core.devices() if v.device.name == "mlx5_0"]
+    assert held in ([DeviceState.CLAIMED], []), "the device is not offered"
+    assert fresh.core.startup_notes == [
+        "could not give back 1 claim at start (listed as not-returned; see the journal)"
+    ]
+    assert fresh.seen.ended == []
+
+
+@pytest.mark.parametrize("phase", list(REFUSALS))
+async def test_a_claim_not_returned_at_start_is_given_back_on_the_next_change_to_its_device(
+    rigs: Rigs, tmp_path: Path, phase: str
+) -> None:
+    fresh, before = await refused_at_restart(rigs, tmp_path, phase)
+    claim = one_claim_not_returned(fresh)
+    device_changed(fresh.kernel)
+    assert await fresh.seen.wait_released(claim.id) == ReleaseReason.RECONCILED
+    await fresh.quiesce()
+    released_home(fresh, before)
+
+
+@pytest.mark.parametrize("phase", list(REFUSALS))
+async def test_a_claim_not_returned_at_start_is_given_back_on_release(
+    rigs: Rigs, tmp_path: Path, phase: str
+) -> None:
+    fresh, before = await refused_at_restart(rigs, tmp_path, phase)
+    claim = one_claim_not_returned(fresh)
+    await fresh.core.release(claim.id)
+    assert fresh.seen.ended == [(claim.id, ReleaseReason.REQUESTED)]
+    await fresh.quiesce()
+    released_home(fresh, before)
+
+
+async def test_a_claim_not_returned_at_start_is_given_back_at_the_next_start(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    fresh, before = await refused_at_restart(rigs, tmp_path, "releasing")
+    claim = one_claim_not_returned(fresh)
+    again = await fresh.restart()
+    assert again.seen.ended == [(claim.id, ReleaseReason.RECONCILED)]
+    await again.quiesce()
+    released_home(again, before)
+
+
+async def test_a_claim_not_returned_at_start_is_given_back_on_a_change_in_its_netns(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    fresh, before = await refused_at_restart(rigs, tmp_path, "releasing")
+    claim = one_claim_not_returned(fresh)
+    fresh.kernel.set_addresses("net0", ("10.0.0.6/24",), netns="pod")
+    assert await fresh.seen.wait_released(claim.id) == ReleaseReason.RECONCILED
+    await fresh.quiesce()
+    released_home(fresh, before)
+
+
+async def test_a_change_to_another_device_does_not_retry_a_claim_not_returned(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    fresh, _ = await refused_at_restart(rigs, tmp_path, "releasing")
+    tries = fresh.kernel.calls["bring_home"]
+    fresh.kernel.emit(RdmaChanged("change infiniband/mlx5_1", device="mlx5_1"))
+    await fresh.quiesce()
+    assert fresh.kernel.calls["bring_home"] == tries
+    one_claim_not_returned(fresh)
+
+
+async def test_a_release_refused_again_returns_the_error_and_keeps_the_claim_not_returned(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    fresh, _ = await refused_at_restart(rigs, tmp_path, "releasing")
+    claim = one_claim_not_returned(fresh)
+    fresh.kernel.fail("bring_home", REFUSED)
+    with pytest.raises(KernelError, match="the name eth0 is taken"):
+        await fresh.core.release(claim.id)
+    assert one_claim_not_returned(fresh) is claim
+    assert phases(fresh) == [ClaimPhase.NOT_RETURNED]
+    assert fresh.seen.ended == []
+
+
+async def test_a_retry_refused_again_keeps_the_claim_and_the_next_change_retries_it(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    fresh, before = await refused_at_restart(rigs, tmp_path, "releasing")
+    claim = one_claim_not_returned(fresh)
+    tries = fresh.kernel.calls["bring_home"]
+    fresh.kernel.fail("bring_home", REFUSED)
+    device_changed(fresh.kernel)
+    await fresh.quiesce()
+    assert fresh.kernel.calls["bring_home"] == tries + 1, "retried, and refused"
+    assert one_claim_not_returned(fresh) is claim and fresh.seen.ended == []
+    device_changed(fresh.kernel)
+    assert await fresh.seen.wait_released(claim.id) == ReleaseReason.RECONCILED
+    await fresh.quiesce()
+    released_home(fresh, before)
+
+
+async def test_a_give_back_refused_at_start_is_an_error_naming_the_claim(
+    rigs: Rigs, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="rdmad"):
+        fresh, _ = await refused_at_restart(rigs, tmp_path, "releasing")
+        claim = one_claim_not_returned(fresh)
+    (record,) = [r for r in caplog.records if r.__dict__.get("MESSAGE_ID") == MESSAGE_NOT_RETURNED]
+    assert record.levelno == logging.ERROR
+    assert claim.failure in record.getMessage()
+    assert {k: record.__dict__.get(k) for k in ("RDMAD_CLAIM", "RDMAD_DEVICE", "RDMAD_ERROR")} == {
+        "RDMAD_CLAIM": claim.id,
+        "RDMAD_DEVICE": "mlx5_0",
+        "RDMAD_ERROR": KernelError.dbus_name,
+    }
+
+
+async def test_a_netns_death_on_a_full_disk_ends_its_claim_and_the_next_start_restores_the_nic(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics()
+    before = host_side(kernel)
+    store = FlakyStore(tmp_path)
+    rig = await rigs.start(kernel, store)
+    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
+    store.full = True
+    kernel.delete_netns("pod")
+    assert await rig.seen.wait_released(claim.id) == ReleaseReason.NETNS_GONE
+    assert rig.core.claims() == []
+    store.full = False
+    fresh = await rig.restart()
+    await fresh.quiesce()
+    assert host_side(kernel) == before
+    assert fresh.core.claims() == [] and phases(fresh) == []

@@ -3,9 +3,10 @@
 # its Debian package: build/refresh the systemd image (systemd-image.sh: `apt install
 # ./rdmad_*.deb`), boot it once (systemd is PID 1; a set-up unit makes rxe0 and a netns,
 # then rdmad starts at boot; the probe claims/releases, runs rdmactl as root and as nobody,
-# `apt remove`s the package under a live claim and reinstalls it, runs systemd-analyze
-# security, stops rdmad and powers off), then check what the probe recorded. Prints the
-# security score.
+# `apt remove`s the package under a live claim and reinstalls it, restarts rdmad on a claim
+# whose give-back the kernel refuses (it must come up, once: no restart loop), runs
+# systemd-analyze security, stops rdmad and powers off), then check what the probe
+# recorded. Prints the security score.
 #
 #   tests/guest/harness/run-systemd-check.sh [--timeout S]
 #                    (root; default 900 s with KVM, 1800 s under TCG: the in-guest apt remove
@@ -28,7 +29,7 @@ timeout_s=""
 while [ $# -gt 0 ]; do
     case $1 in
         --timeout) timeout_s=${2:?}; shift 2 ;;
-        -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) die "unknown argument $1" ;;
     esac
 done
@@ -121,6 +122,21 @@ check "reinstalled: claim kept" "$(get reinstalled_claims_rc) $(get reinstalled_
 check "reinstalled: rxe0 state" "$(get reinstalled_device)" "^\\['shared'\\]$"
 check "release after reinstall" "$(get pkg_release_rc)"    '^0$'
 check "released: child gone"    "$(get released_child)"     '^0$'
+check "refused: set-up"         "$(get refuse_setup_rc) $(get refuse_sim_start_rc) $(get refuse_squatter_rc)" '^0 0 0$'
+refuse_id=$(get refuse_claim_id)
+check "refused: whole claim"    "$(get refuse_claim_rc) $refuse_id" '^0 [0-9a-f]+$'
+check "refused: Release fails"  "$(get refuse_release_rc)"   '^1$'
+check "refused: restart"        "$(get refuse_restart_rc)"   '^0$'
+check "refused: still active"   "$(get refuse_active)"       '^active$'
+check "refused: no restart loop" "$(get refuse_nrestarts)"   '^([0-9]+) \1$'
+check "refused: STATUS="        "$(get refuse_status)"       'could not give back 1 claim at start'
+check "refused: claim listed"   "$(get refuse_claims_rc) $(get refuse_claim_ids)" "^0 ${refuse_id:-NONE}$"
+check "refused: State"          "$(get refuse_state)"        '^s "not-returned"$'
+# (which step the kernel refused depends on how far the failed Release got: any reason)
+check "refused: Failure"        "$(get refuse_failure)"      '^s "[^"]+'
+check "refused: journal"        "$(get refuse_journal)"      '^[1-9][0-9]*$'
+check "refused: given back"     "$(get refuse_claims_after) $(get refuse_home)" '^0 vsim0 198\.51\.100\.7/24$'
+check "refused: rxe0 again"     "$(get refuse_back_to_rxe_rc)" '^0$'
 
 score=$(get security | sed -n 's/.*rdmad\.service: //p')
 offline=$(get security_offline | sed -n 's/.*rdmad\.service: //p')

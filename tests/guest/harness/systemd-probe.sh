@@ -100,6 +100,56 @@ kv reinstalled_device "$(rdmactl --json list 2>&1 | jget '[d["state"] for d in j
 rdmactl release "$pkg_claim"; kv pkg_release_rc $?
 kv released_child "$(ip netns exec probe1 ip -o link show 2>&1 | grep -c ' net1@')"
 
+section "a give-back the kernel refuses at start: rdmad comes up anyway, no restart loop"
+# A claim that moves its netdev, whose give-back the kernel refuses: rxe0's netdev cannot
+# move (a software device dies with it), so for this section rdmad runs its simulated RDMA
+# half (--sim-devices, in a runtime drop-in) on a real veth: the refusal is rtnetlink's own.
+ip link add vsim0 type veth peer name vsim1 && ip link set vsim0 up && ip link set vsim1 up \
+    && ip addr add 198.51.100.7/24 dev vsim0 && ip netns add probe2
+kv refuse_setup_rc $?
+dropin=/run/systemd/system/rdmad.service.d
+mkdir -p "$dropin"
+printf '%s\n' '[Service]' 'ExecStart=' \
+    'ExecStart=/usr/bin/rdmad --config /etc/rdmad/rdmad.toml --sim-devices sim0=vsim0' \
+    > "$dropin/60-sim.conf"
+systemctl daemon-reload
+systemctl restart rdmad; kv refuse_sim_start_rc $?
+out=$(rdmactl --json claim sim0 probe2 --ifname net0 2>&1); kv refuse_claim_rc $?; echo "$out"
+refuse_id=$(jget 'j["id"]' <<<"$out" 2>&1)
+refuse_path=$(jget 'j["path"]' <<<"$out" 2>&1)
+kv refuse_claim_id "$refuse_id"
+# the netdev's home name taken while it is away in probe2: renaming it home fails (EEXIST),
+# so the Release fails and leaves the claim on record as being released
+ip link add vsim0 type veth peer name vsq1; kv refuse_squatter_rc $?
+out=$(rdmactl release "$refuse_id" 2>&1); kv refuse_release_rc $?; echo "$out"
+restarts_before=$(systemctl show rdmad -p NRestarts --value)
+# the next start finishes that release, and the kernel refuses it again
+systemctl restart rdmad; kv refuse_restart_rc $?
+# A start that failed on the claim would be retried every RestartSec (2 s): watch the unit
+# for more than two of those before counting its restarts.
+sleep 5
+kv refuse_active "$(systemctl is-active rdmad)"
+kv refuse_nrestarts "$restarts_before $(systemctl show rdmad -p NRestarts --value)"
+kv refuse_status "$(systemctl show rdmad -p StatusText --value)"
+out=$(rdmactl --json claims 2>&1); kv refuse_claims_rc $?; echo "$out"
+kv refuse_claim_ids "$(jget '" ".join(c["id"] for c in j)' <<<"$out" 2>&1)"
+kv refuse_state "$(busctl --system get-property io.rdmad1 "$refuse_path" io.rdmad1.Claim State 2>&1)"
+kv refuse_failure "$(busctl --system get-property io.rdmad1 "$refuse_path" io.rdmad1.Claim Failure 2>&1)"
+journalctl --sync 2>/dev/null
+kv refuse_journal "$(journalctl -u rdmad -o cat --no-pager MESSAGE_ID=84fed45eb174426fa1eb8cdd58df960d \
+    RDMAD_CLAIM="$refuse_id" | grep -c 'not-returned')"
+# The obstacle gone, the claim is given back: by rdmad's retry on that change (the sim binds
+# sim0 by name at start, to the squatter), or else by this Release.
+ip link del vsim0
+out=$(rdmactl release "$refuse_id" 2>&1); echo "release once the name is free: $? $out"
+out=$(rdmactl --json claims 2>&1); echo "$out"
+kv refuse_claims_after "$(jget 'len(j)' <<<"$out" 2>&1)"
+kv refuse_home "$(ip -br addr show vsim0 2>&1 | awk '{sub(/@.*/, "", $1); print $1, $3}')"
+rm -f "$dropin/60-sim.conf"
+systemctl daemon-reload
+systemctl restart rdmad; kv refuse_back_to_rxe_rc $?
+ip link del vsim0; ip netns del probe2
+
 section "systemd-analyze security rdmad.service"
 sec=$(systemd-analyze security rdmad.service --no-pager 2>&1); kv security_rc $?
 echo "$sec"
