@@ -146,8 +146,8 @@ class Store:
             return  # never written: its first write failed
         path = self.claims_dir / f"{claim_id}.json"
         try:
-            # Frees the inode through RCU, after the claim's last kernel step: at the same
-            # moment as its CDI spec's removal (rdmad.cdi), so no other grace period.
+            # Frees the inode through RCU, but after the claim's last kernel step, when its
+            # CDI spec is removed too (rdmad.cdi).
             remove(path)
         except OSError as exc:
             raise KernelError(exc.errno or 0, f"cannot remove state file {path}") from exc
