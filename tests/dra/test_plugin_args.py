@@ -1,0 +1,46 @@
+"""rdmad-dra's command line: the conventional flags of DRA kubelet plugins."""
+
+from __future__ import annotations
+
+import pytest
+
+from rdmad.dra.plugin import parse_args
+
+
+def test_defaults_are_the_kubelets_directories_and_the_driver_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NODE_NAME", "node-a")
+    monkeypatch.delenv("DBUS_SYSTEM_BUS_ADDRESS", raising=False)
+    args = parse_args([])
+    assert args.kubelet_registrar_directory_path == "/var/lib/kubelet/plugins_registry"
+    assert args.kubelet_plugins_directory_path == "/var/lib/kubelet/plugins"
+    assert args.driver_name == "rdma.rdmad.io"
+    assert args.node_name == "node-a"
+    assert args.kubeconfig is None  # in-cluster
+    assert args.bus_address == "unix:path=/var/run/dbus/system_bus_socket"
+
+
+def test_node_name_flag_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_NAME", "node-a")
+    assert parse_args(["--node-name", "node-b"]).node_name == "node-b"
+
+
+def test_no_node_name_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    with pytest.raises(SystemExit) as exit:
+        parse_args([])
+    assert exit.value.code == 2
+    assert "--node-name or set NODE_NAME" in capsys.readouterr().err
+
+
+def test_a_bus_address_that_is_not_one_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NODE_NAME", "node-a")
+    with pytest.raises(SystemExit) as exit:
+        parse_args(["--bus-address", "not-an-address"])
+    assert exit.value.code == 2
+    assert "is not a D-Bus address" in capsys.readouterr().err
