@@ -69,6 +69,41 @@ def _inode(netns: str) -> int:
     return int(netns.removeprefix("net:[").removesuffix("]") or 0)
 
 
+def holders(inode: int) -> list[str]:
+    """The processes that keep netns `inode` alive, by their netns or an open fd."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            refs = [os.readlink(f"/proc/{pid}/ns/net")]
+            refs += [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            if f"net:[{inode}]" in refs:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+                out.append(f"{pid} {cmdline[:80]}")
+        except OSError:
+            continue
+    return out
+
+
+def judge_unnamed(view: DaemonView, problems: list[str], verdict: Verdict) -> list[str]:
+    """compare() finds netns by their names; a claim whose netns lost its name but is kept
+    alive by a process is held right (the netns exists): drop that problem. For a dead one,
+    say so."""
+    named = _netns_names()
+    kept = []
+    for cid, _device, netns, _ifname in view.claims:
+        if _inode(netns) in named:
+            continue
+        alive = holders(_inode(netns))
+        if alive:
+            verdict.figures["claims_in_unnamed_live_netns"] += 1
+            print(f"note: claim {cid}'s netns {netns} has no name but lives on in {alive}")
+            problems = [p for p in problems if not p.startswith(f"claim {cid} ")]
+        else:
+            kept.append(f"claim {cid}: no process holds {netns}: it is dead, the claim lives on")
+    return problems + kept
+
+
 def without_nodev(view: DaemonView, verdict: Verdict) -> DaemonView:
     """The view compare() understands: netdev=false claims left out, their devices shown as
     free (their netdevs never left init_net); their netns checked here."""
@@ -153,7 +188,7 @@ async def check_node(
     # Only a shared-mode node makes macvlans; the slots hold the other node's claims too.
     watched = _slot_names(slots) if node.name == "shared" else []
     report = compare(without_nodev(view, verdict), node.nics(), node.settings, watched)
-    verdict.problems += report.problems
+    verdict.problems += judge_unnamed(view, report.problems, verdict) if report.problems else []
     verdict.figures.update(
         free=report.free,
         claimed=report.claimed,
