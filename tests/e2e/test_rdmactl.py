@@ -2,7 +2,8 @@
 
 Each command goes over the private bus exactly as an operator's would; what it claims to have
 done is checked independently with iproute2 (`ip`). Subprocesses are run with
-asyncio.create_subprocess_exec so the test's own D-Bus client (on this loop) keeps working.
+asyncio, so the test's own D-Bus client (on this loop) keeps working, and with every signal at
+its default (tests.support.children), so that Ctrl-C reaches them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 
 from rdmad import __version__
 from rdmad.bus.names import CLAIM_IFACE, MANAGER_PATH, device_path
+from tests.support.children import spawn
 from tests.support.daemon import ROOT
 from tests.support.net import addresses, is_up, link, netns_inode
 from tests.support.sim_rig import Rig
@@ -52,7 +54,7 @@ def env() -> dict[str, str]:
 
 
 async def rdmactl_at(bus_address: str, *args: str, options_last: bool = False) -> Result:
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         *argv(bus_address, *args, options_last=options_last),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
@@ -304,7 +306,7 @@ class Monitor:
 
 @pytest.fixture
 async def monitor(rig: Rig) -> AsyncIterator[Monitor]:
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         *argv(rig.daemon.bus_address, "--json", "monitor"),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
@@ -384,7 +386,7 @@ async def test_monitor_json_prints_claimed_and_released_as_one_object_per_line(
 async def test_monitor_exits_quietly_when_its_reader_goes_away(rig: Rig, netns: str) -> None:
     # As in `rdmactl monitor | head -n 1`: the reader takes one line and closes the pipe.
     read_end, write_end = os.pipe()
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         *argv(rig.daemon.bus_address, "--json", "monitor"),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=write_end,

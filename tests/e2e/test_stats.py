@@ -12,6 +12,7 @@ from typing import Any
 from pyroute2 import IPRoute
 
 from tests.e2e.test_rdmactl import RUN_TIMEOUT, argv, env, rdmactl
+from tests.support.children import spawn
 from tests.support.net import ip, link
 from tests.support.sim_rig import Rig
 
@@ -118,7 +119,7 @@ async def test_table_has_one_row_per_counter(rig: Rig) -> None:
 
 
 async def test_watch_json_prints_rates_each_interval_and_ctrl_c_ends_it(rig: Rig) -> None:
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         *argv(rig.daemon.bus_address, "--json", "stats", "sim0", "--watch", "--interval", "0.2"),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

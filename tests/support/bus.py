@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.children import popen
+
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_POLICY = REPO / "dbus" / "io.rdmad1.conf"
 START_TIMEOUT = 10.0
@@ -98,7 +100,7 @@ def start_private_bus(includes: Sequence[Path] = ()) -> Iterator[PrivateBus]:
     directory = Path(tempfile.mkdtemp(prefix="rdmad-bus-"))
     directory.chmod(0o755)  # so run_as() callers can reach the socket
     config = write_config(directory, includes)
-    proc = subprocess.Popen(
+    proc = popen(
         [daemon, f"--config-file={config}", "--nofork", "--print-address=1", "--nopidfile"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -26,6 +26,7 @@ from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 
 from tests.support import faulty_rdmad
+from tests.support.children import spawn
 
 BUS_NAME = "io.rdmad1"
 MANAGER_PATH = "/io/rdmad1"
@@ -94,7 +95,7 @@ class RdmadProcess:
         env = {**os.environ, "NOTIFY_SOCKET": sock_path, "PYTHONPATH": str(ROOT), **self.env}
         env.pop("JOURNAL_STREAM", None)
         with open(self.log_path, "ab") as logf:
-            self.proc = await asyncio.create_subprocess_exec(
+            self.proc = await spawn(
                 *self.argv(), stdin=asyncio.subprocess.DEVNULL, stdout=logf, stderr=logf, env=env
             )
         try:

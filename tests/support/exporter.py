@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.children import spawn
 from tests.support.daemon import ROOT
 
 WAIT = 60.0
@@ -74,7 +75,7 @@ class Exporter:
 async def running_exporter(bus_address: str) -> AsyncIterator[Exporter]:
     """Started, and serving once it has said so on stderr."""
     port = free_port()
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         sys.executable,
         "-m",
         "rdmad.exporter",
