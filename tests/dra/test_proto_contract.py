@@ -1,0 +1,103 @@
+"""Contract test: the plugin's .proto files (rdmad/dra/proto/) declare the kubelet's
+packages, services, messages, field names, numbers and types, as the kubelet's API
+definitions have them (k8s.io/kubelet pkg/apis/pluginregistration/v1, dra/v1, dra/v1beta1).
+The wire tests exercise the messages a kubelet sends today; this covers every field, such as
+Device's, that no answer of the plugin carries yet."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import pytest
+from google.protobuf.descriptor import FieldDescriptor
+
+from rdmad.dra import grpc_api
+
+S, B, M = FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BOOL, FieldDescriptor.TYPE_MESSAGE
+REPEATED = "repeated"
+
+# message -> field name -> (number, type, repeated)
+REGISTRATION = {
+    "PluginInfo": {
+        "type": (1, S, False),
+        "name": (2, S, False),
+        "endpoint": (3, S, False),
+        "supported_versions": (4, S, True),
+    },
+    "RegistrationStatus": {"plugin_registered": (1, B, False), "error": (2, S, False)},
+    "RegistrationStatusResponse": {},
+    "InfoRequest": {},
+}
+DRA = {
+    "NodePrepareResourcesRequest": {"claims": (1, M, True)},
+    "NodePrepareResourcesResponse": {"claims": (1, M, True)},  # a map: repeated entries
+    "NodePrepareResourceResponse": {"devices": (1, M, True), "error": (2, S, False)},
+    "Device": {
+        "request_names": (1, S, True),
+        "pool_name": (2, S, False),
+        "device_name": (3, S, False),
+        "cdi_device_ids": (4, S, True),
+        "share_id": (5, S, False),  # v1 only
+    },
+    "NodeUnprepareResourcesRequest": {"claims": (1, M, True)},
+    "NodeUnprepareResourcesResponse": {"claims": (1, M, True)},
+    "NodeUnprepareResourceResponse": {"error": (1, S, False)},
+    "Claim": {"namespace": (1, S, False), "uid": (2, S, False), "name": (3, S, False)},
+}
+DRA_V1BETA1 = {**DRA, "Device": {k: v for k, v in DRA["Device"].items() if k != "share_id"}}
+RPCS = {
+    "pluginregistration.Registration": {
+        "GetInfo": ("InfoRequest", "PluginInfo"),
+        "NotifyRegistrationStatus": ("RegistrationStatus", "RegistrationStatusResponse"),
+    },
+    "DRAPlugin": {
+        "NodePrepareResources": ("NodePrepareResourcesRequest", "NodePrepareResourcesResponse"),
+        "NodeUnprepareResources": (
+            "NodeUnprepareResourcesRequest",
+            "NodeUnprepareResourcesResponse",
+        ),
+    },
+}
+CASES = {
+    "pluginregistration": (grpc_api.registration, "pluginregistration", REGISTRATION),
+    "dra v1": (grpc_api.dra_v1, "k8s.io.kubelet.pkg.apis.dra.v1", DRA),
+    "dra v1beta1": (grpc_api.dra_v1beta1, "k8s.io.kubelet.pkg.apis.dra.v1beta1", DRA_V1BETA1),
+}
+
+
+def fields_of(descriptor: Any) -> dict[str, tuple[int, int, bool]]:
+    return {f.name: (f.number, f.type, f.is_repeated) for f in descriptor.fields}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_package_messages_and_fields_are_the_kubelets(case: str) -> None:
+    module, package, messages = CASES[case]
+    file = module.DESCRIPTOR
+    assert file.package == package
+    assert {name: fields_of(m) for name, m in file.message_types_by_name.items()} == messages
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_services_and_methods_are_the_kubelets(case: str) -> None:
+    module: ModuleType = CASES[case][0]
+    (service,) = module.DESCRIPTOR.services_by_name.values()
+    expected = RPCS[
+        "pluginregistration.Registration" if case == "pluginregistration" else "DRAPlugin"
+    ]
+    assert {m.name: (m.input_type.name, m.output_type.name) for m in service.methods} == expected
+    full = service.full_name
+    if case == "pluginregistration":
+        assert full == grpc_api.REGISTRATION_SERVICE
+    else:
+        assert full in grpc_api.DRA_SERVICES.values()
+
+
+def test_response_maps_are_keyed_by_claim_uid_strings() -> None:
+    for module in (grpc_api.dra_v1, grpc_api.dra_v1beta1):
+        for name in ("NodePrepareResourcesResponse", "NodeUnprepareResourcesResponse"):
+            entry = module.DESCRIPTOR.message_types_by_name[name].fields_by_name["claims"]
+            assert entry.message_type.GetOptions().map_entry
+            key, value = entry.message_type.fields
+            assert (key.name, key.number, key.type) == ("key", 1, S)
+            assert (value.name, value.number) == ("value", 2)
