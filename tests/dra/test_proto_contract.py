@@ -15,7 +15,6 @@ from google.protobuf.descriptor import FieldDescriptor
 from rdmad.dra import grpc_api
 
 S, B, M = FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BOOL, FieldDescriptor.TYPE_MESSAGE
-REPEATED = "repeated"
 
 # message -> field name -> (number, type, repeated)
 REGISTRATION = {
@@ -47,11 +46,11 @@ DRA = {
 }
 DRA_V1BETA1 = {**DRA, "Device": {k: v for k, v in DRA["Device"].items() if k != "share_id"}}
 RPCS = {
-    "pluginregistration.Registration": {
+    "pluginregistration": {
         "GetInfo": ("InfoRequest", "PluginInfo"),
         "NotifyRegistrationStatus": ("RegistrationStatus", "RegistrationStatusResponse"),
     },
-    "DRAPlugin": {
+    "dra": {
         "NodePrepareResources": ("NodePrepareResourcesRequest", "NodePrepareResourcesResponse"),
         "NodeUnprepareResources": (
             "NodeUnprepareResourcesRequest",
@@ -82,9 +81,7 @@ def test_package_messages_and_fields_are_the_kubelets(case: str) -> None:
 def test_services_and_methods_are_the_kubelets(case: str) -> None:
     module: ModuleType = CASES[case][0]
     (service,) = module.DESCRIPTOR.services_by_name.values()
-    expected = RPCS[
-        "pluginregistration.Registration" if case == "pluginregistration" else "DRAPlugin"
-    ]
+    expected = RPCS["pluginregistration" if case == "pluginregistration" else "dra"]
     assert {m.name: (m.input_type.name, m.output_type.name) for m in service.methods} == expected
     full = service.full_name
     if case == "pluginregistration":
