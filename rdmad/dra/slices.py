@@ -49,9 +49,12 @@ class Backoff:
         return float(min(self.cap, self.initial * self.factor ** max(0, failures - 1)))
 
 
+def _comparable(device: dict[str, Any]) -> dict[str, Any]:
+    return {k: device[k] for k in _SAME if device.get(k)}
+
+
 def _devices_of(slice_: dict[str, Any]) -> list[dict[str, Any]]:
-    devices = slice_["spec"].get("devices") or []
-    return [{k: d[k] for k in _SAME if d.get(k)} for d in devices]
+    return [_comparable(d) for d in slice_["spec"].get("devices") or []]
 
 
 class Pool:
@@ -61,10 +64,14 @@ class Pool:
         self._api = api
         self.driver = driver
         self.node = node
-        self._node_uid = ""
 
     def _body(
-        self, devices: list[dict[str, Any]], generation: int, count: int, existing: str | None
+        self,
+        node_uid: str,
+        devices: list[dict[str, Any]],
+        generation: int,
+        count: int,
+        existing: str | None,
     ) -> dict[str, Any]:
         metadata: dict[str, Any] = {
             "ownerReferences": [
@@ -72,7 +79,7 @@ class Pool:
                     "apiVersion": "v1",
                     "kind": "Node",
                     "name": self.node,
-                    "uid": self._node_uid,
+                    "uid": node_uid,
                     "controller": True,
                 }
             ]
@@ -93,7 +100,9 @@ class Pool:
             },
         }
 
-    def _current(self, slices: list[dict[str, Any]], wanted: list[list[dict[str, Any]]]) -> bool:
+    def _current(
+        self, node_uid: str, slices: list[dict[str, Any]], wanted: list[list[dict[str, Any]]]
+    ) -> bool:
         if len(slices) != len(wanted):
             return False
         generations = {s["spec"]["pool"].get("generation", 0) for s in slices}
@@ -103,8 +112,8 @@ class Pool:
                 len(generations) != 1
                 or s["spec"]["pool"].get("name") != self.node
                 or s["spec"]["pool"].get("resourceSliceCount") != len(wanted)
-                or [o.get("uid") for o in owners] != [self._node_uid]
-                or _devices_of(s) != devices
+                or [o.get("uid") for o in owners] != [node_uid]
+                or _devices_of(s) != [_comparable(d) for d in devices]
             ):
                 return False
         return True
@@ -112,13 +121,14 @@ class Pool:
     def sync(self, devices: list[dict[str, Any]]) -> bool:
         """Make the API server's slices hold `devices`; True if anything was written.
         Blocking; raises ApiFailed."""
-        if not self._node_uid:
-            self._node_uid = self._api.node_uid(self.node)
+        # Read each time: a node deleted and made again under its name has a new UID, and
+        # slices owned by the old one would be garbage-collected.
+        node_uid = self._api.node_uid(self.node)
         wanted = in_slices(devices)
         slices = sorted(
             self._api.list_slices(self.driver, self.node), key=lambda s: s["metadata"]["name"]
         )
-        if self._current(slices, wanted):
+        if self._current(node_uid, slices, wanted):
             return False
         # A new generation for the whole pool: the scheduler takes only the newest one's
         # slices, so it never sees a device twice or half a pool while slices are rewritten.
@@ -126,11 +136,11 @@ class Pool:
         for i, chunk in enumerate(wanted):
             if i < len(slices):
                 name = slices[i]["metadata"]["name"]
-                body = self._body(chunk, generation, len(wanted), name)
+                body = self._body(node_uid, chunk, generation, len(wanted), name)
                 body["metadata"]["resourceVersion"] = slices[i]["metadata"]["resourceVersion"]
                 self._api.replace_slice(name, body)
             else:
-                self._api.create_slice(self._body(chunk, generation, len(wanted), None))
+                self._api.create_slice(self._body(node_uid, chunk, generation, len(wanted), None))
         for extra in slices[len(wanted) :]:
             self._api.delete_slice(extra["metadata"]["name"])
         log.info(

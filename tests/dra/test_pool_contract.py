@@ -78,6 +78,14 @@ def test_slices_someone_else_deleted_are_made_again(api: ApiServer, pool: Pool) 
     assert sorted(api.devices()) == ["mlx5-0", "mlx5-1"]
 
 
+def test_a_node_made_again_under_its_name_owns_the_slices_anew(api: ApiServer, pool: Pool) -> None:
+    pool.sync(devices(2))
+    api.node_uid = "7e7b1f4a-0000-4000-8000-000000000001"  # deleted and registered again
+    assert pool.sync(devices(2))
+    (s,) = api.slices.values()
+    assert [o["uid"] for o in s["metadata"]["ownerReferences"]] == [api.node_uid]
+
+
 @contextlib.asynccontextmanager
 async def publishing(pool: Pool, backoff: Backoff) -> AsyncIterator[SlicePublisher]:
     publisher = SlicePublisher(pool, backoff)
