@@ -4,21 +4,52 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping
 
 from rdmad.model import Claim, HostConfig
 
 
 class ClaimBook:
-    """Written by the core only. Plain records and queries: nothing here touches the kernel."""
+    """Plain records and queries: nothing here touches the kernel. Changed only through the
+    methods below: the claims by the core (add, drop, load), the netdevs still to restore
+    by GiveBack (restore_later, restored), which is the one to restore them. Everything
+    else only reads it."""
 
     def __init__(self) -> None:
-        self.claims: dict[str, Claim] = {}
+        self._claims: dict[str, Claim] = {}
         # Netdevs whose netns died before the kernel handed them back: restore on return.
-        self.pending_restores: list[HostConfig] = []
+        self._restores: list[HostConfig] = []
         self._locks: dict[str, asyncio.Lock] = {}
 
+    @property
+    def claims(self) -> Mapping[str, Claim]:
+        return self._claims
+
+    @property
+    def pending_restores(self) -> list[HostConfig]:
+        """A copy: the list changes through restore_later and restored only."""
+        return list(self._restores)
+
+    def load(self, claims: Iterable[Claim], restores: Iterable[HostConfig]) -> None:
+        """What the state file recorded, at start."""
+        self._claims.update((c.id, c) for c in claims)
+        self._restores.extend(restores)
+
+    def add(self, claim: Claim) -> None:
+        self._claims[claim.id] = claim
+
+    def drop(self, claim: Claim) -> None:
+        self._claims.pop(claim.id, None)
+
+    def restore_later(self, host: HostConfig) -> None:
+        """`host`'s netdev has not come home yet: restore it when it does."""
+        self._restores.append(host)
+
+    def restored(self, host: HostConfig) -> None:
+        self._restores.remove(host)
+
     def of(self, device: str) -> list[Claim]:
-        return [c for c in self.claims.values() if c.device == device]
+        return [c for c in self._claims.values() if c.device == device]
 
     def lock(self, device: str) -> asyncio.Lock:
         """Held by a claim or release for the length of its operation on `device`."""
@@ -31,8 +62,8 @@ class ClaimBook:
 
     def moved_devices(self) -> set[str]:
         """The RDMA devices a claim moved into its netns (exclusive mode hides them)."""
-        return {c.device for c in self.claims.values() if c.rdma_moved}
+        return {c.device for c in self._claims.values() if c.rdma_moved}
 
     def restore_waits_for(self, ifindex: int) -> bool:
         """Whether a netdev that did not come home in time is still to be restored."""
-        return any(h.ifindex == ifindex for h in self.pending_restores)
+        return any(h.ifindex == ifindex for h in self._restores)

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from typing import Protocol
 
 from rdmad.backend import NetdevBackend, NetnsResolver, Placement, RdmaBackend
 from rdmad.claims import ClaimBook
 from rdmad.errors import RdmadError
 from rdmad.inventory import Inventory
 from rdmad.logfields import MESSAGE_NOT_RETURNED, log_claim_event, log_event
-from rdmad.model import Claim
+from rdmad.model import Claim, Netdev
 from rdmad.steps import step
-from rdmad.tracking import InventoryTracker
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,22 @@ def placement(claim: Claim) -> Placement:
     return Placement(claim.nsid, claim.ns_ifindex, claim.ifname)
 
 
+class Tracking(Protocol):
+    """What GiveBack asks of the inventory tracker (rdmad.tracking.InventoryTracker): to see
+    what it moved at once (the events of its own steps lag), and to wait for what the
+    kernel brings home by itself."""
+
+    async def reread_device(self, name: str) -> None: ...
+
+    async def reread_netdev(self, ifindex: int) -> None: ...
+
+    def netdev_is(self, nd: Netdev) -> None: ...
+
+    async def wait_for_link(self, ifindex: int, timeout: float) -> bool: ...
+
+    async def wait_for_device(self, name: str, timeout: float) -> bool: ...
+
+
 class GiveBack:
     def __init__(
         self,
@@ -39,7 +55,7 @@ class GiveBack:
         resolver: NetnsResolver,
         inventory: Inventory,
         book: ClaimBook,
-        tracker: InventoryTracker,
+        tracker: Tracking,
     ) -> None:
         self._net = net
         self._rdma = rdma
@@ -138,14 +154,14 @@ class GiveBack:
                 f"come back from {claim.netns} yet; will restore it when it does",
                 level=logging.WARNING,
             )
-            self._book.pending_restores.append(host)
+            self._book.restore_later(host)
             return
         await self._net.restore(host.ifindex, host)
         await self._tracker.reread_netdev(host.ifindex)
 
     async def restore_pending(self) -> None:
         """Restore the host settings of the netdevs that came home late (pending_restores)."""
-        for host in list(self._book.pending_restores):
+        for host in self._book.pending_restores:
             if host.ifindex in self._inv.netdevs:
                 try:
                     await self._net.restore(host.ifindex, host)
@@ -158,4 +174,4 @@ class GiveBack:
                         f"(ifindex {host.ifindex}): {exc}",
                         level=logging.ERROR,
                     )
-                self._book.pending_restores.remove(host)
+                self._book.restored(host)
