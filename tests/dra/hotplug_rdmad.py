@@ -1,7 +1,7 @@
 """rdmad in the test process, so that a simulated device can be hot-plugged: the real Core,
 rtnetlink backend and bus service on the test's bus, and a sim whose device stays out of
-the kernel's view until plug() (then the udev event that a new RDMA device makes). No
-outside process can plug a sim device into a running daemon."""
+the kernel's view until plug(), and leaves it at unplug() (each with the udev event the
+kernel's device makes). No outside process can plug a sim device into a running daemon."""
 
 from __future__ import annotations
 
@@ -46,6 +46,11 @@ class UnpluggedSim(SimRdma):
         self._unplugged.discard(name)
         return RdmaChanged(f"add infiniband/{name}")
 
+    def unplug(self, name: str) -> RdmaChanged:
+        """The device goes (hot-unplug, driver unbound); returns udev's event for it."""
+        self._unplugged.add(name)
+        return RdmaChanged(f"remove infiniband/{name}")
+
 
 class HotplugRdmad:
     def __init__(self, core: Core, sim: UnpluggedSim) -> None:
@@ -54,6 +59,9 @@ class HotplugRdmad:
 
     def plug(self, name: str) -> None:
         self.core.handle(self.sim.plug(name))
+
+    def unplug(self, name: str) -> None:
+        self.core.handle(self.sim.unplug(name))
 
 
 @contextlib.asynccontextmanager

@@ -115,3 +115,17 @@ async def test_a_hotplugged_device_is_added(
             await api.wait_for(lambda d: names(d) == {"sim0"})
             rdmad.plug("sim1")
             await api.wait_for(lambda d: names(d) == {"sim0", "sim1"})
+
+
+async def test_a_removed_device_leaves_the_offer(
+    api: ApiServer, bus_address: str, tmp_path: Path
+) -> None:
+    with temp_veth("dh") as a, temp_veth("dh") as b:
+        devices = [("sim0", a.host), ("sim1", b.host)]
+        async with (
+            hotplug_rdmad(bus_address, tmp_path, devices, unplugged=set()) as rdmad,
+            running_plugin(api, bus_address, tmp_path / "dra"),
+        ):
+            await api.wait_for(lambda d: names(d) == {"sim0", "sim1"})
+            rdmad.unplug("sim0")
+            await api.wait_for(lambda d: names(d) == {"sim1"})
