@@ -6,7 +6,8 @@ the two nodes (tests/soak/node.py), plays every actor's actions concurrently on 
 clock, and at each of the checker's times stops the world (no action in flight, every fault
 window closed, every rdmad back up) and checks the invariants (tests/soak/invariants.py),
 once more at the end. A violation stops the soak and prints the seed, the schedule and the
-state; the exit status is then 1. At the end it prints the figures: operations and faults
+state; the exit status is then 1 (with --keep-going it records the violation, plays the
+schedule out for the figures, and exits 1 at the end). At the end it prints the figures: operations and faults
 of each kind and their outcomes, checks passed, rdmad's RSS and fds.
 """
 
@@ -49,6 +50,7 @@ class Result:
     schedule: Schedule
     tally: Tally
     checks: int = 0
+    failed: dict[str, float] = field(default_factory=dict)  # --keep-going: problem -> when
     last: dict[str, Verdict] = field(default_factory=dict)
     growth: list[str] = field(default_factory=list)
     wall: float = 0.0
@@ -61,6 +63,9 @@ class Result:
             f"podman {'on' if self.podman else 'not run'}",
             f"invariant checks passed: {self.checks} (each over both nodes)",
         ]
+        if self.failed:
+            lines.append(f"VIOLATIONS ({len(self.failed)}, each at its first failed check):")
+            lines += [f"  [{t:7.1f} s] {p}" for p, t in self.failed.items()]
         by_op: dict[tuple[str, str], Counter[str]] = {}
         for (kind, op, result), n in self.tally.outcomes.items():
             by_op.setdefault((kind, op), Counter())[result] += n
@@ -108,14 +113,19 @@ async def play(
                 raise Violation(f"{action.line()}: the actor failed: {exc!r}") from exc
 
 
-async def check(world: World, init_rules: object, result: Result) -> None:
+async def check(world: World, init_rules: object, result: Result, keep_going: bool) -> None:
     async with asyncio.timeout(UP_WAIT_S):
         for node in world.nodes.values():
             await node.up.wait()
     result.last = await settled(world.nodes, world.slots, init_rules, world.tally.acks)
     problems = [f"{n}: {p}" for n, v in result.last.items() for p in v.problems]
-    if problems:
+    if problems and not keep_going:
         raise Violation("\n".join(problems))
+    if problems:
+        for problem in problems:
+            result.failed.setdefault(problem, world.clock.now())
+        print(f"[{world.clock.now():7.1f} s] check FAILED:\n  " + "\n  ".join(problems))
+        return
     result.checks += 1
     print(
         f"[{world.clock.now():7.1f} s] check {result.checks} passed: "
@@ -128,11 +138,13 @@ async def check(world: World, init_rules: object, result: Result) -> None:
     )
 
 
-async def checker(actions: list[Action], world: World, init_rules: object, result: Result) -> None:
+async def checker(
+    actions: list[Action], world: World, init_rules: object, result: Result, keep_going: bool
+) -> None:
     for action in actions:
         await world.clock.until(action.at)
         async with world.clock.quiescent():
-            await check(world, init_rules, result)
+            await check(world, init_rules, result, keep_going)
 
 
 async def state_of(world: World) -> str:
@@ -163,7 +175,9 @@ async def state_of(world: World) -> str:
     return "\n".join(out)
 
 
-async def soak(seconds: float, seed: int, workdir: Path, podman: bool) -> Result:
+async def soak(
+    seconds: float, seed: int, workdir: Path, podman: bool, keep_going: bool = False
+) -> Result:
     schedule = generate(seed, seconds, podman)
     tally = Tally()
     result = Result(schedule, tally, podman=podman)
@@ -199,12 +213,14 @@ async def soak(seconds: float, seed: int, workdir: Path, podman: bool) -> Result
             for actor, do in players.items()
         ]
         tasks.append(
-            asyncio.ensure_future(checker(schedule.of("checker"), world, init_rules, result))
+            asyncio.ensure_future(
+                checker(schedule.of("checker"), world, init_rules, result, keep_going)
+            )
         )
         try:
             await asyncio.gather(*tasks)
             async with world.clock.quiescent():
-                await check(world, init_rules, result)
+                await check(world, init_rules, result, keep_going)
         except Violation as exc:
             for task in tasks:
                 task.cancel()
@@ -231,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=None, help="default: a random one")
     parser.add_argument("--no-podman", action="store_true", help="leave the podman actor out")
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="record a violation and play the schedule out (for the figures); exit 1 at the end",
+    )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("the soak needs root (netns, veths, tmpfs)", file=sys.stderr)
@@ -244,12 +265,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     workdir = Path(tempfile.mkdtemp(prefix="rdmad-soak-"))
     try:
-        result = asyncio.run(soak(args.seconds, seed, workdir, podman))
+        result = asyncio.run(soak(args.seconds, seed, workdir, podman, args.keep_going))
     except Violation as exc:
         print(exc, flush=True)
         print(f"logs kept in {workdir}")
         return 1
     print(result.summary())
+    if result.failed:
+        (workdir / "schedule.txt").write_text(result.schedule.dump() + "\n")
+        print(f"seed {seed}; logs and the schedule (schedule.txt) kept in {workdir}")
+        return 1
     shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
