@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import socket
 
-from dbus_fast import BusType, Message, NameFlag, RequestNameReply, Variant
+from dbus_fast import BusType, Message, MessageType, NameFlag, RequestNameReply, Variant
 from dbus_fast.aio import MessageBus
 from dbus_fast.service import ServiceInterface
 
 from rdmad.backend import NetnsResolver
 from rdmad.bus.credentials import Credentials
+from rdmad.bus.mapping import to_dbus_error
 from rdmad.bus.names import (
     BUS_NAME,
     MANAGER_PATH,
@@ -36,6 +37,7 @@ from rdmad.bus.objects import (
     ManagerInterface,
     gid_rows,
 )
+from rdmad.errors import InvalidArgs
 from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver
 
@@ -119,6 +121,19 @@ async def connect_bus(address: str | None = None) -> RdmadMessageBus:
     bus = RdmadMessageBus(address)
     await bus.connect()
     return bus
+
+
+def _refuse_claim_fd_without_its_fd(msg: Message) -> None:
+    """A ClaimFd call must carry its netns fd. Without one, dbus-fast hands the `h`
+    argument to the method as a bare number, and ClaimFd would adopt, then close, rdmad's
+    own fd of that number. (A bus message handler: it sees the call before the method.)"""
+    if (
+        msg.message_type is MessageType.METHOD_CALL
+        and msg.path == MANAGER_PATH
+        and msg.member == "ClaimFd"
+        and not msg.unix_fds
+    ):
+        raise to_dbus_error(InvalidArgs("ClaimFd's netns must be a file descriptor sent with it"))
 
 
 class Service(CoreObserver):
@@ -210,6 +225,7 @@ class Service(CoreObserver):
         for name in list(self._devices):
             self.bus.unexport(device_path(name))
         self.bus.unexport(MANAGER_PATH)
+        self.bus.remove_message_handler(_refuse_claim_fd_without_its_fd)
         self._claims.clear()
         self._devices.clear()
         self.credentials.stop()
@@ -228,6 +244,7 @@ async def start_service(
     """
     service = Service(bus, core, resolver, allowed_gid)
     await service.credentials.start()
+    bus.add_message_handler(_refuse_claim_fd_without_its_fd)
     bus.export(MANAGER_PATH, service.manager)
     # Subscribe, then enumerate: nothing awaits in between, and exports are idempotent.
     core.add_observer(service)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+import pytest
 from dbus_fast import Message, Variant
+from dbus_fast.errors import DBusError
 
 from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE, MANAGER_PATH, OBJECT_MANAGER_IFACE
+from rdmad.errors import InvalidArgs
 from tests.bus.conftest import Live
 
 
@@ -73,6 +76,19 @@ async def test_claim_fd_takes_a_netns_fd(live: Live) -> None:
     props = await live.get_all(path, CLAIM_IFACE)
     assert props["Netns"] == f"net:[{os.stat('/proc/self/ns/net').st_ino}]"
     assert props["NetnsPath"] == ""
+
+
+async def test_claim_fd_without_an_fd_is_refused_and_closes_nothing(live: Live) -> None:
+    # The service runs in this process: an `h` that is only a number must not close our fd.
+    fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+    try:
+        with pytest.raises(DBusError) as refused:
+            await live.call("ClaimFd", "sha{sv}", ["mlx5_0", fd, {}])
+        os.fstat(fd)  # still open
+    finally:
+        os.close(fd)
+    assert refused.value.type == InvalidArgs.dbus_name
+    assert await live.call("ListClaims") == [[]]
 
 
 async def test_mode_change_is_announced_on_the_manager(live: Live) -> None:
