@@ -2,17 +2,10 @@
 
 It exists for host tests, benchmarks, and the one path no kernel here can show: a hardware
 device (mlx5-like) whose netdev and RDMA device move together. It follows the kernel's
-rules (docs/kernel-notes.md), each of which is also tested against the real kernel in the
-guest:
-- mode changes fail with EBUSY while any netns other than init_net exists;
-- moving a device needs exclusive mode (EOPNOTSUPP in shared mode) and a device visible in
-  the socket's netns (EINVAL otherwise);
-- in exclusive mode a moved device disappears from init_net's view;
-- every move re-creates the char devices with new minors;
-- when the netns dies the device is back in init_net (rdma_dev_exit_net);
-- the GID table (docs/kernel-notes.md): a default GID pair (RoCE v1, v2) for the device's
-  netdev, and a pair for each address of a netdev on it, in the first free entries.
-Every netdev stays real: the sim only reads init_net netdevs, and never touches them.
+rules of its RDMA half as docs/kernel-notes.md states them ("The rules rdmad is built on",
+their reference): the netns mode, moves and their char devices, a dying netns, the GID table
+(a v1 and v2 pair per address, as mlx5's). Every netdev stays real: the sim only reads
+init_net netdevs, and never touches them.
 """
 
 from __future__ import annotations

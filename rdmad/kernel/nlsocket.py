@@ -14,11 +14,9 @@ That send() also waits for whatever the kernel's handler waits for: for most rtn
 requests the RTNL lock, which a netns move or a netdev's deletion holds for tens of ms while
 it waits for RCU. While one of those is in flight from rdmad (`rtnl_busy`), it and every
 request made meanwhile are sent from a worker thread, so that the event loop keeps serving;
-otherwise requests are sent inline, with no thread hop. Measured: in a burst of 64
-whole-device claims the loop spent 1.2 s of 1.5 s blocked in send(), and each claim's reply
-came 1.9-2.2x later than the same moves sent serially had ended (now 1.0x); each shared
-release's macvlan deletion blocked the loop ~20 ms. (A macvlan's creation takes 1-2 ms:
-sending it off the loop too gained nothing measurable in a burst of 64 shared claims.)
+otherwise requests are sent inline, with no thread hop: a macvlan's creation, say, is short,
+and sending it off the loop too gained nothing measurable. The figures are in
+docs/performance.md only, where each is dated by its run: here they would go stale.
 """
 
 from __future__ import annotations

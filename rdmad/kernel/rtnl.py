@@ -3,8 +3,8 @@
 One channel lives in init_net. Work inside a claimant's netns goes through a netlink socket
 created there by a netns worker thread and closed right after the operation, so the daemon
 never keeps a claimed netns alive. Netns moves are sent by a worker thread too
-(rtnl_msgs.move_link_blocking): the kernel holds the sender in send() for 15-25 ms, which
-must not stall the event loop.
+(rtnl_msgs.move_link_blocking): the kernel holds the sender in send() for tens of ms, which
+must not stall the event loop. (Figures: docs/performance.md only, dated by their runs.)
 
 Kernel facts that shape this module (measured on 6.18):
 - A move with IFLA_NET_NS_FD + IFLA_IFNAME only renames *during* the move when the current
@@ -301,11 +301,10 @@ class RtnlBackend:
             # Sent from inside the netns: the host MTU there, then the move, which names
             # it: the netdev arrives home with its name and MTU, and down. Changing a
             # netdev's MTU walks every IPv6 route of its netns (rt6_mtu_change): few in
-            # the claim's, thousands in init_net on a large node (3.2 ms of CPU against
-            # 1.0 ms with 3072 interfaces). Set up only once its addresses are back:
-            # coming up starts the kernel's own work under the RTNL lock (linkwatch,
-            # another walk), and requests sent meanwhile spin on that lock (1.5 ms of CPU
-            # per release on the same node).
+            # the claim's, thousands in init_net on a large node. Set up only once its
+            # addresses are back: coming up starts the kernel's own work under the RTNL
+            # lock (linkwatch, another walk), and requests sent meanwhile spin on that
+            # lock. (Both costs: docs/performance.md, the modelled node.)
             await self._move(
                 source.fd,
                 placement.ifindex,
@@ -377,7 +376,7 @@ class RtnlBackend:
             if not placement.ifindex:
                 return
         try:
-            # Unregistering a netdev waits for RCU inside send(), ~20 ms: off the loop.
+            # Unregistering a netdev waits for RCU inside send(), tens of ms: off the loop.
             with rtnl_busy():
                 await dellink(self._nl, placement.ifindex, target_nsid=placement.nsid)
         except NetlinkError as e:

@@ -2,19 +2,11 @@
 drives (rdmad.backend: NetdevBackend, RdmaBackend, NetnsResolver). For tests that run the
 real Core without root, a bus or a kernel.
 
-It keeps the kernel's rules that shape the core, each also tested for real (tests/host,
-tests/e2e, tests/guest):
-- a netdev moved into a netns leaves init_net (RTM_DELLINK there); init_net assigns the
-  netns an nsid on the first move, the lowest free one, so a dead netns's nsid is reused;
-- a netns lives while it is named (`ip netns add`) or an fd holds it open; when it dies,
-  init_net drops its nsid (RTM_DELNSID), then physical netdevs come back to init_net down,
-  without addresses, under their in-netns name (dev<ifindex> if taken); virtual ones
-  (veth, macvlan) are destroyed with it; in exclusive mode its RDMA devices return too;
-- the RDMA netns mode can change only while no other netns exists (ModeBusy);
-- an RDMA device moves only in exclusive mode, only from the netns it is in, and a moved
-  one is invisible from init_net; each move re-creates its char devices (new minors);
-- a software RDMA device (rxe) is destroyed when its netdev changes netns;
-- RDMA netlink reports a port's netdev only when it is in the asker's netns (init_net).
+It keeps the kernel's rules that shape the core, as docs/kernel-notes.md states them ("The
+rules rdmad is built on", their reference): the RDMA netns mode, moves of RDMA devices and
+netdevs, nsids, a netns's life and death, software devices, what RDMA netlink names. A
+netns here is named by its inode, and only a name or an open fd keeps it alive: no process
+is ever in one.
 
 Kernel events go to the sink the core subscribed (`attach`), as the event sources deliver
 them: after the step that caused them. A test can hold them back (`hold_events`) and
