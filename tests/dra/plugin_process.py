@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.dra.apiserver import ApiServer
+from tests.support.children import spawn
 from tests.support.daemon import ROOT
 
 WAIT = 60.0
@@ -82,7 +83,7 @@ def argv(api: ApiServer, bus_address: str, workdir: Path) -> list[str]:
 @contextlib.asynccontextmanager
 async def running_plugin(api: ApiServer, bus_address: str, workdir: Path) -> AsyncIterator[Plugin]:
     """Started, and serving once it has said so on stderr."""
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(  # signalled by the tests (SIGTERM): default dispositions
         *argv(api, bus_address, workdir),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
