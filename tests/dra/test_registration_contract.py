@@ -8,9 +8,13 @@ import os
 import socket
 from pathlib import Path
 
+import pytest
+
 from tests.dra import kubelet
 from tests.dra.apiserver import ApiServer
 from tests.dra.plugin_process import running_plugin
+
+pytestmark = pytest.mark.bus  # a private dbus-daemon
 
 CLAIMS = [
     kubelet.Claim("default", "0b9f2c1e-1111-4c3e-9a6e-000000000001", "pod-a-rdma"),

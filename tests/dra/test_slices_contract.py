@@ -19,6 +19,8 @@ from tests.dra.plugin_process import Plugin, running_plugin
 from tests.support.net import require_root, temp_veth
 from tests.support.sim_rig import Rig, running_rig
 
+pytestmark = pytest.mark.bus  # a private dbus-daemon
+
 HOST_PCI = sorted(os.listdir("/sys/bus/pci/devices"))[:2]
 Devices = dict[str, dict[str, Any]]
 
