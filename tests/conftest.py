@@ -4,11 +4,16 @@
   the host session leaves it out.
 - Tests that need root, a bus or the guest fail loudly under CI=true when they cannot run:
   a skipped test is not a pass.
+- Nothing of the caller's session reaches a test or its children: not the settings rdmad and
+  its tools read from the environment, nor the umask, nor an ignored SIGCHLD (see
+  `pytest_configure`); children a test signals start with every signal at its default
+  (tests/support/children.py).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +22,32 @@ from tests.support.bus import start_private_bus
 from tests.support.net import temp_netns
 
 collect_ignore_glob = [] if os.environ.get("RDMA_VM_GUEST") == "1" else ["guest/*"]
+
+# What rdmad, rdmactl, rdmad-exporter and rdmad-dra read from their environment.
+SETTINGS_FROM_THE_ENVIRONMENT = (
+    "DBUS_SYSTEM_BUS_ADDRESS",
+    "RUNTIME_DIRECTORY",
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "JOURNAL_STREAM",
+    "NODE_NAME",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """What the caller's session may hold, undone before the tests are collected
+    (rdmad.config reads its defaults on import)."""
+    # Ignored, as a caller may leave it, the kernel reaps every child at once and each exit
+    # status reads 0.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # systemd's umask for a service: under a caller's 077 the CDI specs rdmad writes and the
+    # private bus's socket would be for root only.
+    os.umask(0o022)
+    # A desktop's bus address, a CI runner's NOTIFY_SOCKET under systemd: each test sets what
+    # it is about.
+    for name in SETTINGS_FROM_THE_ENVIRONMENT:
+        os.environ.pop(name, None)
 
 
 @pytest.fixture(scope="session")
