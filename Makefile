@@ -47,18 +47,6 @@ check:
 	$(VENV)/bin/mypy --strict
 	$(PY) -m pytest tests/unit tests/cli bench/tests --ignore=bench/tests/test_perfsplit.py -q
 
-# The fast loop while working on the code: lint, then the tests that need no root, no bus and
-# no guest (tests/unit, tests/cli, bench's own), in under a minute. It only uses the .venv
-# that `make setup` made: no apt, no root, no build. `make test` is still the whole proof.
-.PHONY: check
-check:
-	@[ -x $(PY) ] || { echo "make check: no $(VENV) here. Make it once with 'make setup'" \
-		"(root: apt packages too) or 'scripts/bootstrap.sh --no-apt' (no root)." >&2; exit 2; }
-	$(VENV)/bin/ruff check rdmad tests bench
-	$(VENV)/bin/ruff format --check rdmad tests bench
-	$(VENV)/bin/mypy --strict
-	$(PY) -m pytest tests/unit tests/cli bench/tests --ignore=bench/tests/test_perfsplit.py -q
-
 test-host: setup
 	$(PY) -m pytest tests -ra
 
