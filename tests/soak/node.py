@@ -215,6 +215,7 @@ class Node:
                 stderr=asyncio.subprocess.DEVNULL,
                 env={**os.environ, "PYTHONPATH": str(ROOT)},
                 start_new_session=True,
+                limit=1 << 24,  # a line per signal; an InterfacesAdded line can be long
             )
             if record.down_since is not None:
                 record.gaps.append((record.down_since, time.monotonic() + MONITOR_MARGIN_S))
@@ -222,7 +223,12 @@ class Node:
             assert proc.stdout is not None
             try:
                 while line := await proc.stdout.readline():
-                    record.take(line)
+                    try:
+                        record.take(line)
+                    except (ValueError, KeyError, TypeError) as exc:
+                        self.problems.append(
+                            f"rdmactl monitor ({self.name}) printed {line!r}: {exc!r}"
+                        )
             finally:
                 if proc.returncode is None and self.closing:
                     proc.terminate()
@@ -232,6 +238,12 @@ class Node:
                 record.exits.append(code)
                 if code != 3:  # 3: the bus closed the connection
                     self.problems.append(f"rdmactl monitor ({self.name}) exited with {code}")
+
+    def died(self, task: asyncio.Task[None]) -> None:
+        """A supervisor or monitor task that ends before the node closes is a violation:
+        the soak would go on without its restarts or its record."""
+        if not self.closing and not task.cancelled():
+            self.problems.append(f"{self.name}: a background task ended: {task.exception()!r}")
 
     def sample(self, t: float) -> None:
         """rdmad's RSS (KiB) and open fds now."""
@@ -273,6 +285,8 @@ async def running_node(name: str, index: int, workdir: Path) -> AsyncIterator[No
                 asyncio.ensure_future(node.supervise()),
                 asyncio.ensure_future(node.run_monitor()),
             ]
+            for task in tasks:
+                task.add_done_callback(node.died)
             async with running_exporter(bus.address) as exporter:
                 node.exporter = exporter
                 yield node

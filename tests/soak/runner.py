@@ -7,8 +7,8 @@ clock, and at each of the checker's times stops the world (no action in flight, 
 window closed, every rdmad back up) and checks the invariants (tests/soak/invariants.py),
 once more at the end. A violation stops the soak and prints the seed, the schedule and the
 state; the exit status is then 1 (with --keep-going it records the violation, plays the
-schedule out for the figures, and exits 1 at the end). At the end it prints the figures: operations and faults
-of each kind and their outcomes, checks passed, rdmad's RSS and fds.
+schedule out for the figures, and exits 1 at the end). At the end it prints the figures:
+operations and faults of each kind and their outcomes, checks passed, rdmad's RSS and fds.
 """
 
 from __future__ import annotations
@@ -19,13 +19,15 @@ import contextlib
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.cni.conftest import cni_path
 from tests.cni.podman import BUSYBOX, Podman
@@ -242,6 +244,16 @@ async def soak(
     return result
 
 
+async def stoppable(run: Coroutine[Any, Any, Result]) -> Result:
+    """The soak, cancelled (so that everything it made is taken down) on SIGTERM or SIGINT;
+    SIGINT too, as a background shell may have left it ignored."""
+    task = asyncio.ensure_future(run)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, task.cancel)
+    return await task
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.soak.runner", description=__doc__)
     parser.add_argument("--seconds", type=float, default=600.0)
@@ -265,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     workdir = Path(tempfile.mkdtemp(prefix="rdmad-soak-"))
     try:
-        result = asyncio.run(soak(args.seconds, seed, workdir, podman, args.keep_going))
+        result = asyncio.run(stoppable(soak(args.seconds, seed, workdir, podman, args.keep_going)))
     except Violation as exc:
         print(exc, flush=True)
         print(f"logs kept in {workdir}")
