@@ -23,7 +23,8 @@ from tests.support.net import temp_netns
 
 collect_ignore_glob = [] if os.environ.get("RDMA_VM_GUEST") == "1" else ["guest/*"]
 
-# What rdmad, rdmactl, rdmad-exporter and rdmad-dra read from their environment.
+# What rdmad, rdmactl, rdmad-exporter and rdmad-dra read from their environment, and what
+# turns the podman of tests/cni into a client of some other podman.
 SETTINGS_FROM_THE_ENVIRONMENT = (
     "DBUS_SYSTEM_BUS_ADDRESS",
     "RUNTIME_DIRECTORY",
@@ -32,6 +33,8 @@ SETTINGS_FROM_THE_ENVIRONMENT = (
     "WATCHDOG_PID",
     "JOURNAL_STREAM",
     "NODE_NAME",
+    "CONTAINER_HOST",
+    "CONTAINER_CONNECTION",
 )
 
 
