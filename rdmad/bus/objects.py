@@ -3,7 +3,8 @@
 No `from __future__ import annotations` here: dbus-fast reads the annotations of D-Bus
 members at class creation, so they must be real objects (typing.Annotated carrying a
 DBusSignature), which also keeps mypy and ruff happy without string signatures. Properties
-are not written out here: each interface's are one table (rdmad.bus.properties).
+are not written out here: each interface's are one table (rdmad.bus.properties). Signals
+are Signal declarations (rdmad.bus.signals), which the Service sends.
 """
 
 import contextlib
@@ -13,7 +14,7 @@ from typing import Annotated, Protocol
 
 from dbus_fast import Variant
 from dbus_fast.annotations import DBusDict, DBusObjectPath, DBusSignature, DBusStr, DBusUnixFd
-from dbus_fast.service import ServiceInterface, dbus_method, dbus_signal
+from dbus_fast.service import ServiceInterface, dbus_method
 
 from rdmad import __version__
 from rdmad.backend import NetnsResolver, NetnsTarget
@@ -21,6 +22,7 @@ from rdmad.bus.credentials import Credentials
 from rdmad.bus.mapping import bus_errors
 from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE, MANAGER_IFACE, claim_path, device_path
 from rdmad.bus.properties import Prop, PropertyTable
+from rdmad.bus.signals import Signal
 from rdmad.errors import InvalidArgs, RdmadError
 from rdmad.model import Claim, ClaimOptions, ClaimPhase, Counters, DeviceView, NetnsMode
 from rdmad.observer import CoreObserver
@@ -194,28 +196,15 @@ class ManagerInterface(ServiceInterface):
         await self._credentials.require_privileged("SetNetnsMode")
         await self._core.set_netns_mode(parse_netns_mode(mode))
 
-    # Signals: calling the method emits it with the returned values.
-    @dbus_signal()
-    def DeviceAdded(self, name: str, path: str) -> Annotated[tuple[str, str], DBusSignature("so")]:
-        return (name, path)
 
-    @dbus_signal()
-    def DeviceRemoved(
-        self, name: str, path: str
-    ) -> Annotated[tuple[str, str], DBusSignature("so")]:
-        return (name, path)
-
-    @dbus_signal()
-    def Claimed(
-        self, claim_id: str, device: str, path: str
-    ) -> Annotated[tuple[str, str, str], DBusSignature("sso")]:
-        return (claim_id, device, path)
-
-    @dbus_signal()
-    def Released(
-        self, claim_id: str, device: str, reason: str
-    ) -> Annotated[tuple[str, str, str], DBusSignature("sss")]:
-        return (claim_id, device, reason)
+# The Manager's signals: (name, path); (name, path); (claim_id, device, path);
+# (claim_id, device, reason). The Service sends them (rdmad.bus.signals says why not dbus-fast).
+DEVICE_ADDED: Signal[tuple[str, str]] = Signal(MANAGER_IFACE, "DeviceAdded", "so")
+DEVICE_REMOVED: Signal[tuple[str, str]] = Signal(MANAGER_IFACE, "DeviceRemoved", "so")
+CLAIMED: Signal[tuple[str, str, str]] = Signal(MANAGER_IFACE, "Claimed", "sso")
+RELEASED: Signal[tuple[str, str, str]] = Signal(MANAGER_IFACE, "Released", "sss")
+for _signal in (DEVICE_ADDED, DEVICE_REMOVED, CLAIMED, RELEASED):
+    _signal.declare_on(ManagerInterface)
 
 
 MANAGER_PROPERTIES: PropertyTable[CoreAPI] = PropertyTable(
@@ -282,11 +271,12 @@ class DeviceInterface(ServiceInterface):
         self._view = view
         self._core = core
 
-    def update(self, view: DeviceView) -> dict[str, object]:
-        """Take a new view; returns the properties whose values changed."""
-        old, new = DEVICE_PROPERTIES.values(self._view), DEVICE_PROPERTIES.values(view)
+    def update(self, view: DeviceView) -> dict[str, Variant]:
+        """Take a new view; returns the properties whose values changed, for
+        PropertiesChanged."""
+        changed = DEVICE_PROPERTIES.changed(self._view, view)
         self._view = view
-        return {k: v for k, v in new.items() if old[k] != v}
+        return changed
 
     def all_properties(self) -> dict[str, Variant]:
         """For ObjectManager.InterfacesAdded."""

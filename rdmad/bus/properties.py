@@ -2,8 +2,8 @@
 
 Each row names a read-only property, its D-Bus signature and how to read it from the
 object's source (a DeviceView, a Claim, the core). From the table come the dbus-fast
-properties (Get, GetAll, Introspect), the values PropertiesChanged compares and the
-variants ObjectManager.InterfacesAdded carries. The documented contract is dbus/*.xml;
+properties (Get, GetAll, Introspect) and the typed variants that ObjectManager.InterfacesAdded
+and PropertiesChanged carry. The documented contract is dbus/*.xml;
 tests/bus/test_introspection_matches_xml.py checks that it matches what the table exports.
 """
 
@@ -31,12 +31,21 @@ class PropertyTable(Generic[S]):
     def __init__(self, *props: Prop[S]) -> None:
         self.props = props
 
-    def values(self, source: S) -> dict[str, Any]:
-        """Every property's value, by D-Bus name."""
-        return {p.name: p.read(source) for p in self.props}
+    def variants(self, source: S, *names: str) -> dict[str, Variant]:
+        """The properties `names` (every one if none is named) of `source`, typed as
+        InterfacesAdded and PropertiesChanged carry them."""
+        wanted = self.props if not names else [p for p in self.props if p.name in names]
+        return {p.name: Variant(p.signature, p.read(source)) for p in wanted}
 
-    def variants(self, source: S) -> dict[str, Variant]:
-        return {p.name: Variant(p.signature, p.read(source)) for p in self.props}
+    def changed(self, old: S, new: S) -> dict[str, Variant]:
+        """The properties whose values differ from `old` to `new`, typed for
+        PropertiesChanged."""
+        out: dict[str, Variant] = {}
+        for p in self.props:
+            value = p.read(new)
+            if value != p.read(old):
+                out[p.name] = Variant(p.signature, value)
+        return out
 
     def export_on(self, cls: type[ServiceInterface], source: Callable[[Any], S]) -> None:
         """Give `cls` one read-only dbus-fast property per row, reading `source(self)`.

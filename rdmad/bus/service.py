@@ -25,18 +25,26 @@ from rdmad.bus.credentials import Credentials
 from rdmad.bus.mapping import to_dbus_error
 from rdmad.bus.names import (
     BUS_NAME,
+    CLAIM_IFACE,
+    DEVICE_IFACE,
+    MANAGER_IFACE,
     MANAGER_PATH,
-    OBJECT_MANAGER_IFACE,
     claim_path,
     device_path,
 )
 from rdmad.bus.objects import (
+    CLAIM_PROPERTIES,
+    CLAIMED,
+    DEVICE_ADDED,
+    DEVICE_REMOVED,
+    MANAGER_PROPERTIES,
+    RELEASED,
     ClaimInterface,
     CoreAPI,
     DeviceInterface,
     ManagerInterface,
-    gid_rows,
 )
+from rdmad.bus.signals import INTERFACES_ADDED, INTERFACES_REMOVED, PROPERTIES_CHANGED
 from rdmad.errors import InvalidArgs
 from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver
@@ -95,24 +103,12 @@ class RdmadMessageBus(MessageBus):
             return
         props = getattr(interface, "all_properties", None)
         body: dict[str, dict[str, Variant]] = {interface.name: props() if props else {}}
-        self.send(
-            Message.new_signal(
-                MANAGER_PATH, OBJECT_MANAGER_IFACE, "InterfacesAdded", "oa{sa{sv}}", [path, body]
-            )
-        )
+        self.send(INTERFACES_ADDED.message(MANAGER_PATH, (path, body)))
 
     def _emit_interface_removed(self, path: str, removed_interfaces: list[str]) -> None:
         if not self.connected or not path.startswith(MANAGER_PATH + "/"):
             return
-        self.send(
-            Message.new_signal(
-                MANAGER_PATH,
-                OBJECT_MANAGER_IFACE,
-                "InterfacesRemoved",
-                "oas",
-                [path, removed_interfaces],
-            )
-        )
+        self.send(INTERFACES_REMOVED.message(MANAGER_PATH, (path, removed_interfaces)))
 
 
 async def connect_bus(address: str | None = None) -> RdmadMessageBus:
@@ -137,7 +133,8 @@ def _refuse_claim_fd_without_its_fd(msg: Message) -> None:
 
 
 class Service(CoreObserver):
-    """Owns the exported objects; a CoreObserver."""
+    """Owns the exported objects; a CoreObserver. It sends every signal itself, from the
+    path it knows (rdmad.bus.signals says why)."""
 
     def __init__(
         self,
@@ -152,6 +149,13 @@ class Service(CoreObserver):
         self.manager = ManagerInterface(core, resolver, self.credentials, self._export_claim)
         self._devices: dict[str, DeviceInterface] = {}
         self._claims: dict[str, ClaimInterface] = {}
+
+    def _send(self, signal: Message) -> None:
+        if self.bus.connected:  # as dbus-fast's own signals: none once the bus is gone
+            self.bus.send(signal)
+
+    def _properties_changed(self, path: str, interface: str, changed: dict[str, Variant]) -> None:
+        self._send(PROPERTIES_CHANGED.message(path, (interface, changed, [])))
 
     # -- exports (idempotent: the observer and the enumeration may both see a thing) --
 
@@ -171,7 +175,7 @@ class Service(CoreObserver):
             return
         changed = obj.update(view)
         if changed:
-            obj.emit_properties_changed(changed)
+            self._properties_changed(device_path(view.device.name), DEVICE_IFACE, changed)
 
     def _export_claim(self, claim: Claim) -> str:
         path = claim_path(claim.id)
@@ -184,13 +188,14 @@ class Service(CoreObserver):
 
     def device_added(self, view: DeviceView) -> None:
         if self._export_device(view):
-            self.manager.DeviceAdded(view.device.name, device_path(view.device.name))
+            path = device_path(view.device.name)
+            self._send(DEVICE_ADDED.message(MANAGER_PATH, (view.device.name, path)))
 
     def device_removed(self, view: DeviceView) -> None:
         name = view.device.name
         if self._devices.pop(name, None) is not None:
             self.bus.unexport(device_path(name))
-            self.manager.DeviceRemoved(name, device_path(name))
+            self._send(DEVICE_REMOVED.message(MANAGER_PATH, (name, device_path(name))))
 
     def device_changed(self, view: DeviceView) -> None:
         self._update_device(view)
@@ -199,20 +204,22 @@ class Service(CoreObserver):
         fresh = claim.id not in self._claims
         path = self._export_claim(claim)
         if fresh:
-            self.manager.Claimed(claim.id, claim.device, path)
+            self._send(CLAIMED.message(MANAGER_PATH, (claim.id, claim.device, path)))
 
     def claim_changed(self, claim: Claim) -> None:
-        obj = self._claims.get(claim.id)
-        if obj is not None:
-            obj.emit_properties_changed({"Gids": gid_rows(claim)})
+        if claim.id in self._claims:
+            gids = CLAIM_PROPERTIES.variants(claim, "Gids")
+            self._properties_changed(claim_path(claim.id), CLAIM_IFACE, gids)
 
     def released(self, claim: Claim, reason: ReleaseReason) -> None:
         if self._claims.pop(claim.id, None) is not None:
             self.bus.unexport(claim_path(claim.id))
-        self.manager.Released(claim.id, claim.device, str(reason))
+        self._send(RELEASED.message(MANAGER_PATH, (claim.id, claim.device, str(reason))))
 
     def mode_changed(self, mode: NetnsMode) -> None:
-        self.manager.emit_properties_changed({"NetnsMode": str(mode)})
+        # Read as NetnsMode's Get reads it (the core holds `mode` already), typed by its row.
+        changed = MANAGER_PROPERTIES.variants(self.core, "NetnsMode")
+        self._properties_changed(MANAGER_PATH, MANAGER_IFACE, changed)
 
     # -- lifetime --
 

@@ -16,6 +16,7 @@ from rdmad.model import (
     CounterScope,
     DeviceState,
     DeviceView,
+    Gid,
     NetnsMode,
     Port,
     PortCounters,
@@ -137,3 +138,21 @@ class FakeCore:
         self.netns_mode = mode
         for o in self.observers:
             o.mode_changed(mode)
+
+    # What the kernel would tell the real core, told to the observers as the core tells them.
+
+    def plug(self, dev: RdmaDevice) -> None:
+        self.devs[dev.name] = dev
+        for o in self.observers:
+            o.device_added(self._view(dev))
+
+    def unplug(self, name: str) -> None:
+        view = self._view(self.devs.pop(name))
+        for o in self.observers:
+            o.device_removed(view)
+
+    def set_gids(self, claim_id: str, gids: tuple[Gid, ...]) -> None:
+        claim = self.get_claim(claim_id)
+        claim.gids = gids
+        for o in self.observers:
+            o.claim_changed(claim)
