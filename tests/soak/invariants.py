@@ -4,6 +4,9 @@ open, every rdmad back up), per node. The device invariant is tests/support/inva
 
 - a netdev=false claim (InterfaceName "") moved only the RDMA device: its netdev must be
   home like a free one's, and its netns alive;
+- compare() finds netns by name: a claim whose netns lost its name but is still held by a
+  process is right (the netns exists), and a netdev in no live netns is in a dying one (the
+  kernel destroys it with its veth when its cleanup runs);
 - no orphan macvlan: none in a slot's netns without its claim (compare), and none in
   init_net on a node's veth (a shared claim interrupted before its macvlan moved);
 - no orphan policy rule or route table: each slot's netns has only the kernel's default
@@ -24,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -82,6 +86,43 @@ def holders(inode: int) -> list[str]:
                 out.append(f"{pid} {cmdline[:80]}")
         except OSError:
             continue
+    return out
+
+
+def live_netns_with(ifname: str) -> list[str]:
+    """The live netns (each entered through a process in it) that have a link `ifname`."""
+    seen: dict[str, str] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            seen.setdefault(os.readlink(f"/proc/{pid}/ns/net"), pid)
+        except OSError:
+            continue
+    found = []
+    for label, pid in seen.items():
+        done = subprocess.run(
+            ["nsenter", f"--net=/proc/{pid}/ns/net", "ip", "link", "show", "dev", ifname],
+            capture_output=True,
+        )
+        if done.returncode == 0:
+            found.append(f"{label} (pid {pid})")
+    return found
+
+
+def judge_stranded(problems: list[str], verdict: Verdict) -> list[str]:
+    """A netdev in no named netns and no live one is in a dying netns (the kernel's cleanup
+    of a deleted netns runs later, slower under load): it is destroyed there with its veth,
+    not stranded. One found in a live unnamed netns is stranded: say where."""
+    out = []
+    for problem in problems:
+        if not problem.startswith("STRANDED") or "found in no named netns" not in problem:
+            out.append(problem)
+            continue
+        ifname = problem.split("netdev ", 1)[1].split(" ", 1)[0]
+        where = live_netns_with(ifname)
+        if where:
+            out.append(f"{problem}; it is in {where}")
+        else:
+            verdict.figures["netdevs_in_dying_netns"] += 1
     return out
 
 
@@ -188,7 +229,9 @@ async def check_node(
     # Only a shared-mode node makes macvlans; the slots hold the other node's claims too.
     watched = _slot_names(slots) if node.name == "shared" else []
     report = compare(without_nodev(view, verdict), node.nics(), node.settings, watched)
-    verdict.problems += judge_unnamed(view, report.problems, verdict) if report.problems else []
+    if report.problems:
+        problems = judge_unnamed(view, report.problems, verdict)
+        verdict.problems += judge_stranded(problems, verdict)
     verdict.figures.update(
         free=report.free,
         claimed=report.claimed,
@@ -220,9 +263,11 @@ async def check_node(
         elif not monitor.listening_since(when) and cid not in specs | exported:
             verdict.figures["acked_ended_unseen"] += 1  # ended while the monitor was down
         else:
+            witnessed = monitor.witnessed_release(cid)
             verdict.problems.append(
                 f"LOST claim {cid}: acknowledged, not listed, and no Released while "
-                "rdmactl monitor listened"
+                "rdmactl monitor listened; a second subscriber "
+                + (f"saw Released({witnessed})" if witnessed else "saw no Released either")
             )
     return verdict, view
 

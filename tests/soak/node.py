@@ -27,7 +27,7 @@ from pathlib import Path
 from tests.reliability.test_state_file import tiny_tmpfs
 from tests.soak.schedule import DEVICES
 from tests.support.bus import START_TIMEOUT, write_config
-from tests.support.daemon import ROOT, RdmadProcess
+from tests.support.daemon import ROOT, Client, RdmadProcess
 from tests.support.exporter import Exporter, running_exporter
 from tests.support.faulty_rdmad import RCVBUF
 from tests.support.invariants import HostSettings, host_settings
@@ -119,6 +119,16 @@ class Monitor:
     lines: int = 0
     exits: list[int] = field(default_factory=list)
     down_since: float | None = None
+    # A second subscriber on its own connection (the tests' Client), made with each monitor:
+    # when the monitor lacks a Released, it tells whether rdmad sent one.
+    witnesses: list[Client] = field(default_factory=list)
+
+    def witnessed_release(self, claim_id: str) -> str | None:
+        for client in self.witnesses:
+            for msg in client.signals:
+                if msg.member == "Released" and msg.body[0] == claim_id:
+                    return str(msg.body[2])
+        return None
 
     def listening_since(self, t: float) -> bool:
         """Whether the monitor listened all the time from `t` until now."""
@@ -217,6 +227,8 @@ class Node:
                 start_new_session=True,
                 limit=1 << 24,  # a line per signal; an InterfacesAdded line can be long
             )
+            with contextlib.suppress(OSError, EOFError, ConnectionError):
+                record.witnesses.append(await Client.connect(self.bus.address))
             if record.down_since is not None:
                 record.gaps.append((record.down_since, time.monotonic() + MONITOR_MARGIN_S))
             record.down_since = None
@@ -298,6 +310,8 @@ async def running_node(name: str, index: int, workdir: Path) -> AsyncIterator[No
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await node.daemon.kill()
+            for witness in node.monitor.witnesses:
+                witness.close()
         for device in devices.values():
             device.delete()
         bus.close()
