@@ -151,16 +151,18 @@ NOBODY = 65534
 _SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
 _CALLER_PYTHON = _SYSTEM_PYTHON if os.path.exists(_SYSTEM_PYTHON) else sys.executable
 _CALL = """
-import asyncio, sys
+import asyncio, os, sys
 from dbus_fast import Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
 
 async def main():
-    bus = await MessageBus(bus_address=sys.argv[1]).connect()
+    bus = await MessageBus(bus_address=sys.argv[1], negotiate_unix_fd=True).connect()
     path, iface, member, sig = sys.argv[2:6]
     body = eval(sys.argv[6])
+    # an 'h' argument is index 0 of the fds sent with the call: the caller's own netns
+    fds = [os.open("/proc/self/ns/net", os.O_RDONLY)] if "h" in sig else []
     reply = await bus.call(Message(destination="io.rdmad1", path=path, interface=iface,
-                                   member=member, signature=sig, body=body))
+                                   member=member, signature=sig, body=body, unix_fds=fds))
     print(reply.error_name if reply.message_type is MessageType.ERROR else "ok")
 
 asyncio.run(main())
