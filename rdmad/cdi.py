@@ -1,6 +1,12 @@
 """CDI spec files, one per claim, so a runtime can inject the claim's char devices by name
 (`podman --device rdmad.io/rdma=<claim id>`, containerd's CDI support), and by the name its
-caller chose (`cdi_name`, which rdmad-cni derives from the attachment) when it gave one.
+caller chose (`cdi_name`, which rdmad-cni derives from the attachment) when it gave one; and
+one per pod that asked for a pod CDI name (`pod_cdi_name`), with all its claims' devices.
+
+A pod is the claims in one netns. Every spec of a pod carries the same environment, which
+describes all the pod's rails (pod_env): a runtime that injects several of them keeps one
+value per key whatever their order. So a claim made or ended, or a change to its GIDs,
+rewrites every spec of its pod: O(claims in the netns).
 
 Written to a temp file beside the spec and renamed over it (rdmad.swapfile.write_renamed),
 as the CDI library's own producer does: runtimes read only the directory's *.json and *.yaml
@@ -11,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rdmad.model import ROCE_V2, Claim, Gid, ReleaseReason
@@ -23,6 +30,9 @@ CDI_KIND = "rdmad.io/rdma"
 CDI_VERSION = "0.5.0"
 _IPV4_MAPPED = "0000:0000:0000:0000:0000:ffff:"
 
+# The live claims of the netns a claim is in (it included while live), in pod order.
+PodOf = Callable[[Claim], Sequence[Claim]]
+
 log = logging.getLogger("rdmad.cdi")
 
 
@@ -32,6 +42,12 @@ def preferred_gid(gids: tuple[Gid, ...]) -> Gid | None:
     v2 = [g for g in gids if g.type == ROCE_V2]
     v4 = [g for g in v2 if g.gid.startswith(_IPV4_MAPPED)]
     return next(iter(v4 or v2 or gids), None)
+
+
+def pod_order(claims: Sequence[Claim]) -> list[Claim]:
+    """The order of a pod's rails in every list the env gives: by interface name in the pod,
+    then by RDMA device name (claims that moved no netdev have no interface name)."""
+    return sorted(claims, key=lambda c: (c.ifname, c.device, c.id))
 
 
 def claim_env(claim: Claim) -> list[str]:
@@ -51,15 +67,49 @@ def claim_env(claim: Claim) -> list[str]:
     ]
 
 
-def spec_for(claim: Claim) -> dict[str, object]:
-    edits = {
-        "env": claim_env(claim),
-        "deviceNodes": [
-            {"path": c.path, "type": "c", "major": c.major, "minor": c.minor}
-            for c in claim.chardevs
-        ],
-    }
-    names = [claim.id, claim.cdi_name] if claim.cdi_name else [claim.id]
+def pod_env(pod: Sequence[Claim]) -> list[str]:
+    """The environment of every spec of a pod. One claim: its claim_env. Several: only keys
+    whose value describes all the rails, as lists in pod_order, so that no key differs
+    between the specs a runtime injects into one container."""
+    if len(pod) == 1:
+        return claim_env(pod[0])
+    rails = pod_order(pod)
+    gids = [preferred_gid(c.gids) for c in rails]
+    hcas = [f"{c.device}:{g.port}" if g else c.device for c, g in zip(rails, gids, strict=True)]
+    env = [
+        f"RDMAD_DEVICES={','.join(c.device for c in rails)}",
+        f"RDMAD_IFNAMES={','.join(c.ifname for c in rails)}",
+        f"RDMAD_PORTS={','.join(str(g.port) if g else '' for g in gids)}",
+        f"RDMAD_GID_INDEXES={','.join(str(g.index) if g else '' for g in gids)}",
+        f"NCCL_IB_HCA=={','.join(hcas)}",  # one "=": exact names, for the whole list
+    ]
+    known = [g for g in gids if g is not None]
+    if not known:
+        return env
+    if len(known) == len(gids) and len({g.index for g in known}) == 1:
+        return [*env, f"NCCL_IB_GID_INDEX={known[0].index}"]
+    # NCCL_IB_GID_INDEX is one index for every HCA: unset, NCCL (2.21+) picks a GID per port,
+    # by these, the entry preferred_gid picks (IPv4 where a rail has it).
+    v4 = any(g.gid.startswith(_IPV4_MAPPED) for g in known)
+    return [
+        *env,
+        f"NCCL_IB_ADDR_FAMILY={'AF_INET' if v4 else 'AF_INET6'}",
+        "NCCL_IB_ROCE_VERSION_NUM=2",
+    ]
+
+
+def _nodes(claims: Sequence[Claim]) -> list[dict[str, object]]:
+    """The claims' char devices, each path once (every claim has the one rdma_cm)."""
+    seen: dict[str, dict[str, object]] = {}
+    for claim in claims:
+        for c in claim.chardevs:
+            seen.setdefault(
+                c.path, {"path": c.path, "type": "c", "major": c.major, "minor": c.minor}
+            )
+    return list(seen.values())
+
+
+def _spec(names: list[str], edits: dict[str, object]) -> dict[str, object]:
     return {
         "cdiVersion": CDI_VERSION,
         "kind": CDI_KIND,
@@ -67,39 +117,71 @@ def spec_for(claim: Claim) -> dict[str, object]:
     }
 
 
-class CdiWriter(CoreObserver):
-    """Observer: writes a spec when a claim is made, removes it when the claim ends."""
+def spec_for(claim: Claim, pod: Sequence[Claim] = ()) -> dict[str, object]:
+    """A claim's spec: its own device nodes, its pod's env (`pod`: the claims of its netns,
+    it included; none given, it is alone)."""
+    edits = {"env": pod_env(pod or [claim]), "deviceNodes": _nodes([claim])}
+    return _spec([claim.id, claim.cdi_name] if claim.cdi_name else [claim.id], edits)
 
-    def __init__(self, directory: Path) -> None:
+
+def pod_spec_for(name: str, pod: Sequence[Claim]) -> dict[str, object]:
+    """The spec of a pod CDI name: every device node of the pod's claims, the pod's env."""
+    return _spec([name], {"env": pod_env(pod), "deviceNodes": _nodes(pod_order(pod))})
+
+
+class CdiWriter(CoreObserver):
+    """Observer: writes a claim's spec when it is made, removes it when the claim ends, and
+    rewrites the other specs of its pod (and its pod CDI name's spec) either way."""
+
+    def __init__(self, directory: Path, pod_of: PodOf) -> None:
         self.directory = directory
+        self._pod_of = pod_of
 
     def path_for(self, claim_id: str) -> Path:
         return self.directory / f"rdmad.io-rdma-{claim_id}.json"
 
-    def claimed(self, claim: Claim) -> None:
-        path = self.path_for(claim.id)
+    def pod_path_for(self, pod_cdi_name: str) -> Path:
+        return self.directory / f"rdmad.io-rdma-pod.{pod_cdi_name}.json"
+
+    def _write(self, path: Path, spec: dict[str, object]) -> None:
         try:
             # Readable by every runtime, as a spec written by a plain open() would be. One
             # line: json's C encoder does not indent, and the Python one took 60 us a spec.
-            data = json.dumps(spec_for(claim)).encode()
+            data = json.dumps(spec).encode()
             write_renamed(path, data, path.with_name(f".{path.name}.tmp"), mode=0o644)
         except OSError as exc:
             # The claim stands (the kernel part is done); runtimes can still use CharDevices.
             log.error("cannot write CDI spec %s: %s", path, exc)
 
-    def claim_changed(self, claim: Claim) -> None:
-        self.claimed(claim)  # its GIDs changed: the env follows
-
-    def released(self, claim: Claim, reason: ReleaseReason) -> None:
-        path = self.path_for(claim.id)
+    def _remove(self, path: Path) -> None:
         try:
             path.unlink(missing_ok=True)
         except OSError as exc:
-            log.error("cannot remove CDI spec for claim %s: %s", claim.id, exc)
+            log.error("cannot remove CDI spec %s: %s", path, exc)
+
+    def _write_pod(self, pod: Sequence[Claim]) -> None:
+        for claim in pod:
+            self._write(self.path_for(claim.id), spec_for(claim, pod))
+        for name in {c.pod_cdi_name for c in pod if c.pod_cdi_name}:
+            self._write(self.pod_path_for(name), pod_spec_for(name, pod))
+
+    def claimed(self, claim: Claim) -> None:
+        self._write_pod(self._pod_of(claim))
+
+    def claim_changed(self, claim: Claim) -> None:
+        self.claimed(claim)  # its GIDs changed: the env of its whole pod follows
+
+    def released(self, claim: Claim, reason: ReleaseReason) -> None:
+        self._remove(self.path_for(claim.id))
+        rest = self._pod_of(claim)
+        if claim.pod_cdi_name and not any(c.pod_cdi_name == claim.pod_cdi_name for c in rest):
+            self._remove(self.pod_path_for(claim.pod_cdi_name))
+        self._write_pod(rest)
 
     def sync(self, live: list[Claim]) -> None:
-        """At start: a spec for every live claim, none for anything else."""
+        """At start: a spec for every live claim and pod CDI name, none for anything else."""
         keep = {self.path_for(c.id) for c in live}
+        keep |= {self.pod_path_for(c.pod_cdi_name) for c in live if c.pod_cdi_name}
         if self.directory.is_dir():
             # Specs of claims gone, temp files a crash left, and the spares (`.json.next`)
             # rdmad kept beside specs before it renamed them in.
@@ -107,5 +189,8 @@ class CdiWriter(CoreObserver):
                 for stale in self.directory.glob(pattern):
                     if stale not in keep:
                         stale.unlink(missing_ok=True)
+        pods: dict[int, list[Claim]] = {}
         for claim in live:
-            self.claimed(claim)
+            pods.setdefault(claim.netns_inode, []).append(claim)
+        for pod in pods.values():
+            self._write_pod(pod)

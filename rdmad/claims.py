@@ -20,6 +20,10 @@ class ClaimBook:
         # Netdevs whose netns died before the kernel handed them back: restore on return.
         self._restores: list[HostConfig] = []
         self._locks: dict[str, asyncio.Lock] = {}
+        # The claims of each netns, by inode, and the inode each claim is filed under: a pod's
+        # claims without a walk over the node's (rdmad.cdi rewrites a pod's specs together).
+        self._by_netns: dict[int, dict[str, Claim]] = {}
+        self._filed: dict[str, int] = {}
 
     @property
     def claims(self) -> Mapping[str, Claim]:
@@ -32,14 +36,42 @@ class ClaimBook:
 
     def load(self, claims: Iterable[Claim], restores: Iterable[HostConfig]) -> None:
         """What the state file recorded, at start."""
-        self._claims.update((c.id, c) for c in claims)
+        for claim in claims:
+            self.add(claim)
         self._restores.extend(restores)
 
     def add(self, claim: Claim) -> None:
         self._claims[claim.id] = claim
+        self._file(claim)
 
     def drop(self, claim: Claim) -> None:
-        self._claims.pop(claim.id, None)
+        if self._claims.pop(claim.id, None) is None:
+            return
+        inode = self._filed.pop(claim.id)
+        pod = self._by_netns[inode]
+        del pod[claim.id]
+        if not pod:
+            del self._by_netns[inode]
+
+    def _file(self, claim: Claim) -> None:
+        """File `claim` under its netns's inode, moving it if that changed since."""
+        inode = self._filed.get(claim.id)
+        if inode == claim.netns_inode:
+            return
+        if inode is not None:
+            self._by_netns[inode].pop(claim.id, None)
+            if not self._by_netns[inode]:
+                del self._by_netns[inode]
+        self._filed[claim.id] = claim.netns_inode
+        self._by_netns.setdefault(claim.netns_inode, {})[claim.id] = claim
+
+    def in_netns_of(self, claim: Claim) -> list[Claim]:
+        """The claims on record in `claim`'s netns, it included while on record: O(claims in
+        that netns). A claim may get its netns after it is added (a Hold's at Attach): it is
+        filed again here."""
+        if self._claims.get(claim.id) is claim:
+            self._file(claim)
+        return list(self._by_netns.get(claim.netns_inode, {}).values())
 
     def restore_later(self, host: HostConfig) -> None:
         """`host`'s netdev has not come home yet: restore it when it does."""

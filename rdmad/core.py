@@ -166,6 +166,14 @@ class Core:
     def claims(self) -> list[Claim]:
         return sorted(self._book.claims.values(), key=lambda c: c.created_at_us)
 
+    def pod_of(self, claim: Claim) -> list[Claim]:
+        """The live claims of `claim`'s netns (its pod), it included while live: what every
+        CDI spec of the pod describes (rdmad.cdi). O(claims in that netns). A claim held for
+        a pod whose netns does not exist yet is a pod of its own."""
+        if not claim.netns_inode:
+            return [claim] if self._book.claims.get(claim.id) is claim else []
+        return [c for c in self._book.in_netns_of(claim) if c.phase == ClaimPhase.ACTIVE]
+
     def get_claim(self, claim_id: str) -> Claim:
         claim = self._book.claims.get(claim_id)
         if claim is None:
@@ -365,6 +373,7 @@ class Core:
         if named:
             # Two specs naming one CDI device make runtimes refuse both.
             raise InvalidArgs(f"CDI name {opts.cdi_name!r} is taken by claim {named[0].id}")
+        self._check_pod_cdi_name(target.inode, opts)
         mine = self._book.of(dev.name)
         exclusive = self.netns_mode == NetnsMode.EXCLUSIVE
         if opts.shared:
@@ -402,6 +411,30 @@ class Core:
         if not self._inv.has_netdev(dev):
             raise NotSupported(f"{dev.name} has no netdev in init_net to move")
 
+    def _check_pod_cdi_name(self, inode: int, opts: ClaimOptions) -> None:
+        """A pod CDI name names one spec: one netns's, none other's, and no claim's
+        cdi_name (two specs naming one CDI device make runtimes refuse both)."""
+        for c in self._book.claims.values():
+            if opts.cdi_name and c.pod_cdi_name == opts.cdi_name:
+                raise InvalidArgs(f"CDI name {opts.cdi_name!r} is the pod CDI name of claim {c.id}")
+            if not opts.pod_cdi_name:
+                continue
+            if c.cdi_name == opts.pod_cdi_name:
+                raise InvalidArgs(
+                    f"pod CDI name {opts.pod_cdi_name!r} is the CDI name of claim {c.id}"
+                )
+            if c.pod_cdi_name == opts.pod_cdi_name and c.netns_inode != inode:
+                raise InvalidArgs(
+                    f"pod CDI name {opts.pod_cdi_name!r} is taken by claim {c.id} in {c.netns}"
+                )
+            if c.netns_inode == inode and c.pod_cdi_name not in ("", opts.pod_cdi_name):
+                raise InvalidArgs(
+                    f"{c.netns} has the pod CDI name {c.pod_cdi_name!r} (claim {c.id}), "
+                    f"not {opts.pod_cdi_name!r}"
+                )
+        if opts.pod_cdi_name and not inode:
+            raise InvalidArgs("option 'pod_cdi_name' needs the pod's netns: give it to Attach")
+
     async def _claim_locked(
         self, dev: RdmaDevice, target: NetnsTarget, opts: ClaimOptions
     ) -> Claim:
@@ -428,6 +461,7 @@ class Core:
             cdi_device=f"rdmad.io/rdma={claim_id}",
             phase=ClaimPhase.PENDING,
             cdi_name=opts.cdi_name,
+            pod_cdi_name=opts.pod_cdi_name,
         )
         self._book.add(claim)
         try:

@@ -111,7 +111,7 @@ async def run(cfg: Config) -> int:
         except RdmadError as exc:
             log.error("cannot apply netns_mode=%s at start: %s", cfg.netns_mode, exc)
 
-    cdi = CdiWriter(cfg.cdi_dir)
+    cdi = CdiWriter(cfg.cdi_dir, core.pod_of)
     # A not-returned claim is half given back: no runtime is to inject it.
     cdi.sync([c for c in core.claims() if c.phase == ClaimPhase.ACTIVE])
     core.add_observer(cdi)

@@ -168,6 +168,7 @@ class ClaimOptions:
     owner: str = ""
     netdev: bool = True
     cdi_name: str = ""  # an extra CDI device name the caller chose (e.g. from its attachment)
+    pod_cdi_name: str = ""  # a CDI device name for all the claims of its netns (rdmad.cdi)
 
 
 class ClaimPhase(enum.StrEnum):
@@ -206,6 +207,7 @@ class Claim:
     ns_ifindex: int = 0
     phase: ClaimPhase = ClaimPhase.ACTIVE
     cdi_name: str = ""  # a second CDI device name for the same char devices, "" if none
+    pod_cdi_name: str = ""  # the CDI device name of its pod's spec (rdmad.cdi), "" if none
     failure: str = ""  # NOT_RETURNED: the error of the last give-back tried at start
 
     @property

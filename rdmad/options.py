@@ -66,6 +66,7 @@ def parse_claim_options(
     owner: str = "",
     netdev: bool | None = None,
     cdi_name: str = "",
+    pod_cdi_name: str = "",
 ) -> ClaimOptions:
     """A caller's claim options, each given as its plain value (or left out), as validated
     ClaimOptions; InvalidArgs on any value rdmad cannot take."""
@@ -87,11 +88,14 @@ def parse_claim_options(
             kinds.append(parsed)
     if shared and netdev is not None:
         raise InvalidArgs("option 'netdev' applies to whole-device claims only")
-    if cdi_name and not _CDI_NAME.match(cdi_name):
-        raise InvalidArgs(
-            f"invalid CDI name {cdi_name!r}: letters, digits, '_', '-' and '.', "
-            "starting and ending with a letter or digit"
-        )
+    for what, name in (("CDI name", cdi_name), ("pod CDI name", pod_cdi_name)):
+        if name and not _CDI_NAME.match(name):
+            raise InvalidArgs(
+                f"invalid {what} {name!r}: letters, digits, '_', '-' and '.', "
+                "starting and ending with a letter or digit"
+            )
+    if pod_cdi_name and pod_cdi_name == cdi_name:
+        raise InvalidArgs(f"CDI name {cdi_name!r} cannot name the claim and its pod")
     return ClaimOptions(
         ifname=check_ifname(ifname) if ifname is not None else None,
         mtu=mtu,
@@ -101,4 +105,5 @@ def parse_claim_options(
         owner=owner,
         netdev=True if netdev is None else netdev,
         cdi_name=cdi_name,
+        pod_cdi_name=pod_cdi_name,
     )

@@ -101,6 +101,7 @@ OPTION_SIGNATURES: dict[str, str] = {
     "owner": "s",
     "netdev": "b",
     "cdi_name": "s",
+    "pod_cdi_name": "s",
 }
 
 

@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 from rdmad.cdi import CDI_KIND, CdiWriter
+from rdmad.claims import ClaimBook
 from rdmad.model import CharDev, ChardevKind, Claim, ReleaseReason
 
 
@@ -26,10 +27,26 @@ def claim(claim_id: str) -> Claim:
     )
 
 
+class Node:
+    """The claims on record and a writer asking them for each claim's pod, as the core's."""
+
+    def __init__(self, directory: Path) -> None:
+        self.book = ClaimBook()
+        self.writer = CdiWriter(directory, self.book.in_netns_of)
+
+    def claim(self, claim: Claim) -> None:
+        self.book.add(claim)
+        self.writer.claimed(claim)
+
+    def release(self, claim: Claim) -> None:
+        self.book.drop(claim)
+        self.writer.released(claim, ReleaseReason.REQUESTED)
+
+
 def test_a_claim_gets_a_spec_every_runtime_can_read(tmp_path: Path) -> None:
-    writer = CdiWriter(tmp_path / "cdi")
-    writer.claimed(claim("c1"))
-    path = writer.path_for("c1")
+    node = Node(tmp_path / "cdi")
+    node.claim(claim("c1"))
+    path = node.writer.path_for("c1")
     spec = json.loads(path.read_text())
     assert spec["kind"] == CDI_KIND
     assert spec["devices"][0]["name"] == "c1"
@@ -39,24 +56,25 @@ def test_a_claim_gets_a_spec_every_runtime_can_read(tmp_path: Path) -> None:
 
 
 def test_a_rewritten_spec_leaves_no_other_file(tmp_path: Path) -> None:
-    writer = CdiWriter(tmp_path)
-    writer.claimed(claim("c1"))
-    writer.claimed(claim("c1"))
+    node = Node(tmp_path)
+    node.claim(claim("c1"))
+    node.claim(claim("c1"))
     assert [p.name for p in tmp_path.iterdir()] == ["rdmad.io-rdma-c1.json"]
 
 
 def test_release_removes_the_spec(tmp_path: Path) -> None:
-    writer = CdiWriter(tmp_path)
-    writer.claimed(claim("c1"))
-    writer.released(claim("c1"), ReleaseReason.REQUESTED)
+    node = Node(tmp_path)
+    c1 = claim("c1")
+    node.claim(c1)
+    node.release(c1)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_sync_at_start_keeps_exactly_the_live_claims_specs(tmp_path: Path) -> None:
-    writer = CdiWriter(tmp_path)
+    node = Node(tmp_path)
     for cid in ("gone", "live"):
-        writer.claimed(claim(cid))
+        node.claim(claim(cid))
     (tmp_path / ".rdmad.io-rdma-live.json.tmp").write_text("{torn")  # left by a crash
     (tmp_path / "rdmad.io-rdma-live.json.next").write_text("{}")  # rdmad's spares before
-    writer.sync([claim("live")])
+    node.writer.sync([claim("live")])
     assert [p.name for p in tmp_path.iterdir()] == ["rdmad.io-rdma-live.json"]

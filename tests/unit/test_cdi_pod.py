@@ -1,0 +1,146 @@
+"""The environment of a pod's CDI specs: one claim keeps its own; several share one value
+per key, which describes all the pod's rails, and the pod CDI name lists all their nodes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdmad.cdi import CdiWriter, pod_env, pod_spec_for, spec_for
+from rdmad.claims import ClaimBook
+from rdmad.model import CharDev, ChardevKind, Claim, Gid, ReleaseReason
+
+POD = 4026532000
+MAPPED = "0000:0000:0000:0000:0000:ffff:c000:02{:02x}"
+LINK_LOCAL = "fe80:0000:0000:0000:5054:00ff:fe12:34{:02x}"
+RDMA_CM = CharDev(ChardevKind.RDMA_CM, "/dev/infiniband/rdma_cm", 10, 58)
+
+
+def rail(n: int, *, ifname: str = "", index: int = 3, gid: str = MAPPED, pod: str = "") -> Claim:
+    return Claim(
+        id=f"c{n}",
+        device=f"mlx5_{n}",
+        netns_inode=POD,
+        netns_path="",
+        nsid=1,
+        ifname=ifname or f"net{n}",
+        shared=True,
+        owner="",
+        created_at_us=n,
+        chardevs=(CharDev(ChardevKind.UVERBS, f"/dev/infiniband/uverbs{n}", 231, 192 + n), RDMA_CM),
+        gids=(Gid(1, index, gid.format(n), "RoCE v2", f"net{n}"),),
+        pod_cdi_name=pod,
+    )
+
+
+def keys(env: list[str]) -> dict[str, str]:
+    pairs = [e.split("=", 1) for e in env]
+    assert len({k for k, _ in pairs}) == len(pairs), "a key given twice"
+    return dict(pairs)
+
+
+def test_one_claim_keeps_its_own_env() -> None:
+    assert pod_env([rail(0)]) == [
+        "RDMAD_DEVICE=mlx5_0",
+        "RDMAD_PORT=1",
+        "RDMAD_GID_INDEX=3",
+        "NCCL_IB_HCA==mlx5_0:1",
+        "NCCL_IB_GID_INDEX=3",
+    ]
+
+
+def test_rails_are_listed_by_interface_name_with_one_exact_match_sign() -> None:
+    env = keys(pod_env([rail(2, ifname="net0"), rail(0, ifname="net2"), rail(1)]))
+    assert env["NCCL_IB_HCA"] == "=mlx5_2:1,mlx5_1:1,mlx5_0:1"
+    assert env["RDMAD_DEVICES"] == "mlx5_2,mlx5_1,mlx5_0"
+    assert env["RDMAD_IFNAMES"] == "net0,net1,net2"
+    assert env["RDMAD_PORTS"] == "1,1,1"
+    assert env["RDMAD_GID_INDEXES"] == "3,3,3"
+
+
+def test_several_claims_carry_no_per_claim_key() -> None:
+    env = keys(pod_env([rail(0), rail(1)]))
+    assert not {"RDMAD_DEVICE", "RDMAD_PORT", "RDMAD_GID_INDEX"} & env.keys()
+
+
+def test_an_agreed_gid_index_is_nccls_one_index() -> None:
+    env = keys(pod_env([rail(0), rail(1)]))
+    assert env["NCCL_IB_GID_INDEX"] == "3"
+    assert "NCCL_IB_ADDR_FAMILY" not in env and "NCCL_IB_ROCE_VERSION_NUM" not in env
+
+
+def test_differing_gid_indexes_leave_nccl_to_pick_by_family_and_version() -> None:
+    env = keys(pod_env([rail(0), rail(1, index=5)]))
+    assert "NCCL_IB_GID_INDEX" not in env
+    assert env["NCCL_IB_ADDR_FAMILY"] == "AF_INET"
+    assert env["NCCL_IB_ROCE_VERSION_NUM"] == "2"
+    assert env["RDMAD_GID_INDEXES"] == "3,5"
+
+
+def test_rails_without_ipv4_gids_ask_for_ipv6() -> None:
+    env = keys(pod_env([rail(0, gid=LINK_LOCAL), rail(1, index=4, gid=LINK_LOCAL)]))
+    assert env["NCCL_IB_ADDR_FAMILY"] == "AF_INET6"
+
+
+def test_a_rail_without_gids_makes_no_agreement() -> None:
+    unread = Claim(**{**rail(1).__dict__, "gids": ()})
+    env = keys(pod_env([rail(0), unread]))
+    assert "NCCL_IB_GID_INDEX" not in env
+    assert env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1"
+    assert env["RDMAD_GID_INDEXES"] == "3,"
+
+
+def test_each_spec_keeps_its_own_nodes_and_the_pods_env() -> None:
+    pod = [rail(0), rail(1)]
+    specs: list[Any] = [spec_for(c, pod)["devices"] for c in pod]
+    assert specs[0][0]["containerEdits"]["env"] == specs[1][0]["containerEdits"]["env"]
+    paths = [[n["path"] for n in s[0]["containerEdits"]["deviceNodes"]] for s in specs]
+    assert paths == [
+        ["/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"],
+        ["/dev/infiniband/uverbs1", "/dev/infiniband/rdma_cm"],
+    ]
+
+
+def test_the_pod_cdi_name_lists_every_node_once() -> None:
+    devices: Any = pod_spec_for("web", [rail(1), rail(0)])["devices"]
+    assert [d["name"] for d in devices] == ["web"]
+    assert [n["path"] for n in devices[0]["containerEdits"]["deviceNodes"]] == [
+        "/dev/infiniband/uverbs0",
+        "/dev/infiniband/rdma_cm",
+        "/dev/infiniband/uverbs1",
+    ]
+
+
+@pytest.fixture
+def book() -> ClaimBook:
+    return ClaimBook()
+
+
+def test_a_release_rewrites_the_rest_of_the_pod(tmp_path: Path, book: ClaimBook) -> None:
+    writer = CdiWriter(tmp_path, book.in_netns_of)
+    pod = [rail(n, pod="web") for n in range(3)]
+    for c in pod:
+        book.add(c)
+        writer.claimed(c)
+    book.drop(pod[0])
+    writer.released(pod[0], ReleaseReason.REQUESTED)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["rdmad.io-rdma-c1.json", "rdmad.io-rdma-c2.json", "rdmad.io-rdma-pod.web.json"]
+    for name in names:
+        spec: Any = json.loads((tmp_path / name).read_text())
+        assert keys(spec["devices"][0]["containerEdits"]["env"])["RDMAD_DEVICES"] == "mlx5_1,mlx5_2"
+
+
+def test_the_pod_spec_goes_with_the_pods_last_claim(tmp_path: Path, book: ClaimBook) -> None:
+    writer = CdiWriter(tmp_path, book.in_netns_of)
+    pod = [rail(n, pod="web") for n in range(2)]
+    for c in pod:
+        book.add(c)
+        writer.claimed(c)
+    for c in pod:
+        book.drop(c)
+        writer.released(c, ReleaseReason.REQUESTED)
+    assert list(tmp_path.iterdir()) == []
