@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from dbus_fast import Variant
 
+from rdmad.errors import InvalidArgs
 from tests.support.daemon import Client, DBusCallError, RdmadProcess
 from tests.support.net import temp_netns, temp_veth
 from tests.support.sim_rig import Rig
@@ -137,5 +138,5 @@ async def test_a_pod_cdi_name_belongs_to_one_netns(rails: Rig, netns: str) -> No
     await claim(rails, "sim4", netns, 4)
     with temp_netns() as other, pytest.raises(DBusCallError) as caught:
         await claim(rails, "sim5", other, 5)
-    assert caught.value.name == "io.rdmad1.Error.InvalidArgs"
+    assert caught.value.name == InvalidArgs.dbus_name
     assert "pod CDI name 'pod1' is taken" in caught.value.message
