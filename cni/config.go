@@ -68,6 +68,7 @@ type netConf struct {
 	MTU              *uint32
 	Chardevs         []string
 	Netdev           bool
+	PolicyRouting    bool // the IPAM routes go in the claim's own table (rdmad's table option)
 	BusAddress       string
 	IPAMType         string
 	PrevResult       map[string]any
@@ -342,6 +343,12 @@ func parseNetconf(raw []byte, command string) (*netConf, error) {
 	}
 	if c.Netdev, err = typed(doc, "netdev", true); err != nil {
 		return nil, err
+	}
+	if c.PolicyRouting, err = typed(doc, "policyRouting", false); err != nil {
+		return nil, err
+	}
+	if c.PolicyRouting && !c.Netdev {
+		return nil, newError(codeInvalidConfig, "policyRouting needs a netdev in the container (netdev=false)")
 	}
 	if c.Shared && !c.Netdev {
 		return nil, newError(codeInvalidConfig, "netdev=false applies to whole-device claims only")

@@ -174,3 +174,47 @@ func TestResultBefore100HasNoInterfaceMtu(t *testing.T) {
 		t.Fatalf("got %v", iface)
 	}
 }
+
+func TestPolicyRoutingIsOffUnlessAsked(t *testing.T) {
+	conf, err := parseNetconf([]byte(`{"cniVersion": "1.0.0", "name": "n", "device": "d"}`), "ADD")
+	if err != nil || conf.PolicyRouting {
+		t.Fatalf("got %v, %v", conf, err)
+	}
+	conf, err = parseNetconf([]byte(`{"cniVersion": "1.0.0", "name": "n", "device": "d", "policyRouting": true}`), "ADD")
+	if err != nil || !conf.PolicyRouting {
+		t.Fatalf("got %v, %v", conf, err)
+	}
+}
+
+func TestPolicyRoutingThatIsNotABooleanIsError7(t *testing.T) {
+	_, err := parseNetconf([]byte(`{"cniVersion": "1.0.0", "name": "n", "device": "d", "policyRouting": "auto"}`), "ADD")
+	if codeOf(t, err) != codeInvalidConfig || err.Error() != "policyRouting must be a JSON boolean" {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestPolicyRoutingWithoutANetdevIsError7(t *testing.T) {
+	_, err := parseNetconf([]byte(`{"cniVersion": "1.0.0", "name": "n", "device": "d", "netdev": false,
+		"policyRouting": true}`), "ADD")
+	if codeOf(t, err) != codeInvalidConfig {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestTableRoutesGoThroughTheirGatewayOrTheFamilysOwn(t *testing.T) {
+	addresses := map[string]any{
+		"ips": []any{
+			map[string]any{"address": "10.1.0.5/24", "gateway": "10.1.0.1"},
+			map[string]any{"address": "fd00::5/64"},
+		},
+		"routes": []any{
+			map[string]any{"dst": "0.0.0.0/0"},
+			map[string]any{"dst": "10.9.0.0/16", "gw": "10.1.0.254"},
+			map[string]any{"dst": "fd99::/64"},
+		},
+	}
+	want := []string{"0.0.0.0/0,via=10.1.0.1", "10.9.0.0/16,via=10.1.0.254", "fd99::/64"}
+	if got := tableRoutes(addresses); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %q", got)
+	}
+}

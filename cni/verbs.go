@@ -207,6 +207,10 @@ func claimFirst(r *rdmad, devices []string, e *env, conf *netConf, owner string,
 	if name := cdiName(e); name != "" {
 		options["cdi_name"] = dbus.MakeVariant(name)
 	}
+	if conf.PolicyRouting {
+		options["table"] = dbus.MakeVariant(uint32(0)) // rdmad picks the pod's next free table
+		options["routes"] = dbus.MakeVariant(tableRoutes(addresses))
+	}
 	var err error
 	for _, dev := range devices {
 		var claim claimRow
@@ -246,6 +250,9 @@ func complete(e *env, conf *netConf, claim claimRow, addresses map[string]any) (
 			return nil, failed(err)
 		}
 	}
+	if conf.PolicyRouting {
+		return link, nil // the IPAM routes are in the claim's table (claimFirst)
+	}
 	for _, item := range listOf(addresses["routes"]) {
 		route := copyObject(item)
 		dst, _ := route["dst"].(string)
@@ -258,6 +265,25 @@ func complete(e *env, conf *netConf, claim claimRow, addresses map[string]any) (
 		}
 	}
 	return link, nil
+}
+
+// tableRoutes are the IPAM result's routes as rdmad's routes option takes them,
+// DST[,via=GW], each through its own gateway or else the one IPAM gave its family.
+func tableRoutes(addresses map[string]any) []string {
+	out := []string{}
+	for _, item := range listOf(addresses["routes"]) {
+		route := copyObject(item)
+		dst, _ := route["dst"].(string)
+		gateway, _ := route["gw"].(string)
+		if gateway == "" {
+			gateway = gatewayFor(dst, addresses)
+		}
+		if gateway != "" {
+			dst += ",via=" + gateway
+		}
+		out = append(out, dst)
+	}
+	return out
 }
 
 // gatewayFor: a route without "gw" goes through the gateway IPAM gave the same family, as

@@ -22,6 +22,7 @@ from rdmad.model import (
     NetnsMode,
     PortCounters,
     RdmaDevice,
+    Route,
 )
 
 
@@ -153,6 +154,27 @@ class NetdevBackend(Protocol):
 
     async def delete(self, placement: Placement) -> None:
         """Delete a netdev (a macvlan child) inside a claimant's netns, by nsid."""
+        ...
+
+    async def tables_in_use(self, target: NetnsTarget) -> set[int]:
+        """The routing tables of `target` that hold a route or that a rule looks up."""
+        ...
+
+    async def add_policy_routing(
+        self,
+        target: NetnsTarget,
+        ifindex: int,
+        table: int,
+        addresses: tuple[Cidr, ...],
+        extra: tuple[Route, ...],
+    ) -> None:
+        """In `target`: the rule `from <address> lookup <table>` per address, the addresses'
+        connected routes and `extra` out of netdev `ifindex` in `table`, and the rail
+        sysctls (arp_ignore=1, arp_announce=2, rp_filter=2) on it. All or nothing."""
+        ...
+
+    async def remove_policy_routing(self, target: NetnsTarget, table: int) -> None:
+        """Delete every rule looking up `table` in `target`, and every route in it."""
         ...
 
     async def nsid(self, target: NetnsTarget) -> int:

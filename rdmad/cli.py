@@ -105,9 +105,13 @@ def devices_json(rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(keys, row, strict=True)) for row in rows]
 
 
-def claims_json(rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+def claims_json(rows: Sequence[Sequence[Any]], tables: Sequence[int]) -> list[dict[str, Any]]:
+    """ListClaims' rows, each with its claim's RouteTable (0: no policy routing)."""
     keys = ("id", "device", "netns", "interface", "owner", "path")
-    return [dict(zip(keys, row, strict=True)) for row in rows]
+    return [
+        {**dict(zip(keys, row, strict=True)), "route_table": t}
+        for row, t in zip(rows, tables, strict=True)
+    ]
 
 
 def key_values(obj: dict[str, Any]) -> str:
@@ -204,11 +208,14 @@ async def cmd_list(c: Client, a: argparse.Namespace, out: TextIO) -> None:
 
 async def cmd_claims(c: Client, a: argparse.Namespace, out: TextIO) -> None:
     (rows,) = await c.call("ListClaims")
+    props = await asyncio.gather(*(c.get_all(r[5], CLAIM_IFACE) for r in rows))
+    tables = [int(p["RouteTable"]) for p in props]
+    shown = [(*r[:5], t or "-") for r, t in zip(rows, tables, strict=True)]
     _emit(
         out,
         a,
-        claims_json(rows),
-        table(("CLAIM", "DEVICE", "NETNS", "INTERFACE", "OWNER"), [r[:5] for r in rows]),
+        claims_json(rows, tables),
+        table(("CLAIM", "DEVICE", "NETNS", "INTERFACE", "OWNER", "TABLE"), shown),
     )
 
 
@@ -234,6 +241,10 @@ async def cmd_claim(c: Client, a: argparse.Namespace, out: TextIO) -> None:
         opts["owner"] = Variant("s", a.owner)
     if a.no_netdev:
         opts["netdev"] = Variant("b", False)
+    if a.table is not None:
+        opts["table"] = Variant("u", a.table)
+    if a.route:
+        opts["routes"] = Variant("as", a.route)
     (path,) = await c.call("Claim", "ssa{sv}", [a.device, a.netns, opts])
     data = claim_json(await c.get_all(path, CLAIM_IFACE), path)
     _emit(out, a, data, claim_text(data))
@@ -352,6 +363,11 @@ def _uint32(text: str) -> int:
     return value
 
 
+def _route_table(text: str) -> int:
+    """`auto` is 0, the table option's "rdmad picks"."""
+    return 0 if text == "auto" else _uint32(text)
+
+
 def _netns(text: str) -> str:
     """A relative path (it has a '/') is made absolute against the caller's directory, as
     rdmad's own is not the caller's; a name under /run/netns and pid:PID pass as typed."""
@@ -402,6 +418,20 @@ def _claim_arguments(p: argparse.ArgumentParser) -> None:
         "--no-netdev",
         action="store_true",
         help="move only the RDMA device, not its netdev (exclusive netns mode)",
+    )
+    p.add_argument(
+        "--table",
+        type=_route_table,
+        metavar="N|auto",
+        help="policy routing: a rule from each --address to routing table N in the netns, "
+        "with the connected routes there (auto: rdmad picks one, from 1000 by default)",
+    )
+    p.add_argument(
+        "--route",
+        action="append",
+        default=[],
+        metavar="DST[,via=GW]",
+        help="a route in the claim's --table, such as 0.0.0.0/0,via=10.0.0.1 (repeatable)",
     )
 
 

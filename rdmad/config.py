@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rdmad import __version__
 from rdmad.errors import InvalidArgs
-from rdmad.options import parse_netns_mode
+from rdmad.options import parse_netns_mode, parse_table_range
 
 
 @dataclass
@@ -24,6 +24,9 @@ class Config:
     allowed_group: str = ""  # a group whose members may claim, besides root
     sim_devices: str = ""  # NAME=NETDEV,...: the explicit simulated RDMA backend
     sim_mode: str = "shared"
+    # Policy routing: the tables a claim's table=auto is given from. Spiderpool and DRANET
+    # number theirs from 100, so rdmad's range stays clear of 100-199.
+    route_tables: str = "1000-1999"
 
 
 class ConfigError(Exception):
@@ -46,6 +49,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--netns-mode", metavar="{shared,exclusive}", help="apply at start")
     p.add_argument("--shared-limit", type=int, help="shared claims per device (default 16)")
     p.add_argument("--allowed-group", help="group allowed to claim and release, besides root")
+    p.add_argument(
+        "--route-tables", metavar="FIRST-LAST", help="tables for table=auto (default 1000-1999)"
+    )
     # The simulated RDMA backend (rdmad.sim) is for tests, benchmarks and the host demo:
     # accepted, but kept out of --help so that nobody mistakes it for a production feature.
     p.add_argument("--sim-devices", metavar="NAME=NETDEV[,...]", help=argparse.SUPPRESS)
@@ -97,5 +103,9 @@ def _check(cfg: Config) -> None:
                 parse_netns_mode(value)
             except InvalidArgs as exc:
                 raise ConfigError(f"{name}: {exc}") from None
+    try:
+        parse_table_range(cfg.route_tables)
+    except InvalidArgs as exc:
+        raise ConfigError(f"route_tables: {exc}") from None
     if cfg.shared_limit < 1:
         raise ConfigError("shared_limit must be at least 1")

@@ -61,6 +61,7 @@ from rdmad.logfields import (
     log_event,
 )
 from rdmad.model import (
+    TABLE_AUTO,
     Claim,
     ClaimOptions,
     ClaimPhase,
@@ -87,6 +88,7 @@ from rdmad.work import Job, Work
 log = logging.getLogger("rdmad.core")
 
 DEFAULT_SHARED_IFNAME = "net1"
+DEFAULT_ROUTE_TABLES = range(1000, 2000)  # rdmad.config's route_tables
 # What start does about a claim a crash interrupted, by the phase it was written in.
 _INTERRUPTED = {
     ClaimPhase.PENDING: "made: undoing it",
@@ -105,12 +107,14 @@ class Core:
         store: Store,
         *,
         shared_limit: int = 16,
+        route_tables: range = DEFAULT_ROUTE_TABLES,
     ) -> None:
         self._net = net
         self._rdma = rdma
         self._resolver = resolver
         self._store = store
         self._shared_limit = shared_limit
+        self._route_tables = route_tables
         self._inv = Inventory()
         self._book = ClaimBook()
         self._observers = Observers()
@@ -465,6 +469,8 @@ class Core:
         )
         self._book.add(claim)
         try:
+            if opts.table is not None:  # booked before the save: the undo finds it
+                claim.route_table = await self._table_for(claim, target, opts.table)
             self._save(claim)
             step("pending-written", f"claim {claim.id}")
             if not opts.shared and exclusive:
@@ -489,6 +495,11 @@ class Core:
                 placed = Placement(claim.nsid, 0, "")
             claim.nsid, claim.ns_ifindex = placed.nsid, placed.ifindex
             step("netdev-placed", f"claim {claim.id}")
+            if claim.route_table:
+                await self._net.add_policy_routing(
+                    target, placed.ifindex, claim.route_table, opts.addresses, opts.routes
+                )
+                step("routes-installed", f"claim {claim.id}")
             claim.chardevs = await self._rdma.chardevs(
                 dev, opts.chardevs, target if claim.rdma_moved else None
             )
@@ -504,6 +515,32 @@ class Core:
             await self._tracker.reread_device(dev.name)  # its port's netdev left init_net
         self._tracker.announce(self._tracker.view(self._inv.devices.get(dev.name, dev)))
         return claim
+
+    async def _table_for(self, claim: Claim, target: NetnsTarget, asked: int) -> int:
+        """The routing table `claim` takes in `target`: `asked`, or with TABLE_AUTO the
+        lowest of the configured range that no claim of that netns has and that holds no
+        route and no rule there. Tables are per netns: other pods' do not count."""
+        in_kernel = await self._net.tables_in_use(target)
+        # Read after the await: a claim of this netns booked meanwhile has its table set.
+        taken = {
+            c.route_table: c
+            for c in self._book.claims.values()
+            if c.route_table and c.netns_inode == target.inode and c is not claim
+        }
+        where = netns_label(target.inode)
+        if asked != TABLE_AUTO:
+            if asked in taken:
+                raise InvalidArgs(
+                    f"routing table {asked} of {where} is taken by claim {taken[asked].id}"
+                )
+            if asked in in_kernel:
+                raise InvalidArgs(f"routing table {asked} of {where} holds routes or rules already")
+            return asked
+        free = next((t for t in self._route_tables if t not in taken and t not in in_kernel), 0)
+        if not free:
+            span = f"{self._route_tables.start}-{self._route_tables.stop - 1}"
+            raise InvalidArgs(f"no free routing table in {span} (route_tables) in {where}")
+        return free
 
     async def _claim_gids(
         self, claim: Claim, target: NetnsTarget, placed: Placement
@@ -553,6 +590,8 @@ class Core:
                 level=logging.ERROR,
             )
         try:
+            if claim.route_table:  # free when booked: whatever it holds now is this claim's
+                await self._net.remove_policy_routing(target, claim.route_table)
             if claim.netdev_moved:
                 await self._giveback.bring_netdev_home(claim)
             if claim.rdma_moved:

@@ -34,7 +34,7 @@ from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_events import RtnlEventSource
 from rdmad.model import ClaimPhase
-from rdmad.options import parse_netns_mode
+from rdmad.options import parse_netns_mode, parse_table_range
 from rdmad.sim import SimRdma, parse_sim_devices
 from rdmad.store import Store
 
@@ -94,7 +94,14 @@ async def run(cfg: Config) -> int:
     resolver = KernelNetnsResolver()
     net = await RtnlBackend.create(resolver)
     rdma = _rdma_backend(cfg, resolver, net.channel)
-    core = Core(net, rdma, resolver, Store(cfg.state_dir), shared_limit=cfg.shared_limit)
+    core = Core(
+        net,
+        rdma,
+        resolver,
+        Store(cfg.state_dir),
+        shared_limit=cfg.shared_limit,
+        route_tables=parse_table_range(cfg.route_tables),
+    )
     sources = _event_sources(cfg)
     for source in list(sources):
         try:

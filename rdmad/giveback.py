@@ -67,6 +67,8 @@ class GiveBack:
     async def give_back(self, claim: Claim, *, netns_alive: bool) -> None:
         """Return what a claim took, wherever it is now. Idempotent: parts already home are
         just restored."""
+        if claim.route_table and netns_alive:
+            await self.unroute(claim)
         if claim.netdev_moved:
             if claim.shared:
                 if netns_alive:
@@ -88,6 +90,18 @@ class GiveBack:
             await self._await_rdma_return(claim)
         if not claim.shared:
             await self._tracker.reread_device(claim.device)
+
+    async def unroute(self, claim: Claim) -> None:
+        """Remove the rules and routes of a claim's table from its netns (idempotent). A dead
+        netns took them with it; the rail sysctls go with the netdev's leaving either way."""
+        target = self._resolver.reopen(claim.netns_inode, claim.netns_path)
+        if target is None:
+            return
+        try:
+            await self._net.remove_policy_routing(target, claim.route_table)
+        finally:
+            target.close()
+        step("routes-removed", f"claim {claim.id}")
 
     async def _await_rdma_return(self, claim: Claim) -> None:
         """The netns is dead: the kernel's rdma_dev_exit_net brings the device home by itself,

@@ -103,6 +103,18 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Cidr = ipaddress.IPv4Interface | ipaddress.IPv6Interface  # an address with its prefix
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True)
+class Route:
+    """A route a claim asks for in its routing table: to `dst`, through `via` (None: on-link,
+    out of the claim's interface)."""
+
+    dst: Network
+    via: IPAddress | None = None
+
+
 _V4_MAPPED = bytes(10) + b"\xff\xff"  # ::ffff:0:0/96
 
 
@@ -169,6 +181,11 @@ class ClaimOptions:
     netdev: bool = True
     cdi_name: str = ""  # an extra CDI device name the caller chose (e.g. from its attachment)
     pod_cdi_name: str = ""  # a CDI device name for all the claims of its netns (rdmad.cdi)
+    table: int | None = None  # policy routing: the claim's table; TABLE_AUTO: rdmad picks
+    routes: tuple[Route, ...] = ()  # placed in `table`, beside the connected routes
+
+
+TABLE_AUTO = 0  # the kernel's RT_TABLE_UNSPEC, never a real table: "choose one for me"
 
 
 class ClaimPhase(enum.StrEnum):
@@ -209,6 +226,7 @@ class Claim:
     cdi_name: str = ""  # a second CDI device name for the same char devices, "" if none
     pod_cdi_name: str = ""  # the CDI device name of its pod's spec (rdmad.cdi), "" if none
     failure: str = ""  # NOT_RETURNED: the error of the last give-back tried at start
+    route_table: int = 0  # its policy-routing table in its netns, 0 if none
 
     @property
     def netns(self) -> str:

@@ -10,7 +10,14 @@ import re
 from collections.abc import Sequence
 
 from rdmad.errors import InvalidArgs
-from rdmad.model import DEFAULT_CHARDEVS, ChardevKind, Cidr, ClaimOptions, NetnsMode
+from rdmad.model import (
+    DEFAULT_CHARDEVS,
+    ChardevKind,
+    Cidr,
+    ClaimOptions,
+    NetnsMode,
+    Route,
+)
 
 OWNER_MAX_BYTES = 256
 MTU_MIN, MTU_MAX = 68, 65535
@@ -56,6 +63,73 @@ def parse_cidr(text: str) -> Cidr:
         raise InvalidArgs(f"invalid address {text!r}: expected a CIDR like 192.0.2.10/24") from None
 
 
+# Routing tables a claim may not take: the kernel's own (include/uapi/linux/rtnetlink.h).
+RESERVED_TABLES = {253: "default", 254: "main", 255: "local"}
+TABLE_MAX = 0xFFFFFFFF  # table ids are u32 (FRA_TABLE, RTA_TABLE)
+
+
+def parse_table(value: int) -> int:
+    """A claim's routing table: a number of its own, or TABLE_AUTO (0) for rdmad's pick."""
+    if not 0 <= value <= TABLE_MAX:
+        raise InvalidArgs(f"routing table {value} is out of range 1-{TABLE_MAX} (0: choose)")
+    if value in RESERVED_TABLES:
+        raise InvalidArgs(f"routing table {value} is the kernel's {RESERVED_TABLES[value]!r}")
+    return value
+
+
+def parse_table_range(text: str) -> range:
+    """The tables rdmad picks from, as FIRST-LAST (the setting route_tables)."""
+    first, sep, last = text.partition("-")
+    if not sep or not first.strip().isdigit() or not last.strip().isdigit():
+        raise InvalidArgs(f"routing table range {text!r} must be FIRST-LAST, e.g. 1000-1999")
+    tables = range(int(first), int(last) + 1)
+    if not tables or tables.start < 1 or tables.stop - 1 > TABLE_MAX:
+        raise InvalidArgs(f"routing table range {text!r} is empty or out of 1-{TABLE_MAX}")
+    if any(t in tables for t in RESERVED_TABLES):
+        raise InvalidArgs(f"routing table range {text!r} holds the kernel's tables 253-255")
+    return tables
+
+
+def parse_route(text: str) -> Route:
+    """A route as DST[,via=GW]: DST a network (a bare address is a host route)."""
+    dst_text, *rest = text.split(",")
+    try:
+        dst = ipaddress.ip_network(dst_text.strip(), strict=True)
+    except ValueError:
+        raise InvalidArgs(f"invalid route {text!r}: {dst_text!r} is not a network") from None
+    via = None
+    for part in rest:
+        key, _, value = part.strip().partition("=")
+        if key != "via" or via is not None:
+            raise InvalidArgs(f"invalid route {text!r}: expected DST[,via=GATEWAY]")
+        try:
+            via = ipaddress.ip_address(value)
+        except ValueError:
+            raise InvalidArgs(f"invalid route {text!r}: {value!r} is not an address") from None
+    if via is not None and via.version != dst.version:
+        raise InvalidArgs(f"invalid route {text!r}: the gateway is not of the route's family")
+    return Route(dst, via)
+
+
+def _check_routing(table: int | None, routes: tuple[Route, ...], cidrs: tuple[Cidr, ...]) -> None:
+    """Policy routing needs the claim's addresses (its rules are `from` them), and a route
+    must leave through them: its gateway on-link of one, or its family one they have."""
+    if table is None:
+        if routes:
+            raise InvalidArgs("option 'routes' needs option 'table' (the claim's routing table)")
+        return
+    if not cidrs:
+        raise InvalidArgs("option 'table' needs option 'addresses' (its rules match them)")
+    for r in routes:
+        if r.via is not None and not any(r.via in c.network for c in cidrs):
+            raise InvalidArgs(
+                f"route to {r.dst}: gateway {r.via} is on-link of none of the claim's "
+                f"addresses ({', '.join(str(c) for c in cidrs)})"
+            )
+        if r.via is None and not any(c.version == r.dst.version for c in cidrs):
+            raise InvalidArgs(f"route to {r.dst}: the claim has no IPv{r.dst.version} address")
+
+
 def parse_claim_options(
     *,
     ifname: str | None = None,
@@ -67,6 +141,8 @@ def parse_claim_options(
     netdev: bool | None = None,
     cdi_name: str = "",
     pod_cdi_name: str = "",
+    table: int | None = None,
+    routes: Sequence[str] = (),
 ) -> ClaimOptions:
     """A caller's claim options, each given as its plain value (or left out), as validated
     ClaimOptions; InvalidArgs on any value rdmad cannot take."""
@@ -96,6 +172,12 @@ def parse_claim_options(
             )
     if pod_cdi_name and pod_cdi_name == cdi_name:
         raise InvalidArgs(f"CDI name {cdi_name!r} cannot name the claim and its pod")
+    if table is not None:
+        table = parse_table(table)
+        if not (netdev is None or netdev):
+            raise InvalidArgs("option 'table' needs the claim's netdev (netdev=false moves none)")
+    parsed_routes = tuple(parse_route(r) for r in routes)
+    _check_routing(table, parsed_routes, cidrs)
     return ClaimOptions(
         ifname=check_ifname(ifname) if ifname is not None else None,
         mtu=mtu,
@@ -106,4 +188,6 @@ def parse_claim_options(
         netdev=True if netdev is None else netdev,
         cdi_name=cdi_name,
         pod_cdi_name=pod_cdi_name,
+        table=table,
+        routes=parsed_routes,
     )

@@ -101,6 +101,8 @@ OPTION_SIGNATURES: dict[str, str] = {
     "owner": "s",
     "netdev": "b",
     "cdi_name": "s",
+    "table": "u",
+    "routes": "as",
     "pod_cdi_name": "s",
 }
 
@@ -261,6 +263,7 @@ CLAIM_PROPERTIES: PropertyTable[Claim] = PropertyTable(
     Prop("CdiDevice", "s", lambda c: c.cdi_device),
     Prop("CreatedAt", "t", lambda c: c.created_at_us),
     Prop("Gids", "a(uusss)", lambda c: gid_rows(c)),
+    Prop("RouteTable", "u", lambda c: c.route_table),
     Prop("State", "s", lambda c: claim_state(c)),
     Prop("Failure", "s", lambda c: c.failure),
 )

@@ -61,7 +61,17 @@ from rdmad.kernel.rtnl_msgs import (
     new_macvlan,
     setlink,
 )
-from rdmad.model import Cidr, HostConfig, Netdev, netns_label
+from rdmad.kernel.rtnl_routing import (
+    add_route,
+    add_rule,
+    del_route,
+    del_rule,
+    routes,
+    rules,
+    set_rail_devconf,
+    tables_in_use,
+)
+from rdmad.model import Cidr, HostConfig, Netdev, Route, netns_label
 from rdmad.options import parse_cidr
 from rdmad.steps import step
 
@@ -397,6 +407,50 @@ class RtnlBackend:
 
     # -- nsids -------------------------------------------------------------------------------
 
+    # -- policy routing ----------------------------------------------------------------------
+
+    async def tables_in_use(self, target: NetnsTarget) -> set[int]:
+        where = netns_label(target.inode)
+        async with _opening_in_netns(target.fd, where) as opening:
+            ns = await opening.channel()
+            with _op(f"reading the routing tables and rules of {where}"):
+                return await tables_in_use(ns)
+
+    async def add_policy_routing(
+        self,
+        target: NetnsTarget,
+        ifindex: int,
+        table: int,
+        addresses: tuple[Cidr, ...],
+        extra: tuple[Route, ...],
+    ) -> None:
+        where = netns_label(target.inode)
+        connected = list(dict.fromkeys(Route(a.network) for a in addresses))
+        async with _opening_in_netns(target.fd, where) as opening:
+            ns = await opening.channel()
+            try:
+                with _op(f"setting arp_ignore, arp_announce and rp_filter of {ifindex} in {where}"):
+                    await set_rail_devconf(ns, ifindex)
+                for r in (*connected, *extra):
+                    via = f" via {r.via}" if r.via is not None else ""
+                    with _op(f"adding the route to {r.dst}{via} to table {table} in {where}"):
+                        await add_route(ns, ifindex, table, r)
+                for a in addresses:
+                    with _op(f"adding the rule from {a.ip} lookup {table} in {where}"):
+                        await add_rule(ns, a, table)
+            except BaseException:
+                # All or nothing: the table was free, so whatever is in it now is ours.
+                try:
+                    await _remove_policy(ns, table, where)
+                except RdmadError as exc:
+                    log.error("rolling back table %d in %s failed: %s", table, where, exc)
+                raise
+
+    async def remove_policy_routing(self, target: NetnsTarget, table: int) -> None:
+        where = netns_label(target.inode)
+        async with _opening_in_netns(target.fd, where) as opening:
+            await _remove_policy(await opening.channel(), table, where)
+
     async def nsid(self, target: NetnsTarget) -> int:
         _ = target.fd  # raises once the handle is closed: never answer for a stale one
         known = self._nsids.get(target)
@@ -488,6 +542,16 @@ class RtnlBackend:
         if e.errno == errno.EEXIST:
             return InvalidArgs(f"{what}: the name {name} is already taken in {where}")
         return kernel_error(e, what)
+
+
+async def _remove_policy(ns: NlChannel, table: int, where: str) -> None:
+    """Every rule that looks `table` up and every route in it: a claim's table is its own."""
+    with _op(f"removing the rules and routes of table {table} in {where}"):
+        for rule in await rules(ns):
+            if rule.table == table:
+                await del_rule(ns, rule)
+        for route in await routes(ns, table):
+            await del_route(ns, route)
 
 
 async def _ifindex_in(ch: NlChannel, ifname: str, where: str) -> int:

@@ -62,7 +62,15 @@ def test_list_json_is_a_list_of_objects_with_snake_case_keys() -> None:
 
 def test_claims_json_names_every_column() -> None:
     rows = [("c1", "mlx5_0", "net:[4026532000]", "net1", "ctr", "/io/rdmad1/claim/c1")]
-    assert list(claims_json(rows)[0]) == ["id", "device", "netns", "interface", "owner", "path"]
+    assert list(claims_json(rows, [1000])[0]) == [
+        "id",
+        "device",
+        "netns",
+        "interface",
+        "owner",
+        "path",
+        "route_table",
+    ]
 
 
 def test_show_json_spells_ports_out() -> None:

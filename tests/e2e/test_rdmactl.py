@@ -203,7 +203,8 @@ async def test_claims_json_lists_a_live_claim(rig: Rig, netns: str) -> None:
     listed = (await rdmactl(rig, "--json", "claims")).json()
     assert len(listed) == 1
     (row,) = listed
-    assert set(row) == {"id", "device", "netns", "interface", "owner", "path"}
+    assert set(row) == {"id", "device", "netns", "interface", "owner", "path", "route_table"}
+    assert row["route_table"] == made["route_table"] == 0
     assert (row["id"], row["device"], row["interface"], row["owner"], row["path"]) == (
         made["id"],
         "sim0",

@@ -24,6 +24,8 @@ WHOLE = {
     "addresses": Variant("as", ["192.0.2.5/24"]),
 }
 SHARED = {"shared": Variant("b", True), "addresses": Variant("as", ["192.0.2.6/24"])}
+# Policy routing: a table, so a rule and routes in the netns between two steps.
+ROUTED = {**SHARED, "table": Variant("u", 0), "routes": Variant("as", ["0.0.0.0/0,via=192.0.2.1"])}
 
 # (kind, sim mode, claim options, steps of a claim in order, steps of a release in order)
 KINDS = {
@@ -52,7 +54,26 @@ KINDS = {
         ["pending-written", "macvlan-created", "addresses-set", "netdev-placed", "active-written"],
         ["releasing-written", "netdev-returned", "released-written"],
     ),
+    "routed": (
+        "shared",
+        ROUTED,
+        [
+            "pending-written",
+            "macvlan-created",
+            "addresses-set",
+            "netdev-placed",
+            "routes-installed",
+            "active-written",
+        ],
+        ["releasing-written", "routes-removed", "netdev-returned", "released-written"],
+    ),
 }
+
+
+def policy_rules(netns: str) -> list[str]:
+    """The netns's rules that look up a table other than local, main and default."""
+    rules = ip("rule", "show", netns=netns) + ip("-6", "rule", "show", netns=netns)
+    return [r for r in rules.splitlines() if r.split()[-1] not in ("local", "main", "default")]
 
 
 def prepare_host(rig: Rig) -> None:
@@ -111,6 +132,7 @@ async def test_crash_at_every_step_leaves_each_device_home_or_claimed(
                 # Every earlier claim step is undone at start; every release step finished.
                 assert claims == [], f"crash at {step} must not leave a claim: {claims}"
                 assert link(rig.nic("sim0")) is not None
+                assert policy_rules(netns) == [], f"crash at {step} left rules"
         # The last daemon is not armed: the device still works end to end.
         path = await claim(rig, netns, options)
         await rig.client.call_raw(BUS_NAME, path, "io.rdmad1.Claim", "Release")

@@ -58,6 +58,7 @@ from rdmad.model import (
     Port,
     PortCounters,
     RdmaDevice,
+    Route,
 )
 
 INIT = 0  # where init_net's netdevs and RDMA devices live (a netns is named by its inode)
@@ -78,6 +79,13 @@ class FakeNetns:
     refs: int = 0  # open fds
     nsid: int | None = None  # init_net's id for it
     dead: bool = False
+    # policy routing: (source address, table) per rule; (table, dst, via, ifindex) per route
+    rules: set[tuple[str, int]] = field(default_factory=set)
+    routes: set[tuple[int, str, str, int]] = field(default_factory=set)
+
+    def tables(self) -> set[int]:
+        """The tables that hold a route or that a rule looks up."""
+        return {t for _, t in self.rules} | {r[0] for r in self.routes}
 
     @property
     def alive(self) -> bool:
@@ -94,6 +102,7 @@ class FakeLink:
     addresses: tuple[str, ...] = ()  # CIDR strings, as HostConfig keeps them
     netns: int = INIT
     parent: int = 0  # a macvlan's lower netdev
+    rail_sysctls: bool = False  # arp_ignore=1, arp_announce=2, rp_filter=2 (its netns's)
 
     def as_netdev(self) -> Netdev:
         return Netdev(self.ifindex, self.name, self.mtu, self.up, self.kind)
@@ -308,7 +317,17 @@ class FakeKernel:
             ns.nsid = next(i for i in itertools.count() if i not in taken)
         return ns.nsid
 
+    def drop_link_state(self, link: FakeLink) -> None:
+        """What a netdev leaving its netns (moved, deleted) takes with it there: its routes
+        (in every table) and its IPv4 settings (the next netns gives it its defaults). The
+        rules stay: they name addresses, not netdevs."""
+        ns = self.namespaces.get(link.netns)
+        if ns is not None:
+            ns.routes = {r for r in ns.routes if r[3] != link.ifindex}
+        link.rail_sysctls = False
+
     def change_netns(self, link: FakeLink, to: int) -> None:
+        self.drop_link_state(link)
         if link.netns == INIT:
             self.emit(LinkRemoved(link.ifindex, link.name))
         link.netns = to
@@ -585,7 +604,36 @@ class FakeNetdevs:
             else:  # by name, and only a macvlan: never a netdev of the container's own
                 hit = link.kind == "macvlan" and link.name == placement.ifname
             if hit:
+                self._k.drop_link_state(link)
                 del self._k.links[link.ifindex]
+
+    async def tables_in_use(self, target: NetnsTarget) -> set[int]:
+        await self._k.enter("tables_in_use", self._p)
+        return _ns_of(target).tables()
+
+    async def add_policy_routing(
+        self,
+        target: NetnsTarget,
+        ifindex: int,
+        table: int,
+        addresses: tuple[Cidr, ...],
+        extra: tuple[Route, ...],
+    ) -> None:
+        await self._k.enter("add_policy_routing", self._p)
+        ns = _ns_of(target)
+        link = self._k.links.get(ifindex)
+        if link is None or link.netns != ns.inode:
+            raise KernelError(errno.ENODEV, f"no netdev {ifindex} in {ns.name}")
+        link.rail_sysctls = True
+        for r in (*(Route(a.network) for a in addresses), *extra):
+            ns.routes.add((table, str(r.dst), str(r.via or ""), ifindex))
+        ns.rules |= {(str(a.ip), table) for a in addresses}
+
+    async def remove_policy_routing(self, target: NetnsTarget, table: int) -> None:
+        await self._k.enter("remove_policy_routing", self._p)
+        ns = _ns_of(target)
+        ns.rules = {r for r in ns.rules if r[1] != table}
+        ns.routes = {r for r in ns.routes if r[0] != table}
 
     async def nsid(self, target: NetnsTarget) -> int:
         await self._k.enter("nsid", self._p)
