@@ -1,0 +1,66 @@
+"""RtnlBackend's policy routing against a real netns: the rule, route and devconf messages
+of rdmad/kernel/rtnl_routing.py, all or nothing, and removal by table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from ipaddress import ip_interface
+
+import pytest
+
+from rdmad.errors import KernelError
+from rdmad.kernel.netns import KernelNetnsResolver, NetnsHandle
+from rdmad.kernel.rtnl import RtnlBackend
+from rdmad.options import parse_route
+from tests.support.net import ip, temp_netns, unique_name
+
+ADDRS = (ip_interface("10.5.0.2/24"), ip_interface("fd05::2/64"))
+KERNEL_TABLES = {253, 254, 255}
+
+
+@pytest.fixture
+def pod(resolver: KernelNetnsResolver) -> Iterator[tuple[NetnsHandle, int]]:
+    """A netns with one interface up (a veth, both ends there), and its index there."""
+    with temp_netns("prt") as name:
+        ifname, peer = unique_name("rl"), unique_name("rl")
+        ip("link", "add", ifname, "type", "veth", "peer", "name", peer, netns=name)
+        for end in (ifname, peer):
+            ip("link", "set", end, "up", netns=name)
+        index = int(ip("-o", "link", "show", ifname, netns=name).split(":")[0])
+        handle = resolver.open(name)
+        try:
+            yield handle, index
+        finally:
+            handle.close()
+
+
+async def test_a_table_holds_the_connected_routes_and_the_routes_and_rules_look_it_up(
+    rtnl: RtnlBackend, pod: tuple[NetnsHandle, int]
+) -> None:
+    target, index = pod
+    assert await rtnl.tables_in_use(target) == KERNEL_TABLES
+    extra = (parse_route("0.0.0.0/0,via=10.5.0.1"), parse_route("::/0,via=fd05::1"))
+    await rtnl.add_policy_routing(target, index, 1000, ADDRS, extra)
+    assert await rtnl.tables_in_use(target) == KERNEL_TABLES | {1000}
+    await rtnl.remove_policy_routing(target, 1000)
+    assert await rtnl.tables_in_use(target) == KERNEL_TABLES
+
+
+async def test_a_route_the_kernel_refuses_leaves_nothing_of_the_table(
+    rtnl: RtnlBackend, pod: tuple[NetnsHandle, int]
+) -> None:
+    target, index = pod
+    off_link = (parse_route("10.9.0.0/16,via=10.6.0.1"),)  # what rdmad.options would refuse
+    with pytest.raises(KernelError, match="ENETUNREACH"):
+        await rtnl.add_policy_routing(target, index, 1000, ADDRS, off_link)
+    assert await rtnl.tables_in_use(target) == KERNEL_TABLES
+
+
+async def test_removing_a_table_twice_is_no_error(
+    rtnl: RtnlBackend, pod: tuple[NetnsHandle, int]
+) -> None:
+    target, index = pod
+    await rtnl.add_policy_routing(target, index, 1000, ADDRS, ())
+    await rtnl.remove_policy_routing(target, 1000)
+    await rtnl.remove_policy_routing(target, 1000)
+    assert await rtnl.tables_in_use(target) == KERNEL_TABLES
