@@ -133,6 +133,21 @@ func TestCdiNameIsPodNamespaceNameAndIfname(t *testing.T) {
 	}
 }
 
+func TestPodCdiNameIsPodNamespaceAndName(t *testing.T) {
+	e := &env{ContainerID: "abc", Ifname: "net1",
+		Args: map[string]string{"K8S_POD_NAMESPACE": "ml", "K8S_POD_NAME": "trainer-0"}}
+	if got := podCdiName(e); got != "ml.trainer-0" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestPodCdiNameFallsBackToTheContainerID(t *testing.T) {
+	e := &env{ContainerID: "abc", Ifname: "net1", Args: map[string]string{}}
+	if got := podCdiName(e); got != "abc" {
+		t.Fatalf("got %q", got)
+	}
+}
+
 func TestCdiNameFallsBackToTheContainerID(t *testing.T) {
 	e := &env{ContainerID: "abc", Ifname: "net1", Args: map[string]string{}}
 	if got := cdiName(e); got != "abc.net1" {

@@ -45,18 +45,29 @@ func owned(r *rdmad, owner string) ([]claimRow, error) {
 	return out, err
 }
 
-// cdiName is the extra CDI device name of an attachment, derivable before the container
-// starts: [K8S_POD_NAMESPACE.]K8S_POD_NAME.IFNAME (podman passes the container's name as
-// K8S_POD_NAME), else CONTAINERID.IFNAME. "" if that is not a valid CDI name.
-func cdiName(e *env) string {
-	base := e.ContainerID
+// podCdiName is the CDI device name of all the attachments of a pod (one netns), derivable
+// before the container starts: [K8S_POD_NAMESPACE.]K8S_POD_NAME (podman passes the
+// container's name as K8S_POD_NAME), else CONTAINERID. "" if that is not a valid CDI name.
+func podCdiName(e *env) string {
+	name := e.ContainerID
 	if pod := e.Args["K8S_POD_NAME"]; pod != "" {
-		base = pod
+		name = pod
 		if ns := e.Args["K8S_POD_NAMESPACE"]; ns != "" {
-			base = ns + "." + pod
+			name = ns + "." + pod
 		}
 	}
-	name := base + "." + e.Ifname
+	return validCdiName(name)
+}
+
+// cdiName is the extra CDI device name of one attachment: its pod's name, "." and IFNAME.
+func cdiName(e *env) string {
+	if pod := podCdiName(e); pod != "" {
+		return validCdiName(pod + "." + e.Ifname)
+	}
+	return ""
+}
+
+func validCdiName(name string) string {
 	if !cdiNamePattern.MatchString(name) || len(name) > 253 {
 		return ""
 	}
@@ -206,6 +217,9 @@ func claimFirst(r *rdmad, devices []string, e *env, conf *netConf, owner string,
 	}
 	if name := cdiName(e); name != "" {
 		options["cdi_name"] = dbus.MakeVariant(name)
+	}
+	if name := podCdiName(e); name != "" {
+		options["pod_cdi_name"] = dbus.MakeVariant(name)
 	}
 	if conf.PolicyRouting {
 		options["table"] = dbus.MakeVariant(uint32(0)) // rdmad picks the pod's next free table

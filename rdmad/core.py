@@ -416,8 +416,9 @@ class Core:
             raise NotSupported(f"{dev.name} has no netdev in init_net to move")
 
     def _check_pod_cdi_name(self, inode: int, opts: ClaimOptions) -> None:
-        """A pod CDI name names one spec: one netns's, none other's, and no claim's
-        cdi_name (two specs naming one CDI device make runtimes refuse both)."""
+        """A pod CDI name names one spec, of one netns's claims (a netns may have several,
+        each listing all of them), and no claim's cdi_name: two specs naming one CDI device
+        make runtimes refuse both."""
         for c in self._book.claims.values():
             if opts.cdi_name and c.pod_cdi_name == opts.cdi_name:
                 raise InvalidArgs(f"CDI name {opts.cdi_name!r} is the pod CDI name of claim {c.id}")
@@ -430,11 +431,6 @@ class Core:
             if c.pod_cdi_name == opts.pod_cdi_name and c.netns_inode != inode:
                 raise InvalidArgs(
                     f"pod CDI name {opts.pod_cdi_name!r} is taken by claim {c.id} in {c.netns}"
-                )
-            if c.netns_inode == inode and c.pod_cdi_name not in ("", opts.pod_cdi_name):
-                raise InvalidArgs(
-                    f"{c.netns} has the pod CDI name {c.pod_cdi_name!r} (claim {c.id}), "
-                    f"not {opts.pod_cdi_name!r}"
                 )
         if opts.pod_cdi_name and not inode:
             raise InvalidArgs("option 'pod_cdi_name' needs the pod's netns: give it to Attach")

@@ -51,7 +51,7 @@ async def test_an_unknown_claim_option_is_invalid_args_naming_the_known_ones(liv
     assert caught.value.type == InvalidArgs.dbus_name
     assert caught.value.text == (
         "unknown claim option 'colour' (known: addresses, cdi_name, chardevs, ifname, mtu, "
-        "netdev, owner, pod_cdi_name, shared)"
+        "netdev, owner, pod_cdi_name, routes, shared, table)"
     )
 
 

@@ -21,6 +21,8 @@ from tests.support.net import require_root
 
 CNI_PLUGIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
 PCI = {"sim0": "0000:5e:00.0", "sim1": "0000:5e:00.1"}
+# A claim's CDI spec (its id is hex); a pod CDI name's is rdmad.io-rdma-pod.NAME.json.
+CLAIM_SPECS = "rdmad.io-rdma-[0-9a-f]*.json"
 
 
 def cni_path() -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.cni.conftest import PCI, CniRig
+from tests.cni.conftest import CLAIM_SPECS, PCI, CniRig
 from tests.support.net import addresses, ip, is_up, link, link_names, netns_inode, temp_netns
 
 
@@ -158,7 +158,7 @@ async def test_cdi_spec_names_the_attachment_by_pod_and_ifname(rig: CniRig, netn
         "ADD", rig.conf(device="sim0", shared=True), netns, args="IgnoreUnknown=1;K8S_POD_NAME=web"
     )
     assert done.code == 0, done
-    (spec,) = [json.loads(p.read_text()) for p in rig.daemon.cdi_dir.glob("*.json")]
+    (spec,) = [json.loads(p.read_text()) for p in rig.daemon.cdi_dir.glob(CLAIM_SPECS)]
     assert spec["cdiVersion"] == "0.5.0"
     assert [d["name"] for d in spec["devices"]][1:] == ["web.net1"]
 

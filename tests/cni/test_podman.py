@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.cni.conftest import CniRig
+from tests.cni.conftest import CLAIM_SPECS, CniRig
 from tests.cni.podman import Podman, require_podman
 from tests.support.net import addresses, ip, is_up, link
 
@@ -113,7 +113,7 @@ async def test_container_name_is_a_cdi_device_of_its_attachment(
 ) -> None:
     podman.add_network("rdmash", rdmad_net(rig, device="sim0", shared=True))
     podman.run("web", "rdmash", "sleep", "600", detach=True)
-    (spec,) = [json.loads(p.read_text()) for p in rig.daemon.cdi_dir.glob("*.json")]
+    (spec,) = [json.loads(p.read_text()) for p in rig.daemon.cdi_dir.glob(CLAIM_SPECS)]
     assert "web.eth0" in [d["name"] for d in spec["devices"]]
 
 
@@ -121,7 +121,7 @@ async def test_pod_name_is_a_cdi_device_of_the_pods_attachment(rig: CniRig, podm
     podman.add_network("rdmash", rdmad_net(rig, device="sim0", shared=True))
     podman("pod", "create", "--name", "p1", "--network", "rdmash")
     podman("pod", "start", "p1")
-    (spec,) = [json.loads(p.read_text()) for p in rig.daemon.cdi_dir.glob("*.json")]
+    (spec,) = [json.loads(p.read_text()) for p in rig.daemon.cdi_dir.glob(CLAIM_SPECS)]
     # podman hands the pod's name to CNI as K8S_POD_NAME
     assert "p1.eth0" in [d["name"] for d in spec["devices"]]
     podman("pod", "rm", "-f", "p1")

@@ -4,7 +4,6 @@ names all its rails; a release rewrites the rest; a pod CDI name lists all their
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,9 +13,9 @@ import pytest
 from dbus_fast import Variant
 
 from rdmad.errors import InvalidArgs
-from tests.support.daemon import Client, DBusCallError, RdmadProcess
-from tests.support.net import temp_netns, temp_veth
-from tests.support.sim_rig import Rig
+from tests.support.daemon import DBusCallError
+from tests.support.net import temp_netns
+from tests.support.sim_rig import Rig, running_rig
 
 CLAIM_IFACE = "io.rdmad1.Claim"
 WHOLE = [f"sim{n}" for n in range(4)]
@@ -26,17 +25,8 @@ SHARED = [f"sim{n}" for n in range(4, 8)]
 @pytest.fixture
 async def rails(bus_address: str, tmp_path: Path) -> AsyncIterator[Rig]:
     """rdmad with 8 sim devices, sim0..sim7, each on its own veth."""
-    with contextlib.ExitStack() as stack:
-        nics = {f"sim{n}": stack.enter_context(temp_veth("pr")) for n in range(8)}
-        spec = ",".join(f"{dev}={pair.host}" for dev, pair in nics.items())
-        daemon = RdmadProcess(bus_address, tmp_path, spec, "shared", [])
-        await daemon.start()
-        client = await Client.connect(bus_address)
-        try:
-            yield Rig(daemon, client, nics)
-        finally:
-            client.close()
-            await daemon.kill()
+    async with running_rig(bus_address, tmp_path, devices=8) as rig:
+        yield rig
 
 
 async def claim(rig: Rig, device: str, netns: str, n: int, **kw: Variant) -> str:

@@ -12,8 +12,9 @@ open, every rdmad back up), per node. The device invariant is tests/support/inva
 - no orphan policy rule or route table: each slot's netns has only the kernel's default
   rules (IPv4 and IPv6) and routes only on lo and on the interfaces of listed claims there;
   init_net has the rules it had when the soak began;
-- each listed claim has its CDI spec, and each spec its listed claim (the first device name
-  of a spec is its claim id: docs/cni.md);
+- each listed claim has its CDI spec, and each claim spec its listed claim (a claim spec's
+  first device name is its claim id); a pod's spec (a pod CDI name: its one device is the
+  name) injects only device nodes of live claims;
 - the exporter's rdmad_claim_info series are the listed claims;
 - no claim lost: every claim acknowledged to a caller (a Claim reply) or seen in a Claimed
   signal is still listed, or `rdmactl monitor` printed its Released with a reason. When the
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import time
 from collections import Counter
@@ -205,15 +207,42 @@ def check_init_macvlans(node: Node, verdict: Verdict) -> None:
             verdict.problems.append(f"orphan macvlan {x['ifname']} on {parent} in init_net")
 
 
-def spec_claims(node: Node) -> set[str]:
-    out = set()
+CLAIM_ID = re.compile(r"[0-9a-f]{16}")
+
+
+def read_specs(node: Node) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """The node's CDI specs by their first device name: a claim's (its id), and a pod's (its
+    pod CDI name, rdmad/cdi.py); each with the device nodes it injects."""
+    claims: dict[str, set[str]] = {}
+    pods: dict[str, set[str]] = {}
     for path in node.daemon.cdi_dir.glob("*.json"):
         try:
             spec = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # removed while we read
-        out.add(str(spec["devices"][0]["name"]))
-    return out
+        name = str(spec["devices"][0]["name"])
+        nodes = {
+            str(n["path"]) for d in spec["devices"] for n in d["containerEdits"]["deviceNodes"]
+        }
+        (claims if CLAIM_ID.fullmatch(name) else pods)[name] = nodes
+    return claims, pods
+
+
+def check_specs(node: Node, listed: set[str], verdict: Verdict) -> set[str]:
+    """Each listed claim has its spec and each claim spec its claim; a pod's spec injects only
+    device nodes of live claims. The claim ids with a spec."""
+    claims, pods = read_specs(node)
+    if set(claims) != listed:
+        verdict.problems.append(
+            f"CDI specs without claims {sorted(set(claims) - listed)}, claims without specs "
+            f"{sorted(listed - set(claims))}"
+        )
+    held = set().union(*(claims[c] for c in listed if c in claims))
+    for name, nodes in pods.items():
+        if not nodes or not nodes <= held:
+            verdict.problems.append(f"pod CDI spec {name} injects {sorted(nodes - held)}: no claim")
+    verdict.figures["pod_specs"] += len(pods)
+    return set(claims)
 
 
 async def check_node(
@@ -240,12 +269,7 @@ async def check_node(
         listed=len(listed),
     )
     check_init_macvlans(node, verdict)
-    specs = spec_claims(node)
-    if specs != listed:
-        verdict.problems.append(
-            f"CDI specs without claims {sorted(specs - listed)}, claims without specs "
-            f"{sorted(listed - specs)}"
-        )
+    specs = check_specs(node, listed, verdict)
     assert node.exporter is not None
     samples = await node.exporter.scrape()
     exported = {dict(k[1])["claim"] for k in samples if k[0] == "rdmad_claim_info"}

@@ -1,5 +1,6 @@
-"""The real rdmad process with the simulated RDMA backend (explicitly chosen) bound to two
-fresh veths, and a client on its bus: the rig of the e2e, CNI and reliability suites."""
+"""The real rdmad process with the simulated RDMA backend (explicitly chosen) bound to
+fresh veths (two unless asked), and a client on its bus: the rig of the e2e, CNI and
+reliability suites."""
 
 from __future__ import annotations
 
@@ -31,10 +32,12 @@ async def running_rig(
     sim_mode: str = "shared",
     extra: list[str] | None = None,
     pci: dict[str, str] | None = None,
+    devices: int = 2,
 ) -> AsyncIterator[Rig]:
-    """sim0 and sim1 on two new veths (`pci`: their PCI addresses, by device name)."""
-    with temp_veth("sr") as a, temp_veth("sr") as b:
-        nics = {"sim0": a, "sim1": b}
+    """sim0, sim1... (`devices` of them) on new veths (`pci`: their PCI addresses, by
+    device name)."""
+    with contextlib.ExitStack() as stack:
+        nics = {f"sim{n}": stack.enter_context(temp_veth("sr")) for n in range(devices)}
         at = pci or {}
         spec = ",".join(
             f"{dev}={pair.host}" + (f"@{at[dev]}" if dev in at else "")

@@ -144,3 +144,14 @@ def test_the_pod_spec_goes_with_the_pods_last_claim(tmp_path: Path, book: ClaimB
         book.drop(c)
         writer.released(c, ReleaseReason.REQUESTED)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_each_pod_cdi_name_of_a_netns_lists_all_its_claims(tmp_path: Path, book: ClaimBook) -> None:
+    writer = CdiWriter(tmp_path, book.in_netns_of)
+    for c in (rail(0, pod="a"), rail(1, pod="b")):
+        book.add(c)
+        writer.claimed(c)
+    for name in ("a", "b"):
+        spec: Any = json.loads(writer.pod_path_for(name).read_text())
+        nodes = spec["devices"][0]["containerEdits"]["deviceNodes"]
+        assert len(nodes) == 3  # both uverbs, one rdma_cm
