@@ -65,6 +65,11 @@ class NetnsResolver(Protocol):
         """
         ...
 
+    async def cookie(self, target: NetnsTarget) -> int:
+        """The netns's cookie: the kernel gives no other netns the same until reboot, while
+        it gives a dead netns's inode and nsid to the next ones made (lowest free first)."""
+        ...
+
     def other_netns_exist(self) -> bool:
         """Whether any netns besides init_net is reachable (the kernel's EBUSY rule for
         changing the RDMA netns mode)."""

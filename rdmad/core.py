@@ -29,7 +29,6 @@ from rdmad.backend import (
     NetnsTarget,
     Placement,
     RdmaBackend,
-    netns_reachable,
 )
 from rdmad.claims import ClaimBook
 from rdmad.errors import (
@@ -283,8 +282,8 @@ class Core:
     async def _reconcile(self) -> None:
         live = await self._net.live_nsids()
         for claim in list(self._book.claims.values()):
-            # The nsid says dead for sure; a live nsid may have been reused by another netns.
-            alive = (claim.nsid < 0 or claim.nsid in live) and self._netns_reachable(claim)
+            # The nsid says dead for sure; a live one may have been given to another netns.
+            alive = (claim.nsid < 0 or claim.nsid in live) and await self._netns_alive(claim)
             if claim.phase == ClaimPhase.ACTIVE and alive:
                 continue
             doing = _INTERRUPTED.get(claim.phase)
@@ -334,8 +333,18 @@ class Core:
             level=logging.ERROR,
         )
 
-    def _netns_reachable(self, claim: Claim) -> bool:
-        return netns_reachable(self._resolver, claim.netns_inode, claim.netns_path)
+    async def _netns_alive(self, claim: Claim) -> bool:
+        """Whether the claim's netns lives. The netns found by its inode may be a newer one:
+        the kernel gives a dead netns's inode and nsid to the next ones made, so its cookie
+        decides (a claim saved by an older rdmad has none: the inode has to do)."""
+        target = self._resolver.reopen(claim.netns_inode, claim.netns_path)
+        if target is None:
+            return False
+        try:
+            cookie = claim.netns_cookie
+            return not cookie or await self._resolver.cookie(target) == cookie
+        finally:
+            target.close()
 
     # ------------------------------------------------------------------ claim
     async def claim(self, device: str, target: NetnsTarget, options: ClaimOptions) -> Claim:
@@ -445,7 +454,9 @@ class Core:
         # Read before the first await: events applied meanwhile must not change the parent.
         parent = self._netdev_of(dev).ifindex if opts.shared else 0
         moving = self._netdev_of(dev) if not opts.shared and opts.netdev else None
-        host, nsid = await asyncio.gather(self._host_config(moving), self._net.nsid(target))
+        host, nsid, cookie = await asyncio.gather(
+            self._host_config(moving), self._net.nsid(target), self._resolver.cookie(target)
+        )
         default_ifname = DEFAULT_SHARED_IFNAME if opts.shared else (host.name if host else "")
         claim = Claim(
             id=claim_id,
@@ -453,6 +464,7 @@ class Core:
             netns_inode=target.inode,
             netns_path=target.path,
             nsid=nsid,
+            netns_cookie=cookie,
             ifname=opts.ifname or default_ifname,
             shared=opts.shared,
             owner=opts.owner,
@@ -631,7 +643,7 @@ class Core:
                 self._save(claim)
                 step("releasing-written", f"claim {claim.id}")
             # By inode, not nsid: a dead netns's nsid may already name another one.
-            await self._giveback.give_back(claim, netns_alive=self._netns_reachable(claim))
+            await self._giveback.give_back(claim, netns_alive=await self._netns_alive(claim))
             self._drop(claim)
             self._save(claim)
             step("released-written", f"claim {claim.id}")
@@ -712,7 +724,7 @@ class Core:
             if claim.host is not None:  # the change may be its coming home: see it
                 await self._tracker.reread_netdev(claim.host.ifindex)
             try:
-                await self._giveback.give_back(claim, netns_alive=self._netns_reachable(claim))
+                await self._giveback.give_back(claim, netns_alive=await self._netns_alive(claim))
             except RdmadError as exc:
                 log_claim_event(
                     log,
@@ -738,7 +750,7 @@ class Core:
         async with self._operating_on(claim.device):
             if self._book.claims.get(claim.id) is not claim:
                 return  # released meanwhile
-            if reason == ReleaseReason.NETNS_GONE and self._netns_reachable(claim):
+            if reason == ReleaseReason.NETNS_GONE and await self._netns_alive(claim):
                 # A stale RTM_DELNSID: nsids are reused as soon as a netns dies, so an event
                 # still queued about a dead netns can carry the nsid this live one got since.
                 log_claim_event(

@@ -226,6 +226,9 @@ class Claim:
     cdi_name: str = ""  # a second CDI device name for the same char devices, "" if none
     pod_cdi_name: str = ""  # the CDI device name of its pod's spec (rdmad.cdi), "" if none
     failure: str = ""  # NOT_RETURNED: the error of the last give-back tried at start
+    # the netns's cookie, which no other netns gets (its inode and nsid go to the next ones
+    # made once it dies); 0 if unknown (saved by an older rdmad)
+    netns_cookie: int = 0
     route_table: int = 0  # its policy-routing table in its netns, 0 if none
 
     @property

@@ -2,6 +2,8 @@
 
 rdmad never pins a claimed netns: a `NetnsHandle` lives for one operation, and `reopen`
 finds a netns again through whatever still holds it (a bind mount, a process, an fd).
+An inode names a netns only while it lives: the kernel gives it to the next namespace made
+after its death. Its cookie (`cookie`) is never given to another until reboot.
 
 `run_in_netns` runs a blocking callable on a dedicated thread that has `setns()`'d into a
 netns, for the few kernel requests that take the *calling thread's* netns as an argument
@@ -16,18 +18,22 @@ import ctypes
 import fcntl
 import os
 import re
+import socket
 import stat
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from rdmad.backend import NetnsTarget
 from rdmad.errors import InvalidNetns
 from rdmad.kernel.nlsocket import rtnl_busy
 from rdmad.model import netns_label
 
 CLONE_NEWNET = 0x40000000
 NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3), include/uapi/linux/nsfs.h
+SO_NETNS_COOKIE = 71  # include/uapi/asm-generic/socket.h, Linux 5.14; not in Python 3.11
 
 RUN_NETNS = "/run/netns"
 SELF_NETNS = "/proc/self/ns/net"  # the thread-group leader's netns: init_net for rdmad
@@ -174,6 +180,9 @@ class KernelNetnsResolver:
             handle.close()
         return None
 
+    async def cookie(self, target: NetnsTarget) -> int:
+        return await run_in_netns(target.fd, _own_netns_cookie)
+
     def other_netns_exist(self) -> bool:
         return any(
             st.st_ino != self._init_ino
@@ -236,6 +245,13 @@ class KernelNetnsResolver:
             os.close(fd)
             raise
         return NetnsHandle(fd, st.st_ino, path)
+
+
+def _own_netns_cookie() -> int:
+    """The cookie of the calling thread's netns, as a socket made there reports it."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        raw = sock.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8)
+    return int.from_bytes(raw, sys.byteorder)
 
 
 def candidate_paths(hint: str = "", fd_label: str | None = None) -> Iterator[str]:

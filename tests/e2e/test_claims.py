@@ -12,7 +12,15 @@ import pytest
 from dbus_fast import Variant
 
 from tests.support.daemon import BUS_NAME, DBusCallError
-from tests.support.net import addresses, ip, is_up, link, netns_inode
+from tests.support.net import (
+    addresses,
+    ip,
+    is_up,
+    link,
+    netns_inode,
+    netns_nsid,
+    netns_reusing_inode,
+)
 from tests.support.sim_rig import Rig
 
 CLAIM_IFACE = "io.rdmad1.Claim"
@@ -222,6 +230,25 @@ async def test_netns_deleted_while_daemon_down_is_reconciled_at_start(rig: Rig, 
     released = await rig.client.wait_signal("Released", lambda b: b[0] == cid, since=mark)
     assert released == [cid, "sim0", "reconciled"]
     assert await rig.client.manager("ListClaims") == []
+
+
+async def test_a_new_netns_given_a_dead_claims_inode_and_nsid_is_not_the_claims(
+    rig: Rig, netns: str
+) -> None:
+    # The kernel reuses both numbers, lowest free first: the next netns made on a busy
+    # host (a container's) can get them while rdmad is down. It is not the claim's netns.
+    path = await claim(rig, "sim0", netns, shared=Variant("b", True))
+    cid = await claim_id(rig, path)
+    inode, nsid = netns_inode(netns), netns_nsid(netns)
+    await rig.daemon.stop()
+    ip("netns", "del", netns)
+    with netns_reusing_inode(inode) as stranger:
+        ip("netns", "set", stranger, str(nsid))
+        mark = rig.client.mark()
+        await rig.daemon.start()
+        released = await rig.client.wait_signal("Released", lambda b: b[0] == cid, since=mark)
+        assert released == [cid, "sim0", "reconciled"]
+        assert await rig.client.manager("ListClaims") == []
 
 
 async def test_sigterm_exits_cleanly_and_keeps_claims(rig: Rig, netns: str) -> None:

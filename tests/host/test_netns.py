@@ -14,7 +14,7 @@ import pytest
 
 from rdmad.errors import InvalidNetns
 from rdmad.kernel.netns import KernelNetnsResolver, move_from_netns, run_in_netns
-from tests.support.net import netns_inode, temp_netns
+from tests.support.net import netns_inode, netns_reusing_inode, temp_netns
 
 
 def _open_fds() -> set[str]:
@@ -166,6 +166,27 @@ def test_reopen_returns_none_for_a_dead_netns(resolver: KernelNetnsResolver) -> 
     with temp_netns() as name:
         inode = netns_inode(name)
     assert resolver.reopen(inode, f"/run/netns/{name}") is None
+
+
+async def test_a_netns_has_one_cookie_however_it_is_opened(
+    resolver: KernelNetnsResolver,
+    netns: str,
+    process_in_netns: subprocess.Popen[str],
+) -> None:
+    with resolver.open(netns) as by_name, resolver.open(f"pid:{process_in_netns.pid}") as by_pid:
+        assert await resolver.cookie(by_name) == await resolver.cookie(by_pid) > 0
+    with temp_netns() as other, resolver.open(other) as another, resolver.open(netns) as again:
+        assert await resolver.cookie(another) != await resolver.cookie(again)
+
+
+async def test_a_new_netns_given_a_dead_ones_inode_has_another_cookie(
+    resolver: KernelNetnsResolver,
+) -> None:
+    with temp_netns() as name, resolver.open(name) as dead:
+        inode, cookie = dead.inode, await resolver.cookie(dead)
+    with netns_reusing_inode(inode) as newer, resolver.open(newer) as reborn:
+        assert reborn.inode == inode
+        assert await resolver.cookie(reborn) != cookie
 
 
 def test_other_netns_exist_sees_a_named_netns(resolver: KernelNetnsResolver, netns: str) -> None:

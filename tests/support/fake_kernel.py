@@ -79,6 +79,7 @@ class FakeNetns:
     refs: int = 0  # open fds
     nsid: int | None = None  # init_net's id for it
     dead: bool = False
+    cookie: int = 0  # never reused, unlike the inode and the nsid
     # policy routing: (source address, table) per rule; (table, dst, via, ifindex) per route
     rules: set[tuple[str, int]] = field(default_factory=set)
     routes: set[tuple[int, str, str, int]] = field(default_factory=set)
@@ -142,6 +143,7 @@ class FakeKernel:
         self._gates: dict[str, Gate] = {}
         self._ifindexes = itertools.count(2)  # 1 is lo
         self._inodes = itertools.count(4026532000)
+        self._cookies = itertools.count(1)
         self._minors = itertools.count()
         self._fds = itertools.count(100)
         self.calls: collections.Counter[str] = collections.Counter()  # backend calls, by op
@@ -176,7 +178,8 @@ class FakeKernel:
         self.emit(RdmaChanged(f"remove infiniband/{name}", device=name))
 
     def add_netns(self, name: str, inode: int | None = None) -> FakeNetns:
-        ns = FakeNetns(inode if inode is not None else next(self._inodes), name)
+        inode = inode if inode is not None else next(self._inodes)
+        ns = FakeNetns(inode, name, cookie=next(self._cookies))
         self.namespaces[ns.inode] = ns
         return ns
 
@@ -489,6 +492,9 @@ class FakeResolver:
         if ns is None or not ns.alive:
             return None
         return FakeHandle(self._kernel, self._process, ns, path_hint)
+
+    async def cookie(self, target: NetnsTarget) -> int:
+        return _ns_of(target).cookie
 
     def other_netns_exist(self) -> bool:
         return bool(self._kernel.live_netns())

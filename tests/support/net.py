@@ -23,6 +23,7 @@ import itertools
 import json
 import os
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -113,6 +114,45 @@ def is_up(info: dict[str, Any]) -> bool:
 
 def netns_inode(name: str) -> int:
     return os.stat(f"/run/netns/{name}").st_ino
+
+
+def netns_nsid(name: str) -> int:
+    """The nsid init_net gives the named netns (-1 if none)."""
+    found = [n for n in ip_json("netns", "list") if n["name"] == name]
+    assert found, f"no netns {name}"
+    return int(found[0].get("id", -1))
+
+
+@contextlib.contextmanager
+def netns_reusing_inode(inode: int, within: float = 10.0) -> Iterator[str]:
+    """A new named netns that the kernel gave `inode`, the inode of a netns just deleted.
+
+    The kernel hands namespace inodes out lowest free first, and frees a netns's only when
+    its cleanup work has run, after the last reference went: so the next netns made after
+    that takes it, as a container runtime's would. Tries that got another inode are kept
+    until one gets it (each try then takes a new number), and deleted before yielding.
+    Another process on the host may take the inode first: then this fails, saying so.
+    """
+    deadline = time.monotonic() + within
+    tries: list[str] = []
+    try:
+        while True:
+            name = unique_name("ri")
+            ip("netns", "add", name)
+            if netns_inode(name) == inode:
+                break
+            tries.append(name)
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"no new netns got inode {inode} within {within} s ({len(tries)} tries)"
+                )
+    finally:
+        for other in tries:
+            ip("netns", "del", other, check=False)
+    try:
+        yield name
+    finally:
+        ip("netns", "del", name, check=False)
 
 
 @contextlib.contextmanager

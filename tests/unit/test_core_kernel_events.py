@@ -188,6 +188,22 @@ async def test_a_stale_delnsid_for_a_reused_nsid_keeps_the_live_claim(
     assert kernel.link("net0", "pod") is not None
 
 
+async def test_a_netns_death_ends_its_claim_though_a_newer_netns_got_its_inode_already(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    # The kernel gives a dead netns's inode to the next netns made, possibly before rdmad
+    # reads the RTM_DELNSID: that netns is not the claim's.
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
+    with kernel.hold_events() as late:
+        kernel.delete_netns("pod")
+        kernel.add_netns("newcomer", inode=claim.netns_inode)
+    kernel.deliver(late)
+    await rig.seen.wait_released(claim.id)
+    assert rig.seen.ended == [(claim.id, ReleaseReason.NETNS_GONE)]
+
+
 async def test_a_lost_delnsid_is_caught_by_the_resync_after_an_overrun(
     rigs: Rigs, tmp_path: Path
 ) -> None:

@@ -162,6 +162,24 @@ async def test_a_dead_netns_whose_nsid_another_netns_got_meanwhile_still_ends_it
     assert fresh.core.claims() == []
 
 
+async def test_a_dead_netns_whose_inode_and_nsid_a_newer_netns_got_still_ends_its_claim(
+    rigs: Rigs,
+    tmp_path: Path,
+) -> None:
+    # The kernel gives both to the next netns made (a container's, on a busy host): that
+    # netns is found by the claim's inode and nsid, and is not the claim's.
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
+    await rig.crash()
+    kernel.delete_netns("pod")
+    newcomer = kernel.add_netns("newcomer", inode=claim.netns_inode)
+    assert kernel.assign_nsid(newcomer) == claim.nsid
+    fresh = await rigs.start(kernel, rig.store)
+    assert fresh.seen.ended == [(claim.id, ReleaseReason.RECONCILED)]
+    assert fresh.core.claims() == []
+
+
 async def test_a_restore_still_owed_at_a_crash_is_done_when_the_next_start_finds_the_nic(
     rigs: Rigs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
