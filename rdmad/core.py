@@ -126,6 +126,7 @@ class Core:
             end_claim=self.end_claim,
             reread_gids=self.reread_gids,
             retry_restores=self.retry_restores,
+            netns_alive=self._netns_alive,
         )
         self._giveback = GiveBack(net, rdma, resolver, self._inv, self._book, self._tracker)
         # Released(reconciled) found at start, announced once observers are attached.

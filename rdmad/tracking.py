@@ -68,10 +68,12 @@ class InventoryTracker:
         end_claim: Callable[[Claim, ReleaseReason], _Step],
         reread_gids: Callable[[Claim], _Step],
         retry_restores: Callable[[], _Step],
+        netns_alive: Callable[[Claim], Coroutine[Any, Any, bool]],
     ) -> None:
-        """The last three are the core's, for what the tracker finds about claims: the
+        """The last four are the core's, for what the tracker finds about claims: the
         kernel ended one (netns death, device removal), an address a claim's GIDs follow
-        came or went, a netdev still to be restored may be home."""
+        came or went, a netdev still to be restored may be home; and whether a claim's
+        netns still lives."""
         self._inv = inventory
         self._net = net
         self._rdma = rdma
@@ -80,6 +82,7 @@ class InventoryTracker:
         self._end_claim = end_claim
         self._reread_gids_of = reread_gids
         self._retry_restores = retry_restores
+        self._netns_alive = netns_alive
         self.netns_mode = NetnsMode.UNAVAILABLE
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._work = Work(log)
@@ -280,7 +283,10 @@ class InventoryTracker:
         await self.reload_netdevs()
         live = await self._net.live_nsids()
         for claim in list(self._book.claims.values()):
-            if claim.phase == ClaimPhase.ACTIVE and claim.nsid >= 0 and claim.nsid not in live:
+            if claim.phase != ClaimPhase.ACTIVE:
+                continue
+            # A live nsid may have been given to a newer netns since: the netns decides.
+            if (claim.nsid >= 0 and claim.nsid not in live) or not await self._netns_alive(claim):
                 self._end(claim, ReleaseReason.NETNS_GONE)
         await self._retry_restores()
         await self.refresh()

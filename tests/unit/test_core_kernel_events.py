@@ -219,6 +219,20 @@ async def test_a_lost_delnsid_is_caught_by_the_resync_after_an_overrun(
     assert host_side(kernel) == before and rig.state("mlx5_0") == DeviceState.AVAILABLE
 
 
+async def test_the_resync_after_an_overrun_ends_a_claim_whose_nsid_and_inode_a_newer_netns_got(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
+    with kernel.hold_events():  # never delivered: the socket overran
+        kernel.delete_netns("pod")
+        newcomer = kernel.add_netns("newcomer", inode=claim.netns_inode)
+        assert kernel.assign_nsid(newcomer) == claim.nsid
+    rig.core.handle(Resync("rtnetlink"))
+    assert await rig.seen.wait_released(claim.id) == ReleaseReason.NETNS_GONE
+
+
 # -- devices coming and going -------------------------------------------------------------------
 
 
