@@ -68,6 +68,7 @@ from rdmad.model import (
     CounterScope,
     DeviceView,
     Gid,
+    HoldSpec,
     HostConfig,
     Netdev,
     NetnsMode,
@@ -283,6 +284,8 @@ class Core:
     async def _reconcile(self) -> None:
         live = await self._net.live_nsids()
         for claim in list(self._book.claims.values()):
+            if claim.phase == ClaimPhase.HELD:
+                continue  # nothing moved: it waits for its pod's Attach or Release
             # The nsid says dead for sure; a live one may have been given to another netns.
             alive = (claim.nsid < 0 or claim.nsid in live) and await self._netns_alive(claim)
             if claim.phase == ClaimPhase.ACTIVE and alive:
@@ -302,6 +305,9 @@ class Core:
                 await self._giveback.give_back(claim, netns_alive=alive)
             except Exception as exc:  # one claim must not keep the daemon from starting
                 self._keep_not_returned(claim, exc)
+                continue
+            if claim.hold is not None and claim.phase == ClaimPhase.PENDING:
+                _back_to_held(claim)  # an interrupted Attach: the pod's next ADD retries it
                 continue
             self._drop(claim)
             if announced:
@@ -380,14 +386,15 @@ class Core:
         finally:
             target.close()
 
-    def _check_claim(self, dev: RdmaDevice, target: NetnsTarget, opts: ClaimOptions) -> None:
+    def _check_claim(self, dev: RdmaDevice, inode: int, opts: ClaimOptions) -> None:
+        """`inode`: the claimant's netns, 0 for a Hold (no netns yet)."""
         named = [
             c for c in self._book.claims.values() if opts.cdi_name and c.cdi_name == opts.cdi_name
         ]
         if named:
             # Two specs naming one CDI device make runtimes refuse both.
             raise InvalidArgs(f"CDI name {opts.cdi_name!r} is taken by claim {named[0].id}")
-        self._check_pod_cdi_name(target.inode, opts)
+        self._check_pod_cdi_name(inode, opts)
         mine = self._book.of(dev.name)
         exclusive = self.netns_mode == NetnsMode.EXCLUSIVE
         if opts.shared:
@@ -398,7 +405,7 @@ class Core:
                 )
             if any(not c.shared for c in mine):
                 raise DeviceBusy(f"{dev.name} is claimed whole by claim {mine[0].id}")
-            if any(c.netns_inode == target.inode for c in mine):
+            if inode and any(c.netns_inode == inode for c in mine):
                 raise DeviceBusy(f"{dev.name} is already shared with {mine[0].netns}")
             if len(mine) >= self._shared_limit:
                 raise DeviceBusy(
@@ -449,8 +456,7 @@ class Core:
         self, dev: RdmaDevice, target: NetnsTarget, opts: ClaimOptions
     ) -> Claim:
         dev = await self._fresh(dev)
-        self._check_claim(dev, target, opts)
-        exclusive = self.netns_mode == NetnsMode.EXCLUSIVE
+        self._check_claim(dev, target.inode, opts)
         claim_id = secrets.token_hex(8)
         # Read before the first await: events applied meanwhile must not change the parent.
         parent = self._netdev_of(dev).ifindex if opts.shared else 0
@@ -477,6 +483,130 @@ class Core:
             pod_cdi_name=opts.pod_cdi_name,
         )
         self._book.add(claim)
+        await self._take(claim, dev, target, parent, opts)
+        self._observers.claimed(claim)
+        if not claim.shared:  # a macvlan child changes nothing the device record shows
+            await self._tracker.reread_device(dev.name)  # its port's netdev left init_net
+        self._tracker.announce(self._tracker.view(self._inv.devices.get(dev.name, dev)))
+        return claim
+
+    # ------------------------------------------------------------------ hold, attach
+    async def hold(self, device: str, pod_uid: str, options: ClaimOptions) -> Claim:
+        """Keep `device` for the pod `pod_uid`, whose netns does not exist yet: a HELD claim
+        that moves nothing, that no other claim can take, with its CDI spec written (the
+        char devices as init_net shows them), so that the pod's containers can name it."""
+        if not pod_uid or len(pod_uid) > 128 or not pod_uid.isprintable():
+            raise InvalidArgs(f"invalid pod UID {pod_uid!r}")
+        if options.addresses:
+            raise InvalidArgs("a Hold takes no addresses: give them to Attach")
+        if self.netns_mode == NetnsMode.UNAVAILABLE:
+            raise Unavailable("no RDMA subsystem is present (is ib_core loaded?)")
+        if check_device_name(device) not in self._inv.devices:
+            raise NoSuchDevice(f"no RDMA device {device!r}")
+        async with self._operating_on(device):
+            dev = await self._fresh(self._inv.devices[device])
+            self._check_claim(dev, 0, options)
+            mine = [c for c in self._book.of(dev.name) if c.hold and c.hold.pod_uid == pod_uid]
+            if mine:
+                raise DeviceBusy(f"{dev.name} is held for pod {pod_uid} by claim {mine[0].id}")
+            moving = self._netdev_of(dev) if not options.shared and options.netdev else None
+            default_ifname = DEFAULT_SHARED_IFNAME if options.shared else ""
+            claim_id = secrets.token_hex(8)
+            claim = Claim(
+                id=claim_id,
+                device=dev.name,
+                netns_inode=0,
+                netns_path="",
+                nsid=-1,
+                ifname=options.ifname or (moving.name if moving else default_ifname),
+                shared=options.shared,
+                owner=options.owner,
+                created_at_us=time.time_ns() // 1000,
+                cdi_device=f"rdmad.io/rdma={claim_id}",
+                phase=ClaimPhase.HELD,
+                cdi_name=options.cdi_name,
+                hold=HoldSpec(pod_uid, options.mtu or 0, options.chardevs, options.netdev),
+            )
+            claim.chardevs = await self._rdma.chardevs(dev, options.chardevs, None)
+            self._book.add(claim)
+            try:
+                self._save(claim)
+            except RdmadError:
+                self._book.drop(claim)
+                raise
+        self._observers.claimed(claim)
+        return claim
+
+    def held_for(self, pod_uid: str) -> list[Claim]:
+        """The claims held for a pod, attached or not."""
+        return [c for c in self.claims() if c.hold is not None and c.hold.pod_uid == pod_uid]
+
+    async def attach(
+        self, pod_uid: str, target: NetnsTarget, ifname: str, options: ClaimOptions
+    ) -> list[Claim]:
+        """Put the devices held for `pod_uid` (only the one named `ifname`, if given) into
+        `target`, as a claim would; from then on they are claims of that netns, ended by its
+        death. One attached to `target` already is returned as it is (a retried ADD).
+        `options`: the addresses to give the netdev. `target` is closed before this
+        returns."""
+        try:
+            chosen = [c for c in self.held_for(pod_uid) if not ifname or c.ifname == ifname]
+            if ifname and not chosen:
+                raise NoSuchClaim(f"pod {pod_uid} holds no device named {ifname!r}")
+            attached: list[Claim] = []
+            for claim in chosen:
+                if claim.phase == ClaimPhase.HELD or claim.netns_inode != target.inode:
+                    async with self._operating_on(claim.device):
+                        await self._attach_locked(claim, target, options)
+                attached.append(claim)
+            return attached
+        finally:
+            target.close()
+
+    async def _attach_locked(self, claim: Claim, target: NetnsTarget, opts: ClaimOptions) -> None:
+        if self._book.claims.get(claim.id) is not claim:
+            raise NoSuchClaim(f"claim {claim.id} ended while waiting")
+        if claim.phase != ClaimPhase.HELD:
+            raise DeviceBusy(f"claim {claim.id} of {claim.device} is attached to {claim.netns}")
+        hold = claim.hold
+        assert hold is not None  # held_for chose it
+        dev = self._inv.devices.get(claim.device)
+        if dev is None:
+            raise NoSuchDevice(f"{claim.device}, held by claim {claim.id}, is gone")
+        dev = await self._fresh(dev)
+        if claim.shared and any(
+            c.netns_inode == target.inode for c in self._book.of(dev.name) if c is not claim
+        ):
+            raise DeviceBusy(f"{dev.name} is already shared with net:[{target.inode}]")
+        parent = self._netdev_of(dev).ifindex if claim.shared else 0
+        moving = self._netdev_of(dev) if not claim.shared and hold.netdev else None
+        claim.host, claim.nsid, claim.netns_cookie = await asyncio.gather(
+            self._host_config(moving), self._net.nsid(target), self._resolver.cookie(target)
+        )
+        claim.netns_inode, claim.netns_path = target.inode, target.path
+        taken = replace(
+            opts,
+            ifname=claim.ifname,
+            mtu=hold.mtu or None,
+            shared=claim.shared,
+            chardevs=hold.chardevs,
+            netdev=hold.netdev,
+        )
+        await self._take(claim, dev, target, parent, taken)
+        self._observers.claim_changed(claim)  # the CDI spec: char devices read after the move
+        if not claim.shared:
+            await self._tracker.reread_device(dev.name)
+        self._tracker.announce(self._tracker.view(self._inv.devices.get(dev.name, dev)))
+
+    async def _take(
+        self, claim: Claim, dev: RdmaDevice, target: NetnsTarget, parent: int, opts: ClaimOptions
+    ) -> None:
+        """The kernel steps of a claim (or a held claim's Attach), PENDING on disk before
+        the first and ACTIVE after the last; undone if one fails. `parent`: a shared
+        claim's netdev, 0 for a whole one."""
+        exclusive = self.netns_mode == NetnsMode.EXCLUSIVE
+        host = claim.host
+        claim.phase = ClaimPhase.PENDING
         try:
             if opts.table is not None:  # booked before the save: the undo finds it
                 claim.route_table = await self._table_for(claim, target, opts.table)
@@ -519,11 +649,6 @@ class Core:
         except BaseException as exc:
             await self._undo_failed_claim(claim, target, exc)
             raise
-        self._observers.claimed(claim)
-        if not claim.shared:  # a macvlan child changes nothing the device record shows
-            await self._tracker.reread_device(dev.name)  # its port's netdev left init_net
-        self._tracker.announce(self._tracker.view(self._inv.devices.get(dev.name, dev)))
-        return claim
 
     async def _table_for(self, claim: Claim, target: NetnsTarget, asked: int) -> int:
         """The routing table `claim` takes in `target`: `asked`, or with TABLE_AUTO the
@@ -616,7 +741,10 @@ class Core:
                 level=logging.ERROR,
             )
             return
-        self._book.drop(claim)
+        if claim.hold is not None:
+            _back_to_held(claim)  # a failed Attach: still held for the pod
+        else:
+            self._book.drop(claim)
         with contextlib.suppress(RdmadError):
             self._save(claim)
         # Events applied meanwhile re-read the device without its netdev: read it again
@@ -639,12 +767,14 @@ class Core:
         async with self._operating_on(claim.device):
             if self._book.claims.get(claim_id) is not claim:
                 raise NoSuchClaim(f"claim {claim_id!r} ended while waiting")
-            if claim.phase != ClaimPhase.NOT_RETURNED:  # else on record as owed already
+            # By inode and cookie, not nsid: a dead netns's nsid may already name another one.
+            # A NOT_RETURNED claim is on record as owed already.
+            alive = claim.phase != ClaimPhase.HELD and await self._netns_alive(claim)
+            if claim.phase != ClaimPhase.NOT_RETURNED:
                 claim.phase = ClaimPhase.RELEASING
                 self._save(claim)
                 step("releasing-written", f"claim {claim.id}")
-            # By inode, not nsid: a dead netns's nsid may already name another one.
-            await self._giveback.give_back(claim, netns_alive=await self._netns_alive(claim))
+            await self._giveback.give_back(claim, netns_alive=alive)
             self._drop(claim)
             self._save(claim)
             step("released-written", f"claim {claim.id}")
@@ -824,3 +954,11 @@ class Core:
                 live=self._book.claims.get(changed.id) is changed,
                 pending_restores=self._book.pending_restores,
             )
+
+
+def _back_to_held(claim: Claim) -> None:
+    """A held claim whose Attach was undone: as Hold left it, waiting for its pod."""
+    claim.phase = ClaimPhase.HELD
+    claim.netns_inode, claim.netns_path, claim.nsid, claim.ns_ifindex = 0, "", -1, 0
+    claim.netns_cookie = 0
+    claim.host, claim.netdev_moved, claim.rdma_moved, claim.gids = None, False, False, ()

@@ -119,8 +119,9 @@ async def run(cfg: Config) -> int:
             log.error("cannot apply netns_mode=%s at start: %s", cfg.netns_mode, exc)
 
     cdi = CdiWriter(cfg.cdi_dir, core.pod_of)
-    # A not-returned claim is half given back: no runtime is to inject it.
-    cdi.sync([c for c in core.claims() if c.phase == ClaimPhase.ACTIVE])
+    # A not-returned claim is half given back: no runtime is to inject it. A held one's
+    # spec is there for its pod's containers to name before the pod's netns exists.
+    cdi.sync([c for c in core.claims() if c.phase in (ClaimPhase.ACTIVE, ClaimPhase.HELD)])
     core.add_observer(cdi)
     core.add_observer(EventLog())
 

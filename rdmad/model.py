@@ -199,6 +199,19 @@ class ClaimPhase(enum.StrEnum):
     ACTIVE = "active"
     RELEASING = "releasing"  # release in progress: finish it at start
     NOT_RETURNED = "not-returned"  # its give-back failed at start: `Claim.failure` says why
+    HELD = "held"  # kept for a pod whose netns does not exist yet: nothing moved (Hold)
+
+
+@dataclass(frozen=True)
+class HoldSpec:
+    """What a Hold asked for that its Attach needs, saved with the claim: the pod it is
+    held for (its UID, as Kubernetes and CNI_ARGS' K8S_POD_UID name it) and the options
+    applied only when the netns exists."""
+
+    pod_uid: str
+    mtu: int = 0  # 0: keep the netdev's
+    chardevs: tuple[ChardevKind, ...] = DEFAULT_CHARDEVS
+    netdev: bool = True
 
 
 @dataclass
@@ -230,10 +243,12 @@ class Claim:
     # made once it dies); 0 if unknown (saved by an older rdmad)
     netns_cookie: int = 0
     route_table: int = 0  # its policy-routing table in its netns, 0 if none
+    hold: HoldSpec | None = None  # made by Hold: the pod it is for, what Attach applies
 
     @property
     def netns(self) -> str:
-        return netns_label(self.netns_inode)
+        """ "" while HELD: no netns yet."""
+        return netns_label(self.netns_inode) if self.netns_inode else ""
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rdmad.errors import KernelError
-from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, Gid, HostConfig
+from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, Gid, HoldSpec, HostConfig
 from rdmad.swapfile import remove, write_new, write_swapped
 
 SCHEMA_VERSION = 2
@@ -282,4 +282,8 @@ def _claim_from(raw: dict[str, Any]) -> Claim:
     raw["gids"] = tuple(Gid(**g) for g in raw.get("gids", ()))  # absent before GIDs were kept
     raw.pop("chardev_kinds", None)  # kept by earlier versions, never needed
     raw["phase"] = ClaimPhase(raw["phase"])
+    hold = raw.get("hold")  # absent before Hold existed
+    if hold is not None:
+        hold["chardevs"] = tuple(ChardevKind(k) for k in hold["chardevs"])
+        raw["hold"] = HoldSpec(**hold)
     return Claim(**raw)

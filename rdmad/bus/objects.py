@@ -8,6 +8,7 @@ are Signal declarations (rdmad.bus.signals), which the Service sends.
 """
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from typing import Annotated, Protocol
@@ -51,6 +52,12 @@ class CoreAPI(Protocol):
     def claims(self) -> list[Claim]: ...
 
     async def claim(self, device: str, target: NetnsTarget, options: ClaimOptions) -> Claim: ...
+
+    async def hold(self, device: str, pod_uid: str, options: ClaimOptions) -> Claim: ...
+
+    async def attach(
+        self, pod_uid: str, target: NetnsTarget, ifname: str, options: ClaimOptions
+    ) -> list[Claim]: ...
 
     async def release(self, claim_id: str) -> None: ...
 
@@ -121,6 +128,22 @@ def claim_options(raw: dict[str, Variant]) -> ClaimOptions:
     return parse_claim_options(**{name: variant.value for name, variant in raw.items()})
 
 
+# What Attach takes: which hold (by its interface name), and the netdev's addresses.
+ATTACH_OPTIONS = ("ifname", "addresses")
+
+
+def attach_options(raw: dict[str, Variant]) -> tuple[str, ClaimOptions]:
+    """Attach's a{sv} → (the interface name of the one hold to attach, "" for all of the
+    pod's; the addresses as ClaimOptions), InvalidArgs on anything wrong."""
+    for name in raw:
+        if name not in ATTACH_OPTIONS:
+            raise InvalidArgs(
+                f"unknown attach option {name!r} (known: {', '.join(ATTACH_OPTIONS)})"
+            )
+    parsed = claim_options(raw)
+    return parsed.ifname or "", ClaimOptions(addresses=parsed.addresses)
+
+
 class ManagerInterface(ServiceInterface):
     def __init__(
         self,
@@ -188,6 +211,26 @@ class ManagerInterface(ServiceInterface):
 
     @dbus_method()
     @bus_errors
+    async def Hold(self, device: DBusStr, pod_uid: DBusStr, options: DBusDict) -> DBusObjectPath:
+        with counted(self._core.stats, "claim"):
+            await self._credentials.require_privileged("Hold")
+            parsed = claim_options(options)
+        claim = await self._core.hold(device, pod_uid, parsed)
+        return self._claim_exported(claim)
+
+    @dbus_method()
+    @bus_errors
+    async def Attach(
+        self, pod_uid: DBusStr, netns: DBusStr, options: DBusDict
+    ) -> Annotated[list[str], DBusSignature("ao")]:
+        with counted(self._core.stats, "claim"):
+            await self._credentials.require_privileged("Attach")
+            ifname, parsed = attach_options(options)
+            target = self._resolver.open(netns)
+        return [claim_path(c.id) for c in await self._core.attach(pod_uid, target, ifname, parsed)]
+
+    @dbus_method()
+    @bus_errors
     async def Release(self, claim_id: DBusStr) -> None:
         with counted(self._core.stats, "release"):
             await self._credentials.require_privileged("Release")
@@ -245,10 +288,13 @@ def gid_rows(claim: Claim) -> list[GidRow]:
 
 
 def claim_state(claim: Claim) -> str:
-    """A claim mid-claim or mid-release is shown as it was until the call returns: only a
-    claim not returned at start is anything but active."""
-    shown = ClaimPhase.NOT_RETURNED if claim.phase == ClaimPhase.NOT_RETURNED else ClaimPhase.ACTIVE
-    return str(shown)
+    """A claim mid-claim or mid-release is shown as it was until the call returns: held
+    until its Attach is done, else active; or not-returned, found so at start."""
+    if claim.phase in (ClaimPhase.NOT_RETURNED, ClaimPhase.HELD):
+        return str(claim.phase)
+    if claim.phase == ClaimPhase.PENDING and claim.hold is not None:
+        return str(ClaimPhase.HELD)
+    return str(ClaimPhase.ACTIVE)
 
 
 CLAIM_PROPERTIES: PropertyTable[Claim] = PropertyTable(
@@ -266,6 +312,7 @@ CLAIM_PROPERTIES: PropertyTable[Claim] = PropertyTable(
     Prop("RouteTable", "u", lambda c: c.route_table),
     Prop("State", "s", lambda c: claim_state(c)),
     Prop("Failure", "s", lambda c: c.failure),
+    Prop("PodUid", "s", lambda c: c.hold.pod_uid if c.hold else ""),
 )
 
 
@@ -301,6 +348,14 @@ class ClaimInterface(ServiceInterface):
         self.claim = claim
         self._core = core
         self._credentials = credentials
+        self._shown = dataclasses.replace(claim)  # as last announced: the claim is mutable
+
+    def changed(self) -> dict[str, Variant]:
+        """The properties changed since the last call (or the export), for
+        PropertiesChanged: the Gids, or everything an Attach sets."""
+        changed = CLAIM_PROPERTIES.changed(self._shown, self.claim)
+        self._shown = dataclasses.replace(self.claim)
+        return changed
 
     def all_properties(self) -> dict[str, Variant]:
         """For ObjectManager.InterfacesAdded."""

@@ -33,7 +33,6 @@ from rdmad.bus.names import (
     device_path,
 )
 from rdmad.bus.objects import (
-    CLAIM_PROPERTIES,
     CLAIMED,
     DEVICE_ADDED,
     DEVICE_REMOVED,
@@ -207,9 +206,11 @@ class Service(CoreObserver):
             self._send(CLAIMED.message(MANAGER_PATH, (claim.id, claim.device, path)))
 
     def claim_changed(self, claim: Claim) -> None:
-        if claim.id in self._claims:
-            gids = CLAIM_PROPERTIES.variants(claim, "Gids")
-            self._properties_changed(claim_path(claim.id), CLAIM_IFACE, gids)
+        exported = self._claims.get(claim.id)
+        if exported is not None:
+            changed = exported.changed()
+            if changed:
+                self._properties_changed(claim_path(claim.id), CLAIM_IFACE, changed)
 
     def released(self, claim: Claim, reason: ReleaseReason) -> None:
         if self._claims.pop(claim.id, None) is not None:

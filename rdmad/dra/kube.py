@@ -1,5 +1,6 @@
-"""The API server, through the kubernetes client: the node's UID and its ResourceSlices.
-Blocking calls (urllib3), for rdmad/dra/slices.py's worker thread."""
+"""The API server, through the kubernetes client: the node's UID and its ResourceSlices, and
+the ResourceClaims the kubelet asks the plugin to prepare. Blocking calls (urllib3), for
+rdmad/dra/slices.py's worker thread and rdmad/dra/prepare.py's threads."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from rdmad.dra.slices import ApiFailed
 
 # Each call's (connect, read) bound: a slow API server fails the call, then backoff.
 REQUEST_TIMEOUT = (10.0, 30.0)
+# A claim's read, within the kubelet's own bound on a prepare call (its default: 45 s), so
+# that a slow API server is the claim's error, not a dropped call.
+CLAIM_READ_TIMEOUT = (5.0, 20.0)
 
 
 def api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -88,3 +92,20 @@ class KubeSliceApi:
             raise _failed(f"delete resourceslice {name}", e) from e
         except _ERRORS as e:
             raise _failed(f"delete resourceslice {name}", e) from e
+
+
+class KubeClaimApi:
+    """rdmad/dra/prepare.py's ClaimApi on a kubernetes ApiClient."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._resource = client.ResourceV1Api(api)
+
+    def read_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            reply = self._resource.read_namespaced_resource_claim(
+                name, namespace, _request_timeout=CLAIM_READ_TIMEOUT
+            )
+        except _ERRORS as e:
+            raise _failed(f"get resourceclaim {namespace}/{name}", e) from e
+        claim: dict[str, Any] = reply.model_dump(by_alias=True, exclude_none=True, mode="json")
+        return claim

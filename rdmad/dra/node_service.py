@@ -1,14 +1,11 @@
-"""The DRA node service (DRAPlugin, v1 and v1beta1) on <plugins dir>/<driver>/dra.sock.
-
-Preparing a claim needs what rdmad does not have yet: a way to hold a device for a pod
-before the pod's network namespace exists, and to attach it when the sandbox is made. Until
-then every claim's prepare fails with an error that says so, in the pod's events. Unprepare
-succeeds: nothing was ever prepared, so nothing is held, and an error would stop the
-kubelet from finishing the pod's teardown.
-"""
+"""The DRA node service (DRAPlugin, v1 and v1beta1) on <plugins dir>/<driver>/dra.sock:
+each claim of a call prepared or unprepared by rdmad/dra/prepare.py, on its own, so that
+one claim's error is its own (the kubelet retries that claim, and shows the error in its
+pod's events)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from types import ModuleType
 from typing import Any
@@ -16,29 +13,49 @@ from typing import Any
 import grpc
 
 from rdmad.dra import grpc_api
+from rdmad.dra.allocation import Refused
+from rdmad.dra.prepare import ClaimRef, Preparer
 
 log = logging.getLogger("rdmad.dra")
 
-NOT_IMPLEMENTED = (
-    "rdmad-dra cannot prepare claims yet: rdmad has no API to hold a device for a pod "
-    "before the pod's network namespace exists, so driver {driver} only publishes "
-    "ResourceSlices (docs/kubernetes.md)"
-)
 
+def _handler(preparer: Preparer, service: str, pb: ModuleType) -> grpc.GenericRpcHandler:
+    async def prepare_one(c: Any) -> Any:
+        try:
+            prepared = await preparer.prepare(ClaimRef(c.namespace, c.name, c.uid))
+        except Refused as e:
+            log.warning("claim %s/%s (%s) not prepared: %s", c.namespace, c.name, c.uid, e)
+            return pb.NodePrepareResourceResponse(error=str(e))
+        return pb.NodePrepareResourceResponse(
+            devices=[
+                pb.Device(
+                    request_names=[p.request],
+                    pool_name=p.pool,
+                    device_name=p.device,
+                    cdi_device_ids=[p.cdi_device_id],
+                )
+                for p in prepared
+            ]
+        )
 
-def _handler(driver: str, service: str, pb: ModuleType) -> grpc.GenericRpcHandler:
-    refusal = NOT_IMPLEMENTED.format(driver=driver)
+    async def unprepare_one(c: Any) -> Any:
+        try:
+            await preparer.unprepare(c.uid)
+        except Refused as e:
+            log.warning("claim %s/%s (%s) not unprepared: %s", c.namespace, c.name, c.uid, e)
+            return pb.NodeUnprepareResourceResponse(error=str(e))
+        return pb.NodeUnprepareResourceResponse()
 
     async def prepare(request: Any, _context: Any) -> Any:
-        for c in request.claims:
-            log.warning("claim %s/%s (%s) not prepared: %s", c.namespace, c.name, c.uid, refusal)
+        replies = await asyncio.gather(*(prepare_one(c) for c in request.claims))
         return pb.NodePrepareResourcesResponse(
-            claims={c.uid: pb.NodePrepareResourceResponse(error=refusal) for c in request.claims}
+            claims={c.uid: r for c, r in zip(request.claims, replies, strict=True)}
         )
 
     async def unprepare(request: Any, _context: Any) -> Any:
+        replies = await asyncio.gather(*(unprepare_one(c) for c in request.claims))
         return pb.NodeUnprepareResourcesResponse(
-            claims={c.uid: pb.NodeUnprepareResourceResponse() for c in request.claims}
+            claims={c.uid: r for c, r in zip(request.claims, replies, strict=True)}
         )
 
     return grpc_api.unary_handler(
@@ -58,9 +75,9 @@ def _handler(driver: str, service: str, pb: ModuleType) -> grpc.GenericRpcHandle
     )
 
 
-def dra_handlers(driver: str) -> list[grpc.GenericRpcHandler]:
+def dra_handlers(preparer: Preparer) -> list[grpc.GenericRpcHandler]:
     """The DRA service under each version the plugin names in GetInfo."""
     return [
-        _handler(driver, grpc_api.DRA_SERVICES[version], grpc_api.DRA_MESSAGES[version])
+        _handler(preparer, grpc_api.DRA_SERVICES[version], grpc_api.DRA_MESSAGES[version])
         for version in grpc_api.SUPPORTED_VERSIONS
     ]

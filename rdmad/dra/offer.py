@@ -2,8 +2,8 @@
 the API's limits, in slices of at most 128.
 
 Only a device rdmad lists as `available` is offered. One that is claimed or shared (held
-outside Kubernetes, since rdmad-dra prepares nothing yet) or unavailable (its netdev out of
-the host netns) is withdrawn, so the scheduler never hands out a device rdmad would refuse.
+for a prepared claim, or taken outside Kubernetes) or unavailable (its netdev out of the
+host netns) is withdrawn, so the scheduler never hands out a device rdmad would refuse.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""rdmad-dra: the command. Registers the driver with the kubelet and keeps the node's
-ResourceSlices equal to what rdmad offers; docs/kubernetes.md."""
+"""rdmad-dra: the command. Registers the driver with the kubelet, keeps the node's
+ResourceSlices equal to what rdmad offers, and prepares claims by holding their devices in
+rdmad; docs/kubernetes.md."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from dbus_fast import BusType
 from dbus_fast.aio import MessageBus
 from kubernetes.config.config_exception import ConfigException
 
+from rdmad.bus.client import Client
 from rdmad.cli import bus_address
 from rdmad.dra.device_watch import DeviceWatch
-from rdmad.dra.kube import KubeSliceApi, api_client
+from rdmad.dra.kube import KubeClaimApi, KubeSliceApi, api_client
 from rdmad.dra.node_service import dra_handlers
 from rdmad.dra.offer import offered
+from rdmad.dra.prepare import Preparer
 from rdmad.dra.registration import registration_handler
 from rdmad.dra.slices import Pool, SlicePublisher
 from rdmad.dra.unix_server import serving
@@ -37,8 +40,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="rdmad-dra",
         description="rdmad's Kubernetes DRA kubelet plugin: publishes this node's RDMA "
-        "devices (read from rdmad over D-Bus) as resource.k8s.io/v1 ResourceSlices. It does "
-        "not prepare claims yet.",
+        "devices (read from rdmad over D-Bus) as resource.k8s.io/v1 ResourceSlices, and "
+        "prepares the claims allocated to them by holding the devices in rdmad for the pod.",
     )
     p.add_argument(
         "--kubelet-registrar-directory-path",
@@ -98,10 +101,12 @@ async def follow_rdmad(watch: DeviceWatch, publisher: SlicePublisher) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    pool = Pool(KubeSliceApi(api_client(args.kubeconfig)), args.driver_name, args.node_name)
+    api = api_client(args.kubeconfig)
+    pool = Pool(KubeSliceApi(api), args.driver_name, args.node_name)
     publisher = SlicePublisher(pool)
     bus = await MessageBus(bus_address=args.bus_address, bus_type=BusType.SYSTEM).connect()
     driver = args.driver_name
+    preparer = Preparer(KubeClaimApi(api), Client(bus), driver, args.node_name)
     endpoint = os.path.join(args.kubelet_plugins_directory_path, driver, "dra.sock")
     reg_socket = os.path.join(args.kubelet_registrar_directory_path, f"{driver}-reg.sock")
     loop = asyncio.get_running_loop()
@@ -117,7 +122,7 @@ async def run(args: argparse.Namespace) -> int:
     try:
         # The DRA socket first: the kubelet connects to it as soon as it registers us.
         async with (
-            serving(endpoint, dra_handlers(driver)),
+            serving(endpoint, dra_handlers(preparer)),
             serving(reg_socket, [registration_handler(driver, endpoint, publisher.recheck)]),
         ):
             log.info(

@@ -12,11 +12,13 @@ from rdmad.model import (
     ChardevKind,
     Claim,
     ClaimOptions,
+    ClaimPhase,
     Counters,
     CounterScope,
     DeviceState,
     DeviceView,
     Gid,
+    HoldSpec,
     NetnsMode,
     Port,
     PortCounters,
@@ -124,6 +126,51 @@ class FakeCore:
             o.claimed(claim)
             o.device_changed(self.device(device))
         return claim
+
+    async def hold(self, device: str, pod_uid: str, options: ClaimOptions) -> Claim:
+        self._maybe_fail()
+        self.device(device)
+        self.last_options = options
+        self._n += 1
+        claim = Claim(
+            id=f"c{self._n}",
+            device=device,
+            netns_inode=0,
+            netns_path="",
+            nsid=-1,
+            ifname=options.ifname or "net1",
+            shared=options.shared,
+            owner=options.owner,
+            created_at_us=1_700_000_000_000_000,
+            cdi_device=f"rdmad.io/rdma=c{self._n}",
+            phase=ClaimPhase.HELD,
+            hold=HoldSpec(pod_uid),
+        )
+        self.claims_by_id[claim.id] = claim
+        for o in self.observers:
+            o.claimed(claim)
+        return claim
+
+    async def attach(
+        self, pod_uid: str, target: NetnsTarget, ifname: str, options: ClaimOptions
+    ) -> list[Claim]:
+        target.close()
+        self._maybe_fail()
+        self.last_options = options
+        held = [
+            c
+            for c in self.claims_by_id.values()
+            if c.hold and c.hold.pod_uid == pod_uid and (not ifname or c.ifname == ifname)
+        ]
+        for claim in held:
+            claim.phase, claim.netns_inode, claim.netns_path = (
+                ClaimPhase.ACTIVE,
+                target.inode,
+                target.path,
+            )
+            for o in self.observers:
+                o.claim_changed(claim)
+        return held
 
     async def release(self, claim_id: str) -> None:
         self._maybe_fail()

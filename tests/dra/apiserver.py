@@ -1,6 +1,11 @@
-"""A loopback Kubernetes API server for the contract tests: the Node and the
-resource.k8s.io/v1 ResourceSlice endpoints the plugin uses, on 127.0.0.1, in a thread of
-the test process (http.server).
+"""A loopback Kubernetes API server for the contract tests: the Node, the
+resource.k8s.io/v1 ResourceSlice endpoints the plugin uses, and the ResourceClaims it reads
+to prepare them, on 127.0.0.1, in a thread of the test process (http.server).
+
+Every ResourceClaim a test puts in (`put_claim`) must deserialize into the kubernetes
+client's v1 model (ResourceV1ResourceClaim), so that the plugin is tested on claims the
+real API server could serve. `claims_down` answers claim reads with 503, as an API server
+that is down behind its load balancer does.
 
 Every ResourceSlice it is given is validated as the real API server and the node
 authorizer would: it must deserialize into the kubernetes client's V1ResourceSlice, keep
@@ -25,9 +30,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from kubernetes.client import V1ResourceSlice
+from kubernetes.client import ResourceV1ResourceClaim, V1ResourceSlice
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+CLAIMS = re.compile(r"/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)")
 DEVICES_PER_SLICE = 128
 ATTRIBUTES_AND_CAPACITIES = 32
 STRING_BYTES = 64
@@ -46,6 +52,9 @@ class ApiServer:
         self.invalid: list[str] = []  # every refused slice's faults
         self.writes = 0  # slices created, replaced or deleted
         self.fail_writes = 0  # answer this many next writes with 500
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}  # by (namespace, name)
+        self.claim_reads = 0
+        self.claims_down = False  # answer claim reads with 503
         self._versions = itertools.count(1)
         self._changed = threading.Condition()
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -102,6 +111,23 @@ class ApiServer:
                 return self._devices()
 
         return await asyncio.to_thread(wait)
+
+    def put_claim(self, claim: dict[str, Any]) -> None:
+        """Serve `claim` (API JSON), checked against the client's v1 model first."""
+        ResourceV1ResourceClaim.model_validate(claim)
+        meta = claim["metadata"]
+        with self._changed:
+            self.claims[(meta["namespace"], meta["name"])] = json.loads(json.dumps(claim))
+
+    def _read_claim(self, namespace: str, name: str) -> tuple[int, Any]:
+        with self._changed:
+            self.claim_reads += 1
+            if self.claims_down:
+                return 503, _status(503, "ServiceUnavailable", "the test took the server down")
+            claim = self.claims.get((namespace, name))
+            if claim is None:
+                return 404, _status(404, "NotFound", f"resourceclaims {name!r} not found")
+            return 200, claim
 
     # --- validation ---
 
@@ -238,6 +264,8 @@ class ApiServer:
                     self._reply(200, {"apiVersion": "v1", "kind": "Node", "metadata": node})
                 elif url.path == SLICES:
                     self._reply(200, server._list(parse_qs(url.query)))
+                elif claim := CLAIMS.fullmatch(url.path):
+                    self._reply(*server._read_claim(claim[1], claim[2]))
                 else:
                     self._reply(404, _status(404, "NotFound", url.path))
 

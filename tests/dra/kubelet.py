@@ -107,6 +107,40 @@ async def prepare(endpoint: str, service: str, claims: list[Claim]) -> dict[str,
     return {uid: wire.string(result, 2) for uid, result in _by_uid(reply).items()}
 
 
+@dataclass(frozen=True)
+class PreparedDevice:
+    request_names: list[str]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: list[str]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    devices: list[PreparedDevice]
+    error: str
+
+
+async def prepare_devices(endpoint: str, service: str, claims: list[Claim]) -> dict[str, Prepared]:
+    """NodePrepareResources: claim UID -> its devices (repeated Device devices = 1) and
+    error (2)."""
+    method = f"/{DRA_PACKAGES[service]}.DRAPlugin/NodePrepareResources"
+    async with grpc.aio.insecure_channel(f"unix:{endpoint}") as channel:
+        reply = await _call(channel, method, _claims_request(claims))
+    return {
+        uid: Prepared(
+            [
+                PreparedDevice(
+                    wire.strings(d, 1), wire.string(d, 2), wire.string(d, 3), wire.strings(d, 4)
+                )
+                for d in wire.messages(result, 1)
+            ],
+            wire.string(result, 2),
+        )
+        for uid, result in _by_uid(reply).items()
+    }
+
+
 async def unprepare(endpoint: str, service: str, claims: list[Claim]) -> dict[str, str]:
     """NodeUnprepareResources: claim UID -> its error ("" for none)."""
     method = f"/{DRA_PACKAGES[service]}.DRAPlugin/NodeUnprepareResources"

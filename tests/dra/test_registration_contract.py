@@ -57,7 +57,7 @@ async def test_registration_status_from_the_kubelet_is_logged(
     assert "driver name already taken" in line
 
 
-async def test_prepare_fails_each_claim_naming_what_is_missing_under_both_versions(
+async def test_prepare_answers_each_claim_under_both_versions(
     api: ApiServer, bus_address: str, tmp_path: Path
 ) -> None:
     async with running_plugin(api, bus_address, tmp_path) as plugin:
@@ -68,20 +68,22 @@ async def test_prepare_fails_each_claim_naming_what_is_missing_under_both_versio
         }
     for by_uid in errors.values():
         assert set(by_uid) == {c.uid for c in CLAIMS}
-        for error in by_uid.values():
-            assert "cannot prepare claims yet" in error
-            assert "hold a device for a pod before the pod's network namespace exists" in error
+        for c in CLAIMS:  # the loopback API server has no ResourceClaims here
+            assert by_uid[c.uid].startswith(
+                f"cannot read ResourceClaim {c.namespace}/{c.name} from the API server: "
+                f"get resourceclaim {c.namespace}/{c.name}: 404"
+            )
 
 
-async def test_unprepare_succeeds_for_claims_it_never_prepared(
+async def test_unprepare_without_rdmad_is_each_claims_error_so_the_kubelet_retries_it(
     api: ApiServer, bus_address: str, tmp_path: Path
 ) -> None:
-    async with running_plugin(api, bus_address, tmp_path) as plugin:
+    async with running_plugin(api, bus_address, tmp_path) as plugin:  # no rdmad on the bus
         info = await kubelet.get_info(str(plugin.registration_socket))
         for service in info.supported_versions:
-            assert await kubelet.unprepare(info.endpoint, service, CLAIMS) == {
-                c.uid: "" for c in CLAIMS
-            }
+            errors = await kubelet.unprepare(info.endpoint, service, CLAIMS)
+            assert set(errors) == {c.uid for c in CLAIMS}
+            assert all("rdmad is not reachable on its bus" in e for e in errors.values())
 
 
 async def test_a_restart_replaces_the_sockets_a_killed_plugin_left(
@@ -93,9 +95,8 @@ async def test_a_restart_replaces_the_sockets_a_killed_plugin_left(
     assert plugin.registration_socket.is_socket() and plugin.endpoint.is_socket()
     async with running_plugin(api, bus_address, tmp_path) as plugin:
         info = await kubelet.get_info(str(plugin.registration_socket))
-        assert await kubelet.unprepare(info.endpoint, "v1.DRAPlugin", CLAIMS[:1]) == {
-            CLAIMS[0].uid: ""
-        }
+        (error,) = (await kubelet.unprepare(info.endpoint, "v1.DRAPlugin", CLAIMS[:1])).values()
+    assert "rdmad is not reachable on its bus" in error, "the new plugin answers"
 
 
 async def test_sigterm_removes_both_sockets_so_the_kubelet_deregisters_it(

@@ -1,0 +1,170 @@
+"""NodePrepareResources and NodeUnprepareResources, per claim: read the ResourceClaim from
+the API server, Hold its devices in rdmad for its pod, answer their CDI device IDs; release
+them on unprepare.
+
+Idempotent per claim UID, with no state of the plugin's own: each hold carries the owner
+label dra/<claim UID>, and rdmad lists and persists it. A prepare called again (the kubelet
+retries, and calls again after its own and the plugin's restarts) finds the holds a prepare
+before made, killed part-way or not, and makes only the missing ones; an unprepare releases
+whatever holds carry the label. A prepare that fails releases the holds it made itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from dbus_fast import Variant
+from dbus_fast.errors import DBusError
+
+from rdmad.bus.client import Client, Unreachable
+from rdmad.bus.names import CLAIM_IFACE
+from rdmad.dra.allocation import Refused, Wanted, allocation_of
+from rdmad.dra.offer import device_name
+from rdmad.dra.slices import ApiFailed
+
+log = logging.getLogger("rdmad.dra")
+
+OWNER_PREFIX = "dra/"  # rdmad's owner label of a claim's holds: dra/<ResourceClaim UID>
+NO_SUCH_CLAIM = "io.rdmad1.Error.NoSuchClaim"
+T = TypeVar("T")
+
+
+class ClaimApi(Protocol):
+    """The API server, as far as prepare needs it (rdmad/dra/kube.py). Blocking."""
+
+    def read_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """The ResourceClaim as API JSON; ApiFailed if it cannot be read."""
+        ...
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One device of a prepared claim, as NodePrepareResources answers it."""
+
+    request: str
+    pool: str
+    device: str
+    cdi_device_id: str
+
+
+def owner_of(claim_uid: str) -> str:
+    return OWNER_PREFIX + claim_uid
+
+
+class Preparer:
+    def __init__(self, api: ClaimApi, rdmad: Client, driver: str, node: str) -> None:
+        self._api = api
+        self._rdmad = rdmad
+        self._driver = driver
+        self._node = node
+        self._locks: dict[str, asyncio.Lock] = {}  # by claim UID: one call at a time
+
+    async def prepare(self, ref: ClaimRef) -> list[Prepared]:
+        """Refused with the claim's error."""
+        async with self._lock(ref.uid):
+            where = f"ResourceClaim {ref.namespace}/{ref.name}"
+            try:
+                claim = await asyncio.to_thread(self._api.read_claim, ref.namespace, ref.name)
+            except ApiFailed as e:
+                raise Refused(f"cannot read {where} from the API server: {e}") from e
+            allocation = allocation_of(claim, ref.uid, self._driver, self._node)
+            return await self._rdmad_call(
+                lambda: self._hold(ref, allocation.pod_uid, allocation.devices)
+            )
+
+    async def unprepare(self, uid: str) -> None:
+        """Release the claim's holds; none is no error (never prepared, or released)."""
+        async with self._lock(uid):
+            await self._rdmad_call(lambda: self._release_all(uid))
+
+    def _lock(self, uid: str) -> asyncio.Lock:
+        return self._locks.setdefault(uid, asyncio.Lock())
+
+    async def _rdmad_call(self, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await call()
+        except Unreachable as e:
+            raise Refused(f"rdmad is not reachable on its bus: {e}") from e
+
+    async def _hold(
+        self, ref: ClaimRef, pod_uid: str, wanted: tuple[Wanted, ...]
+    ) -> list[Prepared]:
+        owner = owner_of(ref.uid)
+        held = {row[1]: row[5] for row in await self._claims() if row[4] == owner}
+        (listed,) = await self._rdmad.call("ListDevices")
+        names = {device_name(row[0]): row[0] for row in listed}
+        made: list[str] = []  # the rdmad claims this call held: released if it fails
+        out: list[Prepared] = []
+        try:
+            for w in wanted:
+                rdma = names.get(w.device)
+                if rdma is None:
+                    raise Refused(
+                        f"ResourceClaim {ref.namespace}/{ref.name}: device {w.device} is gone "
+                        "from this node (rdmad does not list it)"
+                    )
+                path = held.get(rdma)
+                if path is None:
+                    path = held[rdma] = await self._hold_one(ref, rdma, pod_uid, w)
+                    props = await self._rdmad.get_all(path, CLAIM_IFACE)
+                    made.append(str(props["Id"]))
+                else:
+                    props = await self._rdmad.get_all(path, CLAIM_IFACE)
+                out.append(Prepared(w.request, w.pool, w.device, str(props["CdiDevice"])))
+        except BaseException:
+            for claim_id in made:
+                await self._release(claim_id)
+            raise
+        return out
+
+    async def _hold_one(self, ref: ClaimRef, rdma: str, pod_uid: str, w: Wanted) -> str:
+        options: dict[str, Variant] = {
+            "owner": Variant("s", owner_of(ref.uid)),
+            "shared": Variant("b", w.params.shared),
+        }
+        if w.params.ifname:
+            options["ifname"] = Variant("s", w.params.ifname)
+        if w.params.mtu:
+            options["mtu"] = Variant("u", w.params.mtu)
+        if w.params.chardevs:
+            options["chardevs"] = Variant("as", list(w.params.chardevs))
+        try:
+            (path,) = await self._rdmad.call("Hold", "ssa{sv}", [rdma, pod_uid, options])
+        except DBusError as e:
+            raise Refused(
+                f"ResourceClaim {ref.namespace}/{ref.name}: rdmad cannot hold {rdma} for pod "
+                f"{pod_uid}: {e.text} ({e.type})"
+            ) from e
+        log.info(
+            "claim %s/%s (%s): %s held for pod %s", ref.namespace, ref.name, ref.uid, rdma, pod_uid
+        )
+        return str(path)
+
+    async def _claims(self) -> list[Any]:
+        (rows,) = await self._rdmad.call("ListClaims")
+        return list(rows)
+
+    async def _release_all(self, uid: str) -> None:
+        owner = owner_of(uid)
+        for row in await self._claims():
+            if row[4] == owner:
+                await self._release(row[0])
+                log.info("claim %s: released %s (rdmad claim %s)", uid, row[1], row[0])
+
+    async def _release(self, claim_id: str) -> None:
+        try:
+            await self._rdmad.call("Release", "s", [claim_id])
+        except DBusError as e:
+            if e.type != NO_SUCH_CLAIM:  # ended meanwhile: what we wanted
+                raise Refused(f"rdmad cannot release claim {claim_id}: {e.text} ({e.type})") from e
