@@ -69,6 +69,7 @@ type netConf struct {
 	Chardevs         []string
 	Netdev           bool
 	PolicyRouting    bool // the IPAM routes go in the claim's own table (rdmad's table option)
+	Pod              bool // attach what rdmad holds for the pod (K8S_POD_UID): cni/pod.go
 	BusAddress       string
 	IPAMType         string
 	PrevResult       map[string]any
@@ -308,6 +309,12 @@ func parseNetconf(raw []byte, command string) (*netConf, error) {
 	if c.Selector, err = parseSelector(doc["selector"]); err != nil {
 		return nil, err
 	}
+	if c.Pod, err = typed(doc, "pod", false); err != nil {
+		return nil, err
+	}
+	if c.Pod {
+		return podNetconf(c, doc)
+	}
 	var given []string
 	for _, g := range []struct {
 		key string
@@ -363,6 +370,24 @@ func parseNetconf(raw []byte, command string) (*netConf, error) {
 		}
 		if hw, err := net.ParseMAC(c.MAC); err != nil || len(hw) != 6 {
 			return nil, newError(codeInvalidConfig, fmt.Sprintf("mac %q is not an Ethernet address", c.MAC))
+		}
+	}
+	if prev, present := doc["prevResult"]; present && prev != nil {
+		obj, ok := prev.(map[string]any)
+		if !ok {
+			return nil, newError(codeInvalidConfig, "prevResult is not an object")
+		}
+		c.PrevResult = obj
+	}
+	return c, nil
+}
+
+// podNetconf finishes a pod-mode config: the device and its options are the hold's, made
+// by rdmad-dra from the pod's ResourceClaim, so a config naming any of them is refused.
+func podNetconf(c *netConf, doc map[string]any) (*netConf, error) {
+	for _, key := range []string{"device", "deviceID", "selector", "shared", "mtu", "chardevs", "netdev", "policyRouting", "mac"} {
+		if _, present := doc[key]; present || (key == "deviceID" && c.DeviceID != "") || (key == "mac" && c.MAC != "") {
+			return nil, newError(codeInvalidConfig, fmt.Sprintf("%s does not go with pod: the pod's ResourceClaim chose the device and its options", key))
 		}
 	}
 	if prev, present := doc["prevResult"]; present && prev != nil {

@@ -40,6 +40,16 @@ func dispatch(environ map[string]string, stdin []byte, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if conf.Pod && e.Command == "ADD" {
+		result, err := podAdd(e, conf, environ)
+		if err == nil {
+			emit(out, shapeResult(result, conf.Version))
+		}
+		return err
+	}
+	if conf.Pod && e.Command == "CHECK" {
+		return nil // the attached claims are the pod's netns's: rdmad ends them with it
+	}
 	switch e.Command {
 	case "ADD":
 		result, err := add(e, conf, environ)

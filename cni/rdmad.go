@@ -181,6 +181,11 @@ func (r *rdmad) claim(device, netns string, options map[string]dbus.Variant) (cl
 	if err := r.call(rootPath, manager+".Claim", []any{&path}, device, netns, options); err != nil {
 		return claimRow{}, err
 	}
+	return r.claimAt(path)
+}
+
+// claimAt reads the claim at path as ListClaims would list it.
+func (r *rdmad) claimAt(path dbus.ObjectPath) (claimRow, error) {
 	var p map[string]dbus.Variant
 	err := r.call(path, "org.freedesktop.DBus.Properties.GetAll", []any{&p}, claimIface)
 	row := claimRow{Path: path}
