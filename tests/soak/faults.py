@@ -17,6 +17,7 @@ that ends rdmad (SIGKILL, the bus restarted) is over when the supervisor has it 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from typing import Any
@@ -73,7 +74,8 @@ class FaultActor:
         try:
             await self.world.clock.until(action.at + action.args["hold"])
         finally:
-            os.kill(pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):  # it died while stopped
+                os.kill(pid, signal.SIGCONT)
         return "stopped-continued"
 
     async def bus_restart(self, node: Node, _action: Action) -> str:
@@ -99,7 +101,8 @@ class FaultActor:
         try:
             await asyncio.to_thread(burst, FLOOD)
         finally:
-            os.kill(pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):  # it died while stopped
+                os.kill(pid, signal.SIGCONT)
         seen = 0
 
         def logged() -> bool:

@@ -307,7 +307,10 @@ async def settled(
         verdicts: dict[str, Verdict] = {}
         views = []
         for name, node in nodes.items():
-            verdicts[name], view = await check_node(node, slots, acks.get(name, {}))
+            try:
+                verdicts[name], view = await check_node(node, slots, acks.get(name, {}))
+            except (EOFError, OSError) as exc:  # the bus closed the checker's connection
+                verdicts[name], view = Verdict([f"bus unreadable: {exc!r}"]), DaemonView({}, [])
             views.append(view)
         verdicts["routing"] = check_routing(views, slots, init_rules)
         if not any(v.problems for v in verdicts.values()) or time.monotonic() > deadline:
