@@ -223,13 +223,14 @@ async def soak(
             await asyncio.gather(*tasks)
             async with world.clock.quiescent():
                 await check(world, init_rules, result, keep_going)
-        except Violation as exc:
+        except Exception as exc:  # a Violation, or the soak's own failure: stop all, report
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             state = await state_of(world)
             raise Violation(
-                f"INVARIANT VIOLATED at soak time {world.clock.now():.1f} s:\n{exc}\n\n"
+                f"{'INVARIANT VIOLATED' if isinstance(exc, Violation) else 'SOAK FAILED'} "
+                f"at soak time {world.clock.now():.1f} s:\n{exc!s or repr(exc)}\n\n"
                 f"seed {seed}; replay: make soak SOAK_SECONDS={seconds:g} SOAK_SEED={seed}\n\n"
                 f"== state\n{state}\n\n== schedule\n{schedule.dump()}"
             ) from None
