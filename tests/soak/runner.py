@@ -228,9 +228,9 @@ async def soak(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             state = await state_of(world)
+            what = "INVARIANT VIOLATED" if isinstance(exc, Violation) else "SOAK FAILED"
             raise Violation(
-                f"{'INVARIANT VIOLATED' if isinstance(exc, Violation) else 'SOAK FAILED'} "
-                f"at soak time {world.clock.now():.1f} s:\n{exc!s or repr(exc)}\n\n"
+                f"{what} at soak time {world.clock.now():.1f} s:\n{str(exc) or repr(exc)}\n\n"
                 f"seed {seed}; replay: make soak SOAK_SECONDS={seconds:g} SOAK_SEED={seed}\n\n"
                 f"== state\n{state}\n\n== schedule\n{schedule.dump()}"
             ) from None
