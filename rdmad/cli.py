@@ -105,12 +105,19 @@ def devices_json(rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(keys, row, strict=True)) for row in rows]
 
 
-def claims_json(rows: Sequence[Sequence[Any]], tables: Sequence[int]) -> list[dict[str, Any]]:
-    """ListClaims' rows, each with its claim's RouteTable (0: no policy routing)."""
+def claims_json(
+    rows: Sequence[Sequence[Any]], props: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """ListClaims' rows, each with its claim's RouteTable (0: no policy routing) and
+    PodCdiName ("": none) from the claim's properties."""
     keys = ("id", "device", "netns", "interface", "owner", "path")
     return [
-        {**dict(zip(keys, row, strict=True)), "route_table": t}
-        for row, t in zip(rows, tables, strict=True)
+        {
+            **dict(zip(keys, row, strict=True)),
+            "route_table": int(p["RouteTable"]),
+            "pod_cdi_name": str(p["PodCdiName"]),
+        }
+        for row, p in zip(rows, props, strict=True)
     ]
 
 
@@ -209,13 +216,16 @@ async def cmd_list(c: Client, a: argparse.Namespace, out: TextIO) -> None:
 async def cmd_claims(c: Client, a: argparse.Namespace, out: TextIO) -> None:
     (rows,) = await c.call("ListClaims")
     props = await asyncio.gather(*(c.get_all(r[5], CLAIM_IFACE) for r in rows))
-    tables = [int(p["RouteTable"]) for p in props]
-    shown = [(*r[:5], t or "-") for r, t in zip(rows, tables, strict=True)]
+    data = claims_json(rows, props)
+    shown = [
+        (*r[:5], d["route_table"] or "-", d["pod_cdi_name"])
+        for r, d in zip(rows, data, strict=True)
+    ]
     _emit(
         out,
         a,
-        claims_json(rows, tables),
-        table(("CLAIM", "DEVICE", "NETNS", "INTERFACE", "OWNER", "TABLE"), shown),
+        data,
+        table(("CLAIM", "DEVICE", "NETNS", "INTERFACE", "OWNER", "TABLE", "POD-CDI"), shown),
     )
 
 
@@ -245,6 +255,8 @@ async def cmd_claim(c: Client, a: argparse.Namespace, out: TextIO) -> None:
         opts["table"] = Variant("u", a.table)
     if a.route:
         opts["routes"] = Variant("as", a.route)
+    if a.pod_cdi_name is not None:
+        opts["pod_cdi_name"] = Variant("s", a.pod_cdi_name)
     (path,) = await c.call("Claim", "ssa{sv}", [a.device, a.netns, opts])
     data = claim_json(await c.get_all(path, CLAIM_IFACE), path)
     _emit(out, a, data, claim_text(data))
@@ -432,6 +444,12 @@ def _claim_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="DST[,via=GW]",
         help="a route in the claim's --table, such as 0.0.0.0/0,via=10.0.0.1 (repeatable)",
+    )
+    p.add_argument(
+        "--pod-cdi-name",
+        metavar="NAME",
+        help="a CDI device name for every RDMA device of the netns: "
+        "rdmad.io/rdma=NAME injects them all",
     )
 
 

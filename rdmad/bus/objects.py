@@ -310,6 +310,7 @@ CLAIM_PROPERTIES: PropertyTable[Claim] = PropertyTable(
     Prop("CreatedAt", "t", lambda c: c.created_at_us),
     Prop("Gids", "a(uusss)", lambda c: gid_rows(c)),
     Prop("RouteTable", "u", lambda c: c.route_table),
+    Prop("PodCdiName", "s", lambda c: c.pod_cdi_name),
     Prop("State", "s", lambda c: claim_state(c)),
     Prop("Failure", "s", lambda c: c.failure),
     Prop("PodUid", "s", lambda c: c.hold.pod_uid if c.hold else ""),

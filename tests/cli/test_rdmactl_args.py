@@ -92,6 +92,11 @@ def test_claim_options_parse_repeatable_flags() -> None:
     assert args.address == ["192.0.2.1/24", "2001:db8::1/64"] and args.chardev == ["umad"]
 
 
+def test_claim_takes_a_pod_cdi_name() -> None:
+    args = parse_args(["claim", "mlx5_0", "ns1", "--pod-cdi-name", "pod1"])
+    assert args.pod_cdi_name == "pod1"
+
+
 def test_a_relative_netns_path_is_made_absolute_against_the_current_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -62,7 +62,8 @@ def test_list_json_is_a_list_of_objects_with_snake_case_keys() -> None:
 
 def test_claims_json_names_every_column() -> None:
     rows = [("c1", "mlx5_0", "net:[4026532000]", "net1", "ctr", "/io/rdmad1/claim/c1")]
-    assert list(claims_json(rows, [1000])[0]) == [
+    props = [{"RouteTable": 1000, "PodCdiName": "pod1"}]
+    assert list(claims_json(rows, props)[0]) == [
         "id",
         "device",
         "netns",
@@ -70,7 +71,14 @@ def test_claims_json_names_every_column() -> None:
         "owner",
         "path",
         "route_table",
+        "pod_cdi_name",
     ]
+
+
+def test_claims_json_takes_the_table_and_pod_cdi_name_from_the_claims_properties() -> None:
+    rows = [("c1", "mlx5_0", "net:[4026532000]", "net1", "ctr", "/io/rdmad1/claim/c1")]
+    (row,) = claims_json(rows, [{"RouteTable": 1000, "PodCdiName": "pod1"}])
+    assert (row["route_table"], row["pod_cdi_name"]) == (1000, "pod1")
 
 
 def test_show_json_spells_ports_out() -> None:

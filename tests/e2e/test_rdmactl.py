@@ -203,8 +203,18 @@ async def test_claims_json_lists_a_live_claim(rig: Rig, netns: str) -> None:
     listed = (await rdmactl(rig, "--json", "claims")).json()
     assert len(listed) == 1
     (row,) = listed
-    assert set(row) == {"id", "device", "netns", "interface", "owner", "path", "route_table"}
+    assert set(row) == {
+        "id",
+        "device",
+        "netns",
+        "interface",
+        "owner",
+        "path",
+        "route_table",
+        "pod_cdi_name",
+    }
     assert row["route_table"] == made["route_table"] == 0
+    assert row["pod_cdi_name"] == made["pod_cdi_name"] == ""
     assert (row["id"], row["device"], row["interface"], row["owner"], row["path"]) == (
         made["id"],
         "sim0",
@@ -213,6 +223,12 @@ async def test_claims_json_lists_a_live_claim(rig: Rig, netns: str) -> None:
         made["path"],
     )
     assert row["netns"] == made["netns"] == f"net:[{netns_inode(netns)}]"
+
+
+async def test_claim_pod_cdi_name_is_shown_by_claim_and_claims(rig: Rig, netns: str) -> None:
+    made = await claim_json(rig, "sim0", netns, "--pod-cdi-name", "pod1")
+    (row,) = (await rdmactl(rig, "--json", "claims")).json()
+    assert made["pod_cdi_name"] == row["pod_cdi_name"] == "pod1"
 
 
 async def test_release_gives_the_netdev_back_under_its_host_name(rig: Rig, netns: str) -> None:
