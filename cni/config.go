@@ -275,6 +275,9 @@ func parseNetconf(raw []byte, command string) (*netConf, error) {
 			return nil, err
 		}
 	}
+	if c.Pod, err = typed(doc, "pod", false); err != nil {
+		return nil, err
+	}
 	// DEL, GC and STATUS need no more than the above: the rest shapes an attachment, and a
 	// config ADD refused must not fail the DEL that follows it (a runtime retries a failed
 	// DEL: in Kubernetes the pod would never go).
@@ -307,9 +310,6 @@ func parseNetconf(raw []byte, command string) (*netConf, error) {
 		}
 	}
 	if c.Selector, err = parseSelector(doc["selector"]); err != nil {
-		return nil, err
-	}
-	if c.Pod, err = typed(doc, "pod", false); err != nil {
 		return nil, err
 	}
 	if c.Pod {

@@ -47,6 +47,9 @@ func dispatch(environ map[string]string, stdin []byte, out io.Writer) error {
 		}
 		return err
 	}
+	if conf.Pod && e.Command == "DEL" {
+		return podDel(e, conf, environ)
+	}
 	if conf.Pod && e.Command == "CHECK" {
 		return nil // the attached claims are the pod's netns's: rdmad ends them with it
 	}

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"fmt"
+	"strings"
+	"syscall"
+
 	"github.com/godbus/dbus"
 )
 
@@ -9,12 +13,15 @@ import (
 // (Manager.Attach), found by the pod's UID, K8S_POD_UID in CNI_ARGS. Chained after the
 // node's network plugin it attaches all of them and passes prevResult on; through Multus,
 // with IPAM, only the hold whose interface name is CNI_IFNAME, with the IPAM addresses.
-// A pod with nothing held costs one D-Bus call (none without K8S_POD_UID). DEL is the
-// plugin's usual one (a config's pod key is not read for it): the IPAM lease goes back, no
-// claim carries the attachment's owner; the attached devices end with the pod's netns
-// (rdmad's netns-death rule), their holds with the kubelet's unprepare.
+// A pod with nothing held costs one D-Bus call (none without K8S_POD_UID). DEL releases
+// the claims rdmad-dra's holds became in the pod's netns, so that each device comes home
+// as it left (before the runtime deletes the netns, which would take a veth or a macvlan
+// child with it), and gives the IPAM lease back.
 
 func podUID(e *env) string { return e.Args["K8S_POD_UID"] }
+
+// dra is the owner prefix of rdmad-dra's holds (rdmad/dra/prepare.py: dra/<claim UID>).
+const draOwnerPrefix = "dra/"
 
 func podAdd(e *env, conf *netConf, environ map[string]string) (map[string]any, error) {
 	uid := podUID(e)
@@ -61,6 +68,37 @@ func podAdd(e *env, conf *netConf, environ map[string]string) (map[string]any, e
 		_, _ = runIPAM("DEL", e, conf, environ) // the lease goes with the failed ADD
 	}
 	return result, err
+}
+
+// podDel releases the holds attached to the pod's netns: found by the netns's inode among
+// rdmad's claims (one ListClaims call). No netns left (a DEL after the runtime deleted
+// it) is nothing to do: rdmad ended those claims with it.
+func podDel(e *env, conf *netConf, environ map[string]string) error {
+	var ipamErr error
+	if conf.IPAMType != "" {
+		_, ipamErr = runIPAM("DEL", e, conf, environ)
+	}
+	var st syscall.Stat_t
+	if e.Netns == "" || syscall.Stat(e.Netns, &st) != nil {
+		return ipamErr
+	}
+	netns := fmt.Sprintf("net:[%d]", st.Ino)
+	err := withRdmad(conf, func(r *rdmad) error {
+		rows, err := r.claims()
+		for _, c := range rows {
+			if c.Netns == netns && strings.HasPrefix(c.Owner, draOwnerPrefix) &&
+				(conf.IPAMType == "" || c.Ifname == e.Ifname) {
+				if _, err := r.release(c.ID); err != nil {
+					return err
+				}
+			}
+		}
+		return err
+	})
+	if ipamErr != nil {
+		return ipamErr
+	}
+	return err
 }
 
 // attach is Manager.Attach: the pod's claims now in netns, as ListClaims lists them.
