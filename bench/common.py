@@ -56,6 +56,7 @@ class Params:
     cni_reps: int  # rounds of ADD then DEL per CNI plugin column
     burst: int  # claims at once, from as many clients on as many devices
     bursts: int  # bursts of each kind, each against a serial raw sequence
+    pod_reps: int  # 8-rail pods per column and kind (bench.pod), a multiple of 6
     clients: int
     rounds: int  # claim/release rounds per client in the throughput test
     list_seconds: float
@@ -80,6 +81,7 @@ class Params:
             cni_reps=100,
             burst=64,
             bursts=6,
+            pod_reps=60,
             clients=64,
             rounds=4,
             list_seconds=5.0,
@@ -106,6 +108,7 @@ class Params:
             cni_reps=4,
             burst=8,
             bursts=1,
+            pod_reps=1,
             clients=8,
             rounds=1,
             list_seconds=0.5,

@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench import burst, claim, cni, idle, profile, reclaim, scale, shared, throughput
+from bench import burst, claim, cni, idle, pod, profile, reclaim, scale, shared, throughput
 from bench.common import BENCH_DIR, Params, Results
 from bench.report import write_report
 from tests.support.bus import start_private_bus
@@ -31,6 +31,7 @@ SCENARIOS: dict[str, Scenario] = {
     "reclaim": reclaim.run,
     "scale": scale.run,
     "burst": burst.run,
+    "pod": pod.run,
     "throughput": throughput.run,
     "idle": idle.run,
     "profile": profile.run,
