@@ -130,8 +130,10 @@ class Core:
             netns_alive=self._netns_alive,
         )
         self._giveback = GiveBack(net, rdma, resolver, self._inv, self._book, self._tracker)
-        # Released(reconciled) found at start, announced once observers are attached.
-        self._startup_releases: list[Claim] = []
+        # Claims ended before the bus is up (start's reconcile, then events until the name
+        # is taken), told to the observers by announce_startup: a Released sent earlier
+        # would not come from io.rdmad1, and monitors match on that name.
+        self._startup_releases: list[tuple[Claim, ReleaseReason]] | None = []
         self.startup_notes: list[str] = []
         # NOT_RETURNED claims, by id (kept apart from the book so that an event costs
         # nothing while none is owed), and those whose give-back is being retried.
@@ -153,10 +155,11 @@ class Core:
         self._observers.add(observer)
 
     def announce_startup(self) -> None:
-        """Emit the Released(reconciled) of claims ended during start."""
-        for claim in self._startup_releases:
-            self._observers.released(claim, ReleaseReason.RECONCILED)
-        self._startup_releases.clear()
+        """Once every observer is attached and the bus name taken: tell them of the claims
+        ended since start, and of every later one as it ends."""
+        ended, self._startup_releases = self._startup_releases or [], None
+        for claim, reason in ended:
+            self._observers.released(claim, reason)
 
     # ------------------------------------------------------------------ queries
     def devices(self) -> list[DeviceView]:
@@ -310,8 +313,8 @@ class Core:
                 _back_to_held(claim)  # an interrupted Attach: the pod's next ADD retries it
                 continue
             self._drop(claim)
-            if announced:
-                self._startup_releases.append(claim)
+            if announced and self._startup_releases is not None:
+                self._startup_releases.append((claim, ReleaseReason.RECONCILED))
         # From here on, a change to the device or netns of one of these retries it (`handle`).
         owed = [c for c in self._book.claims.values() if c.phase == ClaimPhase.NOT_RETURNED]
         self._owed = {c.id: c for c in owed}
@@ -782,7 +785,10 @@ class Core:
 
     def _finish_release(self, claim: Claim, reason: ReleaseReason) -> None:
         self.stats.released(reason)
-        self._observers.released(claim, reason)
+        if self._startup_releases is not None:
+            self._startup_releases.append((claim, reason))
+        else:
+            self._observers.released(claim, reason)
         dev = self._inv.devices.get(claim.device)
         if dev is not None:
             self._tracker.announce(self._tracker.view(dev))

@@ -155,16 +155,20 @@ class Rigs:
     def __init__(self) -> None:
         self._started: list[Rig] = []
 
-    async def start(self, kernel: FakeKernel, store: Store, *, shared_limit: int = 16) -> Rig:
-        """As rdmad.daemon: events subscribed first, then start, observers, and the
-        Released(reconciled) of what start ended."""
+    async def start(
+        self, kernel: FakeKernel, store: Store, *, shared_limit: int = 16, announce: bool = True
+    ) -> Rig:
+        """As rdmad.daemon: events subscribed first, then start, observers, and (unless
+        `announce` is False: the daemon still taking its bus name) the Released of the
+        claims ended since start."""
         process = kernel.process()
         core = Core(process.net, process.rdma, process.resolver, store, shared_limit=shared_limit)
         kernel.attach(core.handle)
         await core.start()
         seen = Recorder()
         core.add_observer(seen)
-        core.announce_startup()
+        if announce:
+            core.announce_startup()
         rig = Rig(kernel, store, process, core, seen, self)
         self._started.append(rig)
         return rig

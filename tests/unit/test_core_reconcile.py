@@ -105,6 +105,23 @@ async def test_a_release_interrupted_by_a_crash_is_finished_and_announced_as_rec
     assert fresh.state("mlx5_0") == DeviceState.AVAILABLE
 
 
+async def test_a_claim_ended_before_the_bus_name_is_taken_is_announced_once_it_is(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    # The daemon connects to the bus and takes io.rdmad1 after start: a Released sent in
+    # between would not come from that name, which monitors match on.
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
+    await rig.crash()
+    fresh = await rigs.start(kernel, rig.store, announce=False)
+    kernel.delete_netns("pod")
+    await fresh.quiesce()
+    assert fresh.core.claims() == [] and fresh.seen.ended == []
+    fresh.core.announce_startup()
+    assert fresh.seen.ended == [(claim.id, ReleaseReason.NETNS_GONE)]
+
+
 async def test_the_state_file_says_releasing_while_a_release_is_under_way(
     rigs: Rigs, tmp_path: Path
 ) -> None:
