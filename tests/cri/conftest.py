@@ -50,9 +50,11 @@ class Node:
         conf = self.rig.conf(**keys)
         return {k: v for k, v in conf.items() if k not in ("cniVersion", "name")}
 
-    async def start(self, rdmad: dict[str, Any]) -> Kubelet:
-        """containerd with `rdmad` (then the tap) as every pod's network."""
-        self.containerd.add_network(NETWORK, [rdmad, {"type": "cni-tap", "log": str(self.tap_log)}])
+    async def start(self, *plugins: dict[str, Any]) -> Kubelet:
+        """containerd with `plugins` (rdmad entries, chained; then the tap) as every pod's
+        network."""
+        tap = {"type": "cni-tap", "log": str(self.tap_log)}
+        self.containerd.add_network(NETWORK, [*plugins, tap])
         cri = await self.containerd.start(self.image_archive)
         return Kubelet(cri, self.containerd.pod_logs)
 

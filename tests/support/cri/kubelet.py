@@ -35,9 +35,10 @@ class Kubelet:
         self.cri = cri
         self.logs = logs  # /var/log/pods on a node
 
-    async def run_pod(self, name: str, namespace: str = "team") -> Pod:
+    async def run_pod(self, name: str, namespace: str = "team", uid: str = "") -> Pod:
+        """`uid`: the pod's, when a test prepared claims for it first (else a new one)."""
         pb = self.cri.pb
-        uid = str(uuid.uuid4())
+        uid = uid or str(uuid.uuid4())
         config = pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=0),
             hostname=name,

@@ -1,0 +1,124 @@
+"""A ResourceClaim end to end on a node without its kubelet: rdmad-dra's
+NodePrepareResources (the real plugin, the loopback API server serving the claim) holds the
+device for the pod; containerd's RunPodSandbox runs the pod network, the node's plugin (here
+rdmad-cni claiming sim1 as eth0) chained with rdmad-cni in pod mode, which attaches the held
+device; CreateContainer with the CDI device ID the prepare returned; StartContainer. Then
+the pod is stopped and removed, the claim unprepared, and the device is home."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.cri.conftest import Node
+from tests.cri.test_containerd import char_devices, env_of, spec_nodes
+from tests.dra import kubelet as dra
+from tests.dra.apiserver import ApiServer
+from tests.dra.claims import DRIVER, NODE, claim
+from tests.dra.plugin_process import Plugin, running_plugin
+from tests.support.cri.kubelet import Container, Kubelet, Pod
+from tests.support.net import link
+
+SERVICE = "v1.DRAPlugin"
+
+
+@dataclass
+class Prepared:
+    ref: dra.Claim
+    pod_uid: str
+    cdi_ids: list[str]
+
+    @property
+    def hold_id(self) -> str:
+        (cdi,) = self.cdi_ids
+        return cdi.removeprefix("rdmad.io/rdma=")
+
+
+@contextlib.asynccontextmanager
+async def dra_plugin(node: Node, workdir: Path) -> AsyncIterator[tuple[ApiServer, Plugin]]:
+    """rdmad-dra on the node's rdmad, with the loopback API server as its cluster."""
+    api = ApiServer(NODE, DRIVER)
+    with api.running():
+        async with running_plugin(api, node.rig.daemon.bus_address, workdir) as p:
+            yield api, p
+        assert api.invalid == [], "the plugin sent slices the API server refuses"
+
+
+@pytest.fixture
+async def plugin(node: Node, tmp_path: Path) -> AsyncIterator[tuple[ApiServer, Plugin]]:
+    async with dra_plugin(node, tmp_path / "dra") as p:
+        yield p
+
+
+async def prepare(api: ApiServer, plugin: Plugin, device: str) -> Prepared:
+    """What the kubelet does before RunPodSandbox: NodePrepareResources of the pod's claim."""
+    pod_uid = str(uuid.uuid4())
+    ref = dra.Claim("team", str(uuid.uuid4()), "trainer-0-rdma")
+    api.put_claim(
+        claim(
+            ref.uid,
+            [device],
+            name=ref.name,
+            namespace=ref.namespace,
+            pods=(pod_uid,),
+            parameters={"interfaceName": "rdma0"},
+        )
+    )
+    (result,) = (await dra.prepare_devices(str(plugin.endpoint), SERVICE, [ref])).values()
+    assert result.error == "", result.error
+    (device_result,) = result.devices
+    return Prepared(ref, pod_uid, device_result.cdi_device_ids)
+
+
+async def pod_with_container(node: Node, prepared: Prepared) -> tuple[Kubelet, Pod, Container]:
+    kubelet = await node.start(node.rdmad(device="sim1"), node.rdmad(pod=True, ipam=None))
+    pod = await kubelet.run_pod("trainer-0", uid=prepared.pod_uid)
+    container = await kubelet.run_container(pod, "app", cdi_devices=tuple(prepared.cdi_ids))
+    return kubelet, pod, container
+
+
+async def test_the_container_of_a_prepared_pod_has_the_held_devices_netdev_and_char_devices(
+    node: Node, plugin: tuple[ApiServer, Plugin]
+) -> None:
+    prepared = await prepare(*plugin, "sim0")
+    kubelet, _, container = await pod_with_container(node, prepared)
+    done = await kubelet.exec(container, "/bin/ip", "-o", "link", "show", "rdma0")
+    assert "rdma0" in done.stdout
+    assert await char_devices(kubelet, container) == spec_nodes(node, prepared.hold_id)
+    env = await env_of(kubelet, container)
+    assert set(node.cdi_edits(prepared.hold_id)["env"]) <= env
+    assert any(e.startswith("RDMAD_DEVICE") and "sim0" in e for e in env)
+
+
+async def test_taking_the_pod_down_and_unpreparing_brings_the_device_home(
+    node: Node, plugin: tuple[ApiServer, Plugin]
+) -> None:
+    prepared = await prepare(*plugin, "sim0")
+    kubelet, pod, _ = await pod_with_container(node, prepared)
+    await kubelet.stop_pod(pod)
+    await kubelet.remove_pod(pod)
+    unprepared = await dra.unprepare(str(plugin[1].endpoint), SERVICE, [prepared.ref])
+    assert unprepared == {prepared.ref.uid: ""}
+    assert await node.claims() == []
+    assert link(node.rig.nic("sim0")) is not None
+    path = await node.rig.client.manager("GetDevice", "s", "sim0")
+    assert await node.rig.client.prop(path, "io.rdmad1.Device", "State") == "available"
+
+
+async def test_in_exclusive_mode_the_container_gets_the_char_devices_read_after_the_move(
+    exclusive_node: Node, tmp_path: Path
+) -> None:
+    node = exclusive_node
+    async with dra_plugin(node, tmp_path / "dra") as (api, plugin):
+        prepared = await prepare(api, plugin, "sim0")
+        at_prepare = spec_nodes(node, prepared.hold_id)
+        kubelet, _, container = await pod_with_container(node, prepared)
+        in_container = await char_devices(kubelet, container)
+    assert in_container == spec_nodes(node, prepared.hold_id)
+    uverbs = {n for n in in_container if n[0] == "/dev/infiniband/uverbs0"}
+    assert uverbs and uverbs.isdisjoint(at_prepare), "the move made uverbs0 anew"
