@@ -122,3 +122,35 @@ async def test_in_exclusive_mode_the_container_gets_the_char_devices_read_after_
     assert in_container == spec_nodes(node, prepared.hold_id)
     uverbs = {n for n in in_container if n[0] == "/dev/infiniband/uverbs0"}
     assert uverbs and uverbs.isdisjoint(at_prepare), "the move made uverbs0 anew"
+
+
+# ------------------------------------------------------------------ restarts between
+# prepare and sandbox
+
+
+async def test_rdmad_killed_between_prepare_and_sandbox_keeps_the_hold_for_the_pod(
+    node: Node, plugin: tuple[ApiServer, Plugin]
+) -> None:
+    prepared = await prepare(*plugin, "sim0")
+    await node.rig.daemon.kill()
+    await node.rig.daemon.start()
+    kubelet, _, container = await pod_with_container(node, prepared)
+    assert "rdma0" in (await kubelet.exec(container, "/bin/ip", "-o", "link")).stdout
+    assert await char_devices(kubelet, container) == spec_nodes(node, prepared.hold_id)
+
+
+async def test_the_plugin_killed_between_prepare_and_sandbox_changes_nothing_for_the_pod(
+    node: Node, tmp_path: Path
+) -> None:
+    async with dra_plugin(node, tmp_path / "dra") as (api, plugin):
+        prepared = await prepare(api, plugin, "sim0")
+        plugin.proc.kill()  # SIGKILL: no chance to tidy anything
+        await plugin.proc.wait()
+        kubelet, pod, container = await pod_with_container(node, prepared)
+        assert await char_devices(kubelet, container) == spec_nodes(node, prepared.hold_id)
+        await kubelet.stop_pod(pod)
+        await kubelet.remove_pod(pod)
+        async with running_plugin(api, node.rig.daemon.bus_address, tmp_path / "dra") as again:
+            unprepared = await dra.unprepare(str(again.endpoint), SERVICE, [prepared.ref])
+    assert unprepared == {prepared.ref.uid: ""}
+    assert await node.claims() == [] and link(node.rig.nic("sim0")) is not None
