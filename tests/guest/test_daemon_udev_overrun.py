@@ -52,7 +52,7 @@ async def test_uevent_overrun_is_detected_and_resynchronised_to_the_kernels_inve
     rdmad: RdmadProcess, client: Client
 ) -> None:
     assert UDEV_RESYNC not in rdmad.log()
-    veths = [unique_name("uov") for _ in range(DEVICES)]
+    veths = [unique_name("uov", room=1) for _ in range(DEVICES)]
     rxes = [unique_name("uor") for _ in range(DEVICES)]
     assert rdmad.proc is not None
     pid = rdmad.proc.pid

@@ -69,7 +69,7 @@ def _addressed_netdevs(n: int) -> Iterator[list[str]]:
     """`n` other veth pairs, up, one end with an IPv4 address, both with the IPv6
     link-local an up netdev gets: what a node with pods, VFs and VLANs has around a claimed
     netdev."""
-    prefix = unique_name("ad")
+    prefix = unique_name("ad", room=len(f"d{n - 1}p"))
     names = [f"{prefix}d{i}" for i in range(n)]
     batch = "".join(
         f"link add {name} type veth peer name {name}p\n"

@@ -156,6 +156,7 @@ async def test_device_removed_while_claimed_is_released_as_device_removed(
         await source.start(core.handle)
         try:
             await core.start()
+            core.announce_startup()
             claim = await core.claim("sim0", resolver.open(netns), ClaimOptions(ifname="rdma0"))
             sim.remove_device("sim0")  # what udev's "remove infiniband/sim0" reports
             core.handle(RdmaChanged("remove infiniband/sim0"))

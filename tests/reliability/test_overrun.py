@@ -31,7 +31,7 @@ def of(device: str) -> Callable[[list[Any]], bool]:
 def burst(count: int) -> None:
     """`count` netdevs (veth pairs: no dummy module here) added, then deleted, in two
     `ip -batch` runs: fast, and no Python between the events."""
-    names = [unique_name("ov") for _ in range(count // 2)]
+    names = [unique_name("ov", room=1) for _ in range(count // 2)]
     adds = [f"link add {n} type veth peer name {n}p" for n in names]
     dels = [f"link del {n}" for n in names]
     for lines in (adds, dels):

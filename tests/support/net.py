@@ -35,12 +35,23 @@ T = TypeVar("T")
 _counter = itertools.count()
 
 
-def unique_name(prefix: str) -> str:
-    """A name unique to this process and call, short enough for an ifname (15 chars)."""
-    name = f"{prefix}{os.getpid() % 100000}x{next(_counter)}"
-    if len(name) > 15:
-        raise ValueError(f"{name!r} is too long for an interface name")
+def unique_name(prefix: str, room: int = 0) -> str:
+    """A name unique to this process and call, short enough for an ifname (15 chars) with
+    `room` more characters after it. The pid and the count are in base 36, so that a
+    session's thousands of names stay short."""
+    name = f"{prefix}{_base36(os.getpid())}x{_base36(next(_counter))}"
+    if len(name) + room > 15:
+        raise ValueError(f"{name!r} leaves no room for {room} more in an interface name")
     return name
+
+
+def _base36(n: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = digits[n % 36]
+    while n >= 36:
+        n //= 36
+        out = digits[n % 36] + out
+    return out
 
 
 def require_root() -> None:
