@@ -32,7 +32,7 @@ from dbus_fast import Variant
 
 from tests.cni.podman import Podman
 from tests.support.daemon import Client, DBusCallError, RdmadProcess
-from tests.support.net import temp_netns
+from tests.support.net import eventually, temp_netns
 from tests.support.rdma import (
     WAIT,
     Rxe,
@@ -187,6 +187,23 @@ def released(claim_id: str) -> Callable[[list[Any]], bool]:
     return lambda body: bool(body[0] == claim_id)
 
 
+async def dad_done(netdev: str) -> None:
+    """Until `netdev`'s link-local address has passed DAD: ib_write_bw's move of a QP to RTR
+    resolves the GID's address through the netdev, and failed once ("Failed to modify QP to
+    RTR") on one rail of four: we take a tentative address for the likely cause."""
+
+    def settled() -> bool:
+        out = subprocess.run(
+            ["ip", "-6", "-o", "addr", "show", "dev", netdev, "tentative"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return out.strip() == ""
+
+    await eventually(settled, 10, f"{netdev}'s IPv6 DAD")
+
+
 @contextlib.asynccontextmanager
 async def running_pod(client: Client, rdmad: RdmadProcess, mode: str) -> AsyncIterator[PodRun]:
     """The pod with its rails in `mode`, after its container ran; removed afterwards."""
@@ -194,6 +211,7 @@ async def running_pod(client: Client, rdmad: RdmadProcess, mode: str) -> AsyncIt
         rails, bystander = devices[:RAILS], devices[RAILS]
         for rxe in devices:
             await known_to_rdmad(client, rxe.name)
+            await dad_done(rxe.netdev)
         flags = []
         for n, rail in enumerate(rails):
             pm.add_network(f"rail{n}", rail_network(rdmad, rail, n, mode))
