@@ -31,8 +31,6 @@ from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.names import (
     BUS_NAME,
     CLAIM_IFACE,
-    DBUS_NAME,
-    DBUS_PATH,
     DEVICE_IFACE,
     MANAGER_IFACE,
     MANAGER_PATH,
@@ -275,19 +273,7 @@ async def cmd_mode(c: Client, a: argparse.Namespace, out: TextIO) -> None:
 
 
 async def cmd_monitor(c: Client, a: argparse.Namespace, out: TextIO) -> None:
-    rule = f"type='signal',sender='{BUS_NAME}',path_namespace='{MANAGER_PATH}'"
-    reply = await c.bus.call(
-        Message(
-            destination=DBUS_NAME,
-            path=DBUS_PATH,
-            interface=DBUS_NAME,
-            member="AddMatch",
-            signature="s",
-            body=[rule],
-        )
-    )
-    if reply is None or reply.message_type is MessageType.ERROR:
-        raise DBusError("org.freedesktop.DBus.Error.Failed", "cannot subscribe to signals")
+    await c.add_match(f"type='signal',sender='{BUS_NAME}',path_namespace='{MANAGER_PATH}'")
 
     def on_message(msg: Message) -> None:
         if msg.message_type is not MessageType.SIGNAL or not (msg.path or "").startswith(
@@ -330,10 +316,13 @@ class TimedClient(Client):
         *,
         path: str = MANAGER_PATH,
         interface: str = MANAGER_IFACE,
+        destination: str = BUS_NAME,
     ) -> list[Any]:
         try:
             async with asyncio.timeout(self.timeout):
-                return await super().call(member, signature, body, path=path, interface=interface)
+                return await super().call(
+                    member, signature, body, path=path, interface=interface, destination=destination
+                )
         except TimeoutError:
             text = f"no answer to {member} within {self.timeout:g} s"
             if member in CHANGES_STATE:

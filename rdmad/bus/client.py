@@ -10,7 +10,14 @@ from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 from dbus_fast.errors import DBusError
 
-from rdmad.bus.names import BUS_NAME, MANAGER_IFACE, MANAGER_PATH, PROPERTIES_IFACE
+from rdmad.bus.names import (
+    BUS_NAME,
+    DBUS_NAME,
+    DBUS_PATH,
+    MANAGER_IFACE,
+    MANAGER_PATH,
+    PROPERTIES_IFACE,
+)
 
 # What the bus answers when nobody serves io.rdmad1 (or the connection broke).
 UNREACHABLE_ERRORS = {
@@ -37,11 +44,12 @@ class Client:
         *,
         path: str = MANAGER_PATH,
         interface: str = MANAGER_IFACE,
+        destination: str = BUS_NAME,
     ) -> list[Any]:
         """The reply's body; an error reply raises Unreachable or DBusError (its name)."""
         reply = await self.bus.call(
             Message(
-                destination=BUS_NAME,
+                destination=destination,
                 path=path,
                 interface=interface,
                 member=member,
@@ -58,6 +66,12 @@ class Client:
                 raise Unreachable(text)
             raise DBusError(name, text)
         return list(reply.body)
+
+    async def add_match(self, rule: str) -> None:
+        """Have the bus send this connection the signals `rule` matches (AddMatch)."""
+        await self.call(
+            "AddMatch", "s", [rule], path=DBUS_PATH, interface=DBUS_NAME, destination=DBUS_NAME
+        )
 
     async def get_all(self, path: str, interface: str) -> dict[str, Any]:
         (props,) = await self.call(

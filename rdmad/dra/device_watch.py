@@ -78,22 +78,9 @@ class DeviceWatch:
             if changes_offer(msg):
                 stale()
 
-        bus = self._client.bus
-        bus.add_message_handler(on_message)
+        self._client.bus.add_message_handler(on_message)
         for rule in MATCH_RULES:
-            reply = await bus.call(
-                Message(
-                    destination=DBUS_NAME,
-                    path=DBUS_PATH,
-                    interface=DBUS_NAME,
-                    member="AddMatch",
-                    signature="s",
-                    body=[rule],
-                )
-            )
-            if reply is None or reply.message_type is MessageType.ERROR:
-                error = reply.error_name if reply is not None else "no reply"
-                raise ConnectionError(f"the bus refused match rule {rule!r}: {error}")
+            await self._client.add_match(rule)
 
     async def read(self) -> RdmadState | None:
         """rdmad's devices now; None when rdmad cannot be read (not running, or refused)."""

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rdmad.bus.client import Client
-from rdmad.bus.names import MANAGER_IFACE, MANAGER_PATH
+from rdmad.bus.names import BUS_NAME, MANAGER_IFACE, MANAGER_PATH
 
 Reply = list[Any] | Callable[[Sequence[Any]], list[Any]]
 
@@ -24,6 +24,7 @@ class FakeClient(Client):
         *,
         path: str = MANAGER_PATH,
         interface: str = MANAGER_IFACE,
+        destination: str = BUS_NAME,
     ) -> list[Any]:
         self.calls.append((member, list(body)))
         reply = self.replies[member]

@@ -48,7 +48,7 @@ class OneSignalBus:
         self.disconnected = asyncio.Event()
 
     async def call(self, msg: Message) -> Any:
-        return SimpleNamespace(message_type=MessageType.METHOD_RETURN)  # AddMatch
+        return SimpleNamespace(message_type=MessageType.METHOD_RETURN, body=[])  # AddMatch
 
     def add_message_handler(self, handler: Callable[[Message], None]) -> None:
         self.handlers.append(handler)

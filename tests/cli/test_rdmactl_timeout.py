@@ -43,7 +43,7 @@ class GoneBus:
 
     async def call(self, msg: Any) -> Any:
         if msg.member == "AddMatch":
-            return SimpleNamespace(message_type=MessageType.METHOD_RETURN)
+            return SimpleNamespace(message_type=MessageType.METHOD_RETURN, body=[])
         raise EOFError
 
     def add_message_handler(self, handler: Any) -> None:
