@@ -135,7 +135,7 @@ def netns_nsid(name: str) -> int:
 
 
 @contextlib.contextmanager
-def netns_reusing_inode(inode: int, within: float = 10.0) -> Iterator[str]:
+def netns_reusing_inode(inode: int, within: float = 30.0) -> Iterator[str]:
     """A new named netns that the kernel gave `inode`, the inode of a netns just deleted.
 
     The kernel hands namespace inodes out lowest free first, and frees a netns's only when
