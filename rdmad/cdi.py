@@ -131,7 +131,8 @@ def pod_spec_for(name: str, pod: Sequence[Claim]) -> dict[str, object]:
 
 class CdiWriter(CoreObserver):
     """Observer: writes a claim's spec when it is made, removes it when the claim ends, and
-    rewrites the other specs of its pod (and its pod CDI name's spec) either way."""
+    rewrites the other specs of its pod (and its pod CDI name's spec) either way, unless the
+    pod's netns died."""
 
     def __init__(self, directory: Path, pod_of: PodOf) -> None:
         self.directory = directory
@@ -176,7 +177,10 @@ class CdiWriter(CoreObserver):
         rest = self._pod_of(claim)
         if claim.pod_cdi_name and not any(c.pod_cdi_name == claim.pod_cdi_name for c in rest):
             self._remove(self.pod_path_for(claim.pod_cdi_name))
-        self._write_pod(rest)
+        if reason != ReleaseReason.NETNS_GONE:
+            # A dead netns's other claims end as well, each removing its own spec: rewriting
+            # theirs would cost O(claims in the pod) a claim, O(n^2) a pod.
+            self._write_pod(rest)
 
     def sync(self, live: list[Claim]) -> None:
         """At start: a spec for every live claim and pod CDI name, none for anything else."""

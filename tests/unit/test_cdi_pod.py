@@ -146,6 +146,25 @@ def test_the_pod_spec_goes_with_the_pods_last_claim(tmp_path: Path, book: ClaimB
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_dead_pods_specs_are_removed_one_by_one_never_rewritten(
+    tmp_path: Path, book: ClaimBook
+) -> None:
+    writer = CdiWriter(tmp_path, book.in_netns_of)
+    pod = [rail(n, pod="web") for n in range(3)]
+    for c in pod:
+        book.add(c)
+        writer.claimed(c)
+    written = {p.name: p.stat().st_ino for p in tmp_path.iterdir()}
+    book.drop(pod[0])
+    writer.released(pod[0], ReleaseReason.NETNS_GONE)
+    del written["rdmad.io-rdma-c0.json"]
+    assert {p.name: p.stat().st_ino for p in tmp_path.iterdir()} == written  # none renamed in
+    for c in pod[1:]:
+        book.drop(c)
+        writer.released(c, ReleaseReason.NETNS_GONE)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_each_pod_cdi_name_of_a_netns_lists_all_its_claims(tmp_path: Path, book: ClaimBook) -> None:
     writer = CdiWriter(tmp_path, book.in_netns_of)
     for c in (rail(0, pod="a"), rail(1, pod="b")):
