@@ -2,9 +2,11 @@
 # lock.sh - re-resolve the dependency locks (`make lock`): every package at its newest
 # version that pyproject.toml allows, each with the hashes of all its files on the index.
 #
-#   runtime.txt  pyproject's dependencies (+ runtime.in) and the build backend: the
-#                Debian package's venv (debian/rules) installs exactly this
-#   dev.txt      the same + the dev and bench extras: scripts/bootstrap.sh's .venv
+#   runtime.txt  pyproject's dependencies (+ runtime.in) and the build backend: the rdmad
+#                package's venv (debian/rules) installs exactly this
+#   dra.txt      the same + the dra extra, at runtime.txt's versions (dra.in): the
+#                rdmad-dra package's venv
+#   dev.txt      the same + the dev, bench and dra extras: scripts/bootstrap.sh's .venv
 #
 # Run from a bootstrapped checkout (pip-compile comes from the dev extra). The locks are
 # resolved against pip's default public index only: a machine's own pip configuration
@@ -17,4 +19,5 @@ compile=(env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL -u PIP_CO
          "$ROOT/.venv/bin/pip-compile" --quiet --upgrade --generate-hashes --allow-unsafe
          --strip-extras --no-emit-find-links --no-emit-index-url)
 "${compile[@]}" -o requirements/runtime.txt pyproject.toml requirements/runtime.in
-"${compile[@]}" --extra dev --extra bench -o requirements/dev.txt pyproject.toml requirements/dev.in
+"${compile[@]}" --extra dra -o requirements/dra.txt pyproject.toml requirements/dra.in
+"${compile[@]}" --extra dev --extra bench --extra dra -o requirements/dev.txt pyproject.toml requirements/dev.in
