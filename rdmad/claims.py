@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 from rdmad.model import Claim, HostConfig
+
+K = TypeVar("K")
 
 
 class ClaimBook:
@@ -24,6 +27,10 @@ class ClaimBook:
         # claims without a walk over the node's (rdmad.cdi rewrites a pod's specs together).
         self._by_netns: dict[int, dict[str, Claim]] = {}
         self._filed: dict[str, int] = {}
+        # The claims of each device and each held-for pod (neither changes for a claim): a
+        # claim, a view and a prepare look at theirs, not at every claim on the node.
+        self._by_device: dict[str, dict[str, Claim]] = {}
+        self._by_pod_uid: dict[str, dict[str, Claim]] = {}
 
     @property
     def claims(self) -> Mapping[str, Claim]:
@@ -43,15 +50,17 @@ class ClaimBook:
     def add(self, claim: Claim) -> None:
         self._claims[claim.id] = claim
         self._file(claim)
+        self._by_device.setdefault(claim.device, {})[claim.id] = claim
+        if claim.hold is not None:
+            self._by_pod_uid.setdefault(claim.hold.pod_uid, {})[claim.id] = claim
 
     def drop(self, claim: Claim) -> None:
         if self._claims.pop(claim.id, None) is None:
             return
-        inode = self._filed.pop(claim.id)
-        pod = self._by_netns[inode]
-        del pod[claim.id]
-        if not pod:
-            del self._by_netns[inode]
+        _unindex(self._by_netns, self._filed.pop(claim.id), claim.id)
+        _unindex(self._by_device, claim.device, claim.id)
+        if claim.hold is not None:
+            _unindex(self._by_pod_uid, claim.hold.pod_uid, claim.id)
 
     def _file(self, claim: Claim) -> None:
         """File `claim` under its netns's inode, moving it if that changed since."""
@@ -59,9 +68,7 @@ class ClaimBook:
         if inode == claim.netns_inode:
             return
         if inode is not None:
-            self._by_netns[inode].pop(claim.id, None)
-            if not self._by_netns[inode]:
-                del self._by_netns[inode]
+            _unindex(self._by_netns, inode, claim.id)
         self._filed[claim.id] = claim.netns_inode
         self._by_netns.setdefault(claim.netns_inode, {})[claim.id] = claim
 
@@ -81,7 +88,11 @@ class ClaimBook:
         self._restores.remove(host)
 
     def of(self, device: str) -> list[Claim]:
-        return [c for c in self._claims.values() if c.device == device]
+        return list(self._by_device.get(device, {}).values())
+
+    def held_for(self, pod_uid: str) -> list[Claim]:
+        """The claims held for a pod (Hold), attached or not."""
+        return list(self._by_pod_uid.get(pod_uid, {}).values())
 
     def lock(self, device: str) -> asyncio.Lock:
         """Held by a claim or release for the length of its operation on `device`."""
@@ -99,3 +110,10 @@ class ClaimBook:
     def restore_waits_for(self, ifindex: int) -> bool:
         """Whether a netdev that did not come home in time is still to be restored."""
         return any(h.ifindex == ifindex for h in self._restores)
+
+
+def _unindex(index: dict[K, dict[str, Claim]], key: K, claim_id: str) -> None:
+    group = index[key]
+    del group[claim_id]
+    if not group:
+        del index[key]

@@ -542,7 +542,7 @@ class Core:
 
     def held_for(self, pod_uid: str) -> list[Claim]:
         """The claims held for a pod, attached or not."""
-        return [c for c in self.claims() if c.hold is not None and c.hold.pod_uid == pod_uid]
+        return self._book.held_for(pod_uid)
 
     async def attach(
         self, pod_uid: str, target: NetnsTarget, ifname: str, options: ClaimOptions

@@ -1,0 +1,54 @@
+"""The claim book's queries: each finds its claims by an index, so what a claim, a device's
+view or a prepare costs does not grow with the claims on the node."""
+
+from __future__ import annotations
+
+from rdmad.claims import ClaimBook
+from rdmad.model import Claim, HoldSpec
+
+
+def claim(n: int, device: str, *, netns: int = 0, pod_uid: str = "") -> Claim:
+    return Claim(
+        id=f"c{n}",
+        device=device,
+        netns_inode=netns,
+        netns_path="",
+        nsid=-1,
+        ifname=f"net{n}",
+        shared=True,
+        owner="",
+        created_at_us=n,
+        chardevs=(),
+        hold=HoldSpec(pod_uid) if pod_uid else None,
+    )
+
+
+def test_a_devices_claims_are_its_own_and_leave_when_dropped() -> None:
+    book = ClaimBook()
+    a, b, other = claim(0, "mlx5_0"), claim(1, "mlx5_0"), claim(2, "mlx5_1")
+    for c in (a, b, other):
+        book.add(c)
+    book.drop(a)
+    assert book.of("mlx5_0") == [b]
+    assert book.of("mlx5_2") == []
+
+
+def test_a_pods_held_claims_are_found_by_its_uid_until_dropped() -> None:
+    book = ClaimBook()
+    held, mate, stranger = claim(0, "a", pod_uid="p1"), claim(1, "b", pod_uid="p1"), claim(2, "c")
+    for c in (held, mate, stranger):
+        book.add(c)
+    book.drop(mate)
+    assert book.held_for("p1") == [held]
+    book.drop(held)
+    assert book.held_for("p1") == []
+
+
+def test_a_claim_given_its_netns_later_is_filed_under_it() -> None:
+    book = ClaimBook()
+    held = claim(0, "a", pod_uid="p1")
+    book.add(held)
+    held.netns_inode = 4026532001  # as Attach does
+    assert book.in_netns_of(held) == [held]
+    book.drop(held)
+    assert book.in_netns_of(claim(1, "b", netns=4026532001)) == []
