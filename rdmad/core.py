@@ -151,6 +151,11 @@ class Core:
     def netns_mode(self, mode: NetnsMode) -> None:
         self._tracker.netns_mode = mode
 
+    @property
+    def shared_limit(self) -> int:
+        """Shared claims a device may have (Manager.SharedLimit: rdmad-dra offers as many)."""
+        return self._shared_limit
+
     def add_observer(self, observer: CoreObserver) -> None:
         self._observers.add(observer)
 

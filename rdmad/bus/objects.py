@@ -43,6 +43,9 @@ class CoreAPI(Protocol):
     netns_mode: NetnsMode
     stats: OpStats
 
+    @property
+    def shared_limit(self) -> int: ...
+
     def add_observer(self, observer: CoreObserver) -> None: ...
 
     def devices(self) -> list[DeviceView]: ...
@@ -256,6 +259,7 @@ for _signal in (DEVICE_ADDED, DEVICE_REMOVED, CLAIMED, RELEASED):
 MANAGER_PROPERTIES: PropertyTable[CoreAPI] = PropertyTable(
     Prop("Version", "s", lambda core: __version__),
     Prop("NetnsMode", "s", lambda core: str(core.netns_mode)),
+    Prop("SharedLimit", "u", lambda core: core.shared_limit),
 )
 MANAGER_PROPERTIES.export_on(ManagerInterface, lambda self: self._core)
 

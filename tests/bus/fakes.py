@@ -55,6 +55,7 @@ def fake_resolver() -> NetnsResolver:
 class FakeCore:
     def __init__(self) -> None:
         self.netns_mode = NetnsMode.SHARED
+        self.shared_limit = 16
         self.observers: list[CoreObserver] = []
         self.devs: dict[str, RdmaDevice] = {MLX.name: MLX}
         self.claims_by_id: dict[str, Claim] = {}
