@@ -134,7 +134,7 @@ async def run(cfg: Config) -> int:
         await _shutdown(core, sources, rdma, net)
         return EXIT_BUS
     core.announce_startup()
-    disconnected = asyncio.ensure_future(bus.wait_for_disconnect())  # type: ignore[no-untyped-call]
+    disconnected = asyncio.ensure_future(bus.wait_for_disconnect())
     disconnected.add_done_callback(lambda _f: stop.set())
 
     # What start built (modules, the inventory, the bus's tables) lives as long as the

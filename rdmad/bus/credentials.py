@@ -90,17 +90,21 @@ class Credentials:
         raise AccessDenied(f"{action} needs root or membership of the configured group")
 
     async def _dbus_call(self, member: str, signature: str, body: list[object]) -> Message:
-        """Call the bus daemon; its refusal (or no reply) is an RdmadError."""
-        reply = await self._bus.call(
-            Message(
-                destination=DBUS_NAME,
-                path=DBUS_PATH,
-                interface=DBUS_NAME,
-                member=member,
-                signature=signature,
-                body=body,
+        """Call the bus daemon; its refusal, no reply or a lost connection (EOFError,
+        OSError) is an RdmadError."""
+        try:
+            reply = await self._bus.call(
+                Message(
+                    destination=DBUS_NAME,
+                    path=DBUS_PATH,
+                    interface=DBUS_NAME,
+                    member=member,
+                    signature=signature,
+                    body=body,
+                )
             )
-        )
+        except (EOFError, OSError) as exc:
+            raise RdmadError(f"the bus daemon's {member} failed: {exc!r}") from exc
         if reply is None or reply.message_type is MessageType.ERROR:
             name = reply.error_name if reply is not None else "no reply"
             raise RdmadError(f"the bus daemon's {member} failed: {name}")
