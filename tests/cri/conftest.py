@@ -58,6 +58,13 @@ class Node:
         cri = await self.containerd.start(self.image_archive)
         return Kubelet(cri, self.containerd.pod_logs)
 
+    async def restart_containerd(self) -> Kubelet:
+        """containerd SIGKILLed, as after a crash, and started again as its unit would;
+        a Kubelet on the new one."""
+        await self.containerd.kill()
+        cri = await self.containerd.start(self.image_archive)
+        return Kubelet(cri, self.containerd.pod_logs)
+
     def cni_calls(self) -> list[dict[str, str]]:
         """Each CNI call containerd made on the pod network, in order (tests/cri/cni_tap.py)."""
         if not self.tap_log.exists():

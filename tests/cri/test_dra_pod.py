@@ -75,11 +75,41 @@ async def prepare(api: ApiServer, plugin: Plugin, device: str) -> Prepared:
     return Prepared(ref, pod_uid, device_result.cdi_device_ids)
 
 
-async def pod_with_container(node: Node, prepared: Prepared) -> tuple[Kubelet, Pod, Container]:
-    kubelet = await node.start(node.rdmad(device="sim1"), node.rdmad(pod=True, ipam=None))
+async def start_node(node: Node) -> Kubelet:
+    """containerd with the pod network: the node's plugin (rdmad-cni claiming sim1 as
+    eth0), then rdmad-cni in pod mode."""
+    return await node.start(node.rdmad(device="sim1"), node.rdmad(pod=True, ipam=None))
+
+
+async def run_prepared_pod(kubelet: Kubelet, prepared: Prepared) -> tuple[Pod, Container]:
+    """The prepared pod's sandbox, and a container given the prepare's CDI device IDs."""
     pod = await kubelet.run_pod("trainer-0", uid=prepared.pod_uid)
     container = await kubelet.run_container(pod, "app", cdi_devices=tuple(prepared.cdi_ids))
-    return kubelet, pod, container
+    return pod, container
+
+
+async def pod_with_container(node: Node, prepared: Prepared) -> tuple[Kubelet, Pod, Container]:
+    kubelet = await start_node(node)
+    return kubelet, *await run_prepared_pod(kubelet, prepared)
+
+
+async def take_down_and_unprepare(
+    kubelet: Kubelet, pod: Pod, plugin: Plugin, prepared: Prepared
+) -> None:
+    """What the kubelet does when the pod ends: StopPodSandbox, RemovePodSandbox, then
+    NodeUnprepareResources of its claim."""
+    await kubelet.stop_pod(pod)
+    await kubelet.remove_pod(pod)
+    unprepared = await dra.unprepare(str(plugin.endpoint), SERVICE, [prepared.ref])
+    assert unprepared == {prepared.ref.uid: ""}
+
+
+async def assert_home(node: Node, device: str) -> None:
+    """No claim left, the device's netdev in the host netns and the device available."""
+    assert await node.claims() == []
+    assert link(node.rig.nic(device)) is not None
+    path = await node.rig.client.manager("GetDevice", "s", device)
+    assert await node.rig.client.prop(path, "io.rdmad1.Device", "State") == "available"
 
 
 async def test_the_container_of_a_prepared_pod_has_the_held_devices_netdev_and_char_devices(
@@ -100,14 +130,8 @@ async def test_taking_the_pod_down_and_unpreparing_brings_the_device_home(
 ) -> None:
     prepared = await prepare(*plugin, "sim0")
     kubelet, pod, _ = await pod_with_container(node, prepared)
-    await kubelet.stop_pod(pod)
-    await kubelet.remove_pod(pod)
-    unprepared = await dra.unprepare(str(plugin[1].endpoint), SERVICE, [prepared.ref])
-    assert unprepared == {prepared.ref.uid: ""}
-    assert await node.claims() == []
-    assert link(node.rig.nic("sim0")) is not None
-    path = await node.rig.client.manager("GetDevice", "s", "sim0")
-    assert await node.rig.client.prop(path, "io.rdmad1.Device", "State") == "available"
+    await take_down_and_unprepare(kubelet, pod, plugin[1], prepared)
+    await assert_home(node, "sim0")
 
 
 async def test_in_exclusive_mode_the_container_gets_the_char_devices_read_after_the_move(
@@ -154,3 +178,26 @@ async def test_the_plugin_killed_between_prepare_and_sandbox_changes_nothing_for
             unprepared = await dra.unprepare(str(again.endpoint), SERVICE, [prepared.ref])
     assert unprepared == {prepared.ref.uid: ""}
     assert await node.claims() == [] and link(node.rig.nic("sim0")) is not None
+
+
+async def test_containerd_killed_between_prepare_and_sandbox_runs_the_pod_with_the_held_device(
+    node: Node, plugin: tuple[ApiServer, Plugin]
+) -> None:
+    await start_node(node)  # a node's containerd runs when its kubelet prepares
+    prepared = await prepare(*plugin, "sim0")
+    kubelet = await node.restart_containerd()
+    _, container = await run_prepared_pod(kubelet, prepared)
+    assert "rdma0" in (await kubelet.exec(container, "/bin/ip", "-o", "link")).stdout
+    assert await char_devices(kubelet, container) == spec_nodes(node, prepared.hold_id)
+    assert set(node.cdi_edits(prepared.hold_id)["env"]) <= await env_of(kubelet, container)
+
+
+async def test_containerd_killed_between_prepare_and_sandbox_leaves_unprepare_bringing_it_home(
+    node: Node, plugin: tuple[ApiServer, Plugin]
+) -> None:
+    await start_node(node)  # a node's containerd runs when its kubelet prepares
+    prepared = await prepare(*plugin, "sim0")
+    kubelet = await node.restart_containerd()
+    pod, _ = await run_prepared_pod(kubelet, prepared)
+    await take_down_and_unprepare(kubelet, pod, plugin[1], prepared)
+    await assert_home(node, "sim0")

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.children import spawn
 from tests.support.cni_plugin import PLUGIN
 from tests.support.cri.client import Cri
 from tests.support.cri.image import BUSYBOX
@@ -112,9 +113,8 @@ class Containerd:
         (self.home / "config.toml").write_text(_config(self.home, self.cdi_dir))
         env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/sbin:/usr/bin')}"}
         with open(self.log_path, "ab") as log:
-            # containerd is Go and asks for SIGTERM itself (signal.Notify), so whatever
-            # disposition it inherits, stop()'s SIGTERM reaches its handler.
-            self.proc = await asyncio.create_subprocess_exec(
+            # Signalled by stop() (SIGTERM) and by the restart tests (SIGKILL).
+            self.proc = await spawn(
                 str(BIN / "containerd"),
                 "--config",
                 str(self.home / "config.toml"),
@@ -123,6 +123,8 @@ class Containerd:
                 stderr=log,
                 env=env,
             )
+        if self.cri is not None:
+            await self.cri.close()  # the channel to the containerd killed before
         self.cri = Cri(self.socket)
         exited = asyncio.ensure_future(self.proc.wait())
         ready = asyncio.ensure_future(self.cri.wait_ready(START_TIMEOUT_S))
@@ -153,6 +155,13 @@ class Containerd:
         )
         out, _ = await ctr.communicate()
         assert ctr.returncode == 0, f"ctr images import failed: {out.decode()}"
+
+    async def kill(self) -> None:
+        """SIGKILL, as after a crash: no chance to tidy anything; its pods' shims (not its
+        children) live on, as they do on a node."""
+        assert self.proc is not None and self.proc.returncode is None, "containerd is not running"
+        self.proc.kill()
+        await self.proc.wait()
 
     async def stop(self) -> None:
         """Every pod stopped and removed through CRI, as a drained node's kubelet leaves it,
