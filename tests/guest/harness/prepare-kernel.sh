@@ -5,12 +5,11 @@
 #
 # Environment: RDMAD_GUEST_CACHE (default /opt/rdmad-guest),
 #              RDMAD_DEBIAN_MIRROR / RDMAD_DEBIAN_SECURITY_MIRROR (default: what the host's
-#              apt sources name, else deb.debian.org).
+#              apt sources name).
 #
 # Kernels are unpacked (dpkg-deb -x + depmod -b), never installed: the host's /boot,
-# initramfs hooks and dpkg database stay untouched. The .debs are fetched with a private apt
-# state (own sources.list, lists, cache) so the host's apt configuration is not changed
-# either; apt still verifies them against the archive's signed Release files.
+# initramfs hooks and dpkg database stay untouched. The .debs are fetched through a private
+# apt state (scripts/private-apt.sh), which leaves the host's apt configuration alone too.
 # Idempotent: each kernel dir carries a .complete stamp naming its pin; re-runs are no-ops.
 # Layout: $CACHE/k-6.1/{boot/vmlinuz-KVER,lib/modules/KVER}, $CACHE/k-7.3/..., $CACHE/vng-venv
 set -euo pipefail
@@ -18,6 +17,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=./pins.sh source-path=SCRIPTDIR
 . "$HERE/pins.sh"
+# shellcheck source=../../../scripts/private-apt.sh
+. "$HERE/../../../scripts/private-apt.sh"
 CACHE=$RDMAD_GUEST_CACHE
 
 say() { echo "[prepare-kernel] $*" >&2; }
@@ -28,7 +29,7 @@ while [ $# -gt 0 ]; do
     case $1 in
         --kernel) which=${2:?--kernel needs 6.1, 7.3 or all}; shift 2 ;;
         --kernel=*) which=${1#--kernel=}; shift ;;
-        -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}"; exit 0 ;;
         6.1|7.3|all) which=$1; shift ;;
         *) die "unknown argument: $1" ;;
     esac
@@ -53,57 +54,26 @@ need61=0; need73=0
 if [ "$which" != 7.3 ] && [ "$(cat "$CACHE/k-6.1/.complete" 2>/dev/null)" != "$pin61" ]; then need61=1; fi
 if [ "$which" != 6.1 ] && [ "$(cat "$CACHE/k-7.3/.complete" 2>/dev/null)" != "$pin73" ]; then need73=1; fi
 
-# ------------------------------------------------------------------ archive URIs
-# The host's apt sources tell us which mirror is reachable from here (CI may only reach a
-# proxy/mirror); fall back to deb.debian.org.
-host_uris() {
-    local f
-    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-        [ -r "$f" ] || continue
-        # deb822 "URIs: a b" and one-line "deb [opts] URI suite comps"
-        awk '/^[[:space:]]*URIs:/ {for (i = 2; i <= NF; i++) print $i}
-             /^[[:space:]]*deb[[:space:]]/ {i = 2; if ($i ~ /^\[/) {while (i <= NF && $i !~ /\]$/) i++; i++} print $i}' "$f"
-    done
-}
-uris=$(host_uris || true)
-MIRROR=${RDMAD_DEBIAN_MIRROR:-$(grep -E '/debian/?$' <<<"$uris" | head -1 || true)}
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
-SECMIRROR=${RDMAD_DEBIAN_SECURITY_MIRROR:-$(grep -E '/debian-security/?$' <<<"$uris" | head -1 || true)}
-SECMIRROR=${SECMIRROR:-http://deb.debian.org/debian-security}
-
 # ------------------------------------------------------------------ private apt state
 if [ "$need61" = 1 ] || [ "$need73" = 1 ]; then
     st=$(mktemp -d "$CACHE/apt.XXXXXX")
     trap 'rm -rf "$st"' EXIT
-    mkdir -p "$st/lists/partial" "$st/cache/archives/partial" "$st/debs" "$st/x"
-    key=/usr/share/keyrings/debian-archive-keyring.gpg
-    sb=""; [ -r "$key" ] && sb="[signed-by=$key] "
+    private_apt_state "$st"
     {
         if [ "$need61" = 1 ]; then
-            for s in $KERNEL_61_SUITES; do echo "deb ${sb}$MIRROR $s main"; done
-            echo "deb ${sb}$SECMIRROR bookworm-security main"
+            for s in $KERNEL_61_SUITES; do echo "deb ${SIGNED_BY}$MIRROR $s main"; done
+            echo "deb ${SIGNED_BY}$SECMIRROR bookworm-security main"
         fi
         if [ "$need73" = 1 ]; then
-            for s in $KERNEL_73_SUITES; do echo "deb ${sb}$MIRROR $s main"; done
+            for s in $KERNEL_73_SUITES; do echo "deb ${SIGNED_BY}$MIRROR $s main"; done
         fi
     } > "$st/sources.list"
-    APT=(-o "Dir::Etc::SourceList=$st/sources.list" -o Dir::Etc::SourceParts=/dev/null
-         -o Dir::Etc::Preferences=/dev/null -o Dir::Etc::PreferencesParts=/dev/null
-         -o "Dir::State::Lists=$st/lists" -o "Dir::Cache=$st/cache"
-         -o "Dir::State::status=/dev/null" -o APT::Sandbox::User=root
-         -o APT::Architecture=amd64 -o APT::Architectures=amd64 -o Acquire::Languages=none)
-    say "apt-get update (private state: $(tr '\n' ';' < "$st/sources.list"))"
-    apt-get "${APT[@]}" update -qq >&2 || die "apt-get update of the private state failed"
+    private_apt_update "$st"
 
     # fetch NAME=VERSION ...: fail with bump instructions when a pin left the archive
     fetch() {
         local spec missing=()
-        for spec in "$@"; do
-            # `apt-cache show pkg=ver` exits 0 for an unknown version: compare madison's list
-            apt-cache "${APT[@]}" madison "${spec%%=*}" 2>/dev/null \
-                | awk -F' *[|] *' -v v="${spec#*=}" '$2 == v {f = 1} END {exit !f}' \
-                || missing+=("$spec")
-        done
+        for spec in "$@"; do in_archive "$spec" || missing+=("$spec"); done
         if [ ${#missing[@]} -gt 0 ]; then
             {
                 echo "[prepare-kernel] ERROR: pinned package(s) no longer in the archive: ${missing[*]}"
