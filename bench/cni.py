@@ -43,14 +43,22 @@ class Column:
     daemon_cpu_ms: list[float] = field(default_factory=list)  # per ADD+DEL pair
 
 
-def run_once(plugin: Path, command: str, conf: dict[str, Any], netns: str) -> tuple[float, float]:
-    """(wall ms, CPU ms) of one plugin process; raises if it fails."""
+def run_once(
+    plugin: Path,
+    command: str,
+    conf: dict[str, Any],
+    netns: str,
+    ifname: str = "net1",
+    args: str = "",
+) -> tuple[float, float]:
+    """(wall ms, CPU ms) of one plugin process; raises if it fails. `args`: CNI_ARGS."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "CNI_COMMAND": command,
         "CNI_CONTAINERID": "bench",
         "CNI_NETNS": f"/run/netns/{netns}",
-        "CNI_IFNAME": "net1",
+        "CNI_IFNAME": ifname,
+        "CNI_ARGS": args,
         "CNI_PATH": str(GO_PLUGINS),
     }
     # Output to files and the config through a pipe it fits in, so that wait4 reaps the
