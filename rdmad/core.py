@@ -314,8 +314,16 @@ class Core:
             except Exception as exc:  # one claim must not keep the daemon from starting
                 self._keep_not_returned(claim, exc)
                 continue
-            if claim.hold is not None and claim.phase == ClaimPhase.PENDING:
-                _back_to_held(claim)  # an interrupted Attach: the pod's next ADD retries it
+            if claim.hold is not None and claim.phase in (ClaimPhase.PENDING, ClaimPhase.ACTIVE):
+                # An interrupted Attach, or the netns of an attached one died: held again, for
+                # the pod's next ADD.
+                _back_to_held(claim)
+                dev = self._inv.devices.get(claim.device)
+                # In init_net now (exclusive mode: uverbs made anew). Unread, they stay stale
+                # until the pod's next Attach reads them.
+                with contextlib.suppress(RdmadError):
+                    if dev is not None:
+                        claim.chardevs = await self._rdma.chardevs(dev, claim.hold.chardevs, None)
                 continue
             self._drop(claim)
             if announced and self._startup_releases is not None:
@@ -605,6 +613,51 @@ class Core:
         if not claim.shared:
             await self._tracker.reread_device(dev.name)
         self._tracker.announce(self._tracker.view(self._inv.devices.get(dev.name, dev)))
+
+    async def detach(self, claim_id: str) -> None:
+        """Bring an attached held claim's devices home and hold it for its pod again: the
+        pod's sandbox is going, not the pod (the kubelet makes a new sandbox without a new
+        prepare, and its ADD attaches the claim again). One held already is left as it is
+        (a retried DEL). Only Release ends a held claim."""
+        claim = self.get_claim(claim_id)
+        if claim.hold is None:
+            raise InvalidArgs(f"claim {claim_id} is not held for a pod: release it")
+        async with self._operating_on(claim.device):
+            if self._book.claims.get(claim_id) is not claim:
+                raise NoSuchClaim(f"claim {claim_id!r} ended while waiting")
+            if claim.phase == ClaimPhase.ACTIVE:
+                await self._hold_again(claim, netns_alive=await self._netns_alive(claim))
+
+    async def _hold_again(self, claim: Claim, *, netns_alive: bool) -> None:
+        """Give back what an attached held claim took and hold it for its pod again, with
+        its char devices read in init_net (in exclusive mode the move home made uverbs
+        anew). Under the device's lock. Unsaved, the record still says attached: the next
+        start, or the netns's death, gives it back and holds it again."""
+        hold = claim.hold
+        assert hold is not None
+        try:
+            await self._giveback.give_back(claim, netns_alive=netns_alive)
+        except RdmadError as exc:
+            log_claim_event(
+                log,
+                MESSAGE_NOT_RETURNED,
+                claim,
+                f"claim {claim.id} of {claim.device} could not give everything back from "
+                f"{claim.netns}: {exc}",
+                level=logging.ERROR,
+            )
+            if netns_alive:
+                raise  # a Detach: the claim stays where it is, for the caller to retry
+        log.info("claim %s of %s is held for pod %s again", claim.id, claim.device, hold.pod_uid)
+        _back_to_held(claim)
+        dev = self._inv.devices.get(claim.device)
+        if dev is not None:
+            claim.chardevs = await self._rdma.chardevs(dev, hold.chardevs, None)
+        try:
+            self._save(claim)
+        except RdmadError as exc:
+            log.error("claim %s is held again, but that could not be saved: %s", claim.id, exc)
+        self._observers.claim_changed(claim)  # the bus's State and Netns, the CDI spec
 
     async def _take(
         self, claim: Claim, dev: RdmaDevice, target: NetnsTarget, parent: int, opts: ClaimOptions
@@ -903,6 +956,10 @@ class Core:
                     "alive (nsid reused); keeping the claim",
                     level=logging.INFO,
                 )
+                return
+            if reason == ReleaseReason.NETNS_GONE and claim.hold is not None:
+                # The pod's sandbox died, not the pod: its next sandbox attaches the claim.
+                await self._hold_again(claim, netns_alive=False)
                 return
             alive = reason != ReleaseReason.NETNS_GONE
             try:

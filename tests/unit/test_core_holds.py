@@ -149,17 +149,6 @@ async def test_a_failed_attach_leaves_the_device_home_and_held(rigs: Rigs, tmp_p
     assert [c.phase for c in Store(tmp_path).load().claims] == [ClaimPhase.HELD]
 
 
-async def test_an_attached_hold_ends_when_its_netns_dies(rigs: Rigs, tmp_path: Path) -> None:
-    kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
-    held = await rig.core.hold("mlx5_0", POD, WHOLE)
-    await rig.core.attach(POD, rig.process.resolver.open("pod"), "", ADDRESSES)
-    kernel.delete_netns("pod")
-    assert await rig.seen.wait_released(held.id) == ReleaseReason.NETNS_GONE
-    await rig.quiesce()
-    assert kernel.link("eth0") is not None and rig.state("mlx5_0") == DeviceState.AVAILABLE
-
-
 async def test_release_of_a_hold_frees_the_device(rigs: Rigs, tmp_path: Path) -> None:
     rig = await rigs.start(two_nics(), Store(tmp_path))
     held = await rig.core.hold("mlx5_0", POD, WHOLE)
