@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rdmad.dra.offer import is_slot
 from rdmad.errors import InvalidArgs
 from rdmad.model import DEFAULT_CHARDEVS
 from rdmad.options import parse_claim_options
@@ -33,7 +34,7 @@ class Refused(Exception):
 class Params:
     """The driver's opaque parameters for one device, as validated."""
 
-    shared: bool = False
+    shared: bool | None = None  # None: as allocated (a share slot, or the whole device)
     ifname: str = ""
     mtu: int = 0  # 0: the netdev's own
     chardevs: tuple[str, ...] = ()  # (): rdmad's default
@@ -46,6 +47,7 @@ class Wanted:
     request: str
     pool: str
     device: str  # its name in the ResourceSlice
+    shared: bool  # a share slot: a shared hold (a macvlan child); else the whole device
     params: Params
 
 
@@ -83,17 +85,31 @@ def allocation_of(claim: Mapping[str, Any], uid: str, driver: str, node: str) ->
         raise Refused(f"{where} is reserved for no pod (status.reservedFor)")
     if len(pods) > 1:
         raise Refused(
-            f"{where} is reserved for {len(pods)} pods; rdmad gives a device to one pod's "
-            "network namespace: give each pod its own claim (a ResourceClaimTemplate)"
+            f"{where} is reserved for {len(pods)} pods; rdmad gives a device, or a share of "
+            "it, to one pod's network namespace: give each pod its own claim (a "
+            "ResourceClaimTemplate; share slots let several pods use one device)"
         )
     configs = [
         c for c in devices.get("config") or [] if (c.get("opaque") or {}).get("driver") == driver
     ]
-    wanted = tuple(
-        Wanted(r["request"], r["pool"], r["device"], _params(where, r["request"], configs))
-        for r in results
-    )
+    wanted = tuple(_wanted(where, r, _params(where, r["request"], configs)) for r in results)
     return Allocation(str(pods[0].get("uid", "")), wanted)
+
+
+def _wanted(where: str, result: Mapping[str, Any], params: Params) -> Wanted:
+    """The allocation says whole or shared; the parameter `shared`, if given, must agree,
+    so that a claim never gets a kind of device it did not ask for."""
+    shared = is_slot(result["device"])
+    if params.shared is not None and params.shared != shared:
+        got = "share slot" if shared else "whole device"
+        raise Refused(
+            f"{where}: request {result['request']!r} was allocated the {got} "
+            f"{result['device']}, but its parameter 'shared' is {str(params.shared).lower()}: "
+            "select share slots (attribute shared true) for a shared claim and whole "
+            "devices (shared false) for a whole one, as the DeviceClasses in "
+            "docs/kubernetes.md do"
+        )
+    return Wanted(result["request"], result["pool"], result["device"], shared, params)
 
 
 def _params(where: str, request: str, configs: list[dict[str, Any]]) -> Params:
@@ -129,7 +145,7 @@ def parse_params(where: str, raw: Mapping[str, Any]) -> Params:
     if chardevs is not None and not all(isinstance(c, str) for c in chardevs):
         raise Refused(f"{where}: parameter 'chardevs' must be a list of strings")
     params = Params(
-        shared=raw.get("shared", False),
+        shared=raw.get("shared"),
         ifname=raw.get("interfaceName", ""),
         mtu=raw.get("mtu", 0),
         chardevs=tuple(chardevs or ()),
@@ -138,7 +154,7 @@ def parse_params(where: str, raw: Mapping[str, Any]) -> Params:
         parse_claim_options(
             ifname=raw.get("interfaceName"),
             mtu=raw.get("mtu"),
-            shared=params.shared,
+            shared=bool(params.shared),
             chardevs=params.chardevs or DEFAULT_CHARDEVS,
         )
     except InvalidArgs as e:

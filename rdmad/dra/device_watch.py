@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from dbus_fast import Message, MessageType
@@ -20,6 +19,7 @@ from dbus_fast.errors import DBusError
 from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.names import (
     BUS_NAME,
+    CLAIM_IFACE,
     DBUS_NAME,
     DBUS_PATH,
     DEVICE_IFACE,
@@ -28,6 +28,7 @@ from rdmad.bus.names import (
     MANAGER_PATH,
     OBJECT_MANAGER_IFACE,
 )
+from rdmad.dra.offer import RdmadState
 
 log = logging.getLogger("rdmad.dra")
 
@@ -38,17 +39,10 @@ MATCH_RULES = (
 )
 
 
-@dataclass(frozen=True)
-class RdmadState:
-    """One read of rdmad: every device's properties, and the kernel's RDMA netns mode."""
-
-    devices: list[dict[str, Any]]
-    netns_mode: str
-
-
 def changes_offer(msg: Message) -> bool:
     """Whether signal `msg` can change what the node offers: rdmad came or went, a device
-    came, went or changed (its State follows claims), or the netns mode changed."""
+    came, went or changed (its State and Claims follow every claim and release, so a share
+    taken or freed is one), or the netns mode changed."""
     if msg.message_type is not MessageType.SIGNAL:
         return False
     if msg.member == "NameOwnerChanged":
@@ -83,7 +77,8 @@ class DeviceWatch:
             await self._client.add_match(rule)
 
     async def read(self) -> RdmadState | None:
-        """rdmad's devices now; None when rdmad cannot be read (not running, or refused)."""
+        """rdmad's devices and claims now; None when rdmad cannot be read (not running, or
+        refused)."""
         try:
             (objects,) = await self._client.call(
                 "GetManagedObjects", path=MANAGER_PATH, interface=OBJECT_MANAGER_IFACE
@@ -95,9 +90,17 @@ class DeviceWatch:
         except DBusError as e:
             log.warning("rdmad cannot be read (%s: %s): nothing to offer", e.type, e.text)
             return None
-        devices = [
-            {k: v.value for k, v in ifaces[DEVICE_IFACE].items()}
-            for ifaces in objects.values()
-            if DEVICE_IFACE in ifaces
-        ]
-        return RdmadState(devices, str(manager["NetnsMode"]))
+
+        def of(iface: str) -> list[dict[str, Any]]:
+            return [
+                {k: v.value for k, v in ifaces[iface].items()}
+                for ifaces in objects.values()
+                if iface in ifaces
+            ]
+
+        return RdmadState(
+            of(DEVICE_IFACE),
+            of(CLAIM_IFACE),
+            str(manager["NetnsMode"]),
+            int(manager["SharedLimit"]),
+        )

@@ -1,9 +1,15 @@
 """What the node offers: rdmad's devices as resource.k8s.io/v1 Devices (API JSON), within
 the API's limits, in slices of at most 128.
 
-Only a device rdmad lists as `available` is offered. One that is claimed or shared (held
-for a prepared claim, or taken outside Kubernetes) or unavailable (its netdev out of the
-host netns) is withdrawn, so the scheduler never hands out a device rdmad would refuse.
+Each RDMA device is offered whole while rdmad lists it as `available`. In the kernel's
+shared netns mode it is also offered as share slots: one device of the slice per share
+rdmad's shared limit allows (a macvlan child for one pod each), which the scheduler
+allocates one at a time, like any device (docs/kubernetes.md says why slots and not
+consumable capacity). A share taken outside Kubernetes withdraws a slot; the slots
+Kubernetes holds stay published under their names, as the scheduler counts them allocated.
+Held whole, or unavailable (its netdev out of the host netns), a device offers nothing, so
+the scheduler never hands out what rdmad would refuse. In exclusive mode an RDMA device
+belongs to one netns and rdmad refuses shared claims: no slots.
 """
 
 from __future__ import annotations
@@ -11,9 +17,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from rdmad.dra.owner import parse_owner
 from rdmad.dra.pcie import pcie_root
 
 log = logging.getLogger("rdmad.dra")
@@ -30,6 +38,12 @@ PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 
 OFFERED_STATE = "available"
+SHARED_STATE = "shared"  # rdmad's device state while it has shared claims
+SHAREABLE_STATES = (OFFERED_STATE, SHARED_STATE)  # the states that can take a share
+SHARED_NETNS_MODE = "shared"
+SHARED = "shared"  # the bool attribute: a share slot (true) or the whole device (false)
+SLOT_MARK = "--share-"  # a slot's name: <device>--share-<n>; no whole device's has "--"
+_SLOT = re.compile(r"(.+)--share-(0|[1-9][0-9]*)")
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _SHORT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KERNEL_STYLE = re.compile(r"[a-z0-9]+(_[a-z0-9]+)*")
@@ -41,7 +55,37 @@ def device_name(rdma_name: str) -> str:
     `rdmaDevice` attribute always carries the real one."""
     if _KERNEL_STYLE.fullmatch(rdma_name) and len(rdma_name) <= LABEL_BYTES:
         return rdma_name.replace("_", "-")
+    return _hashed(rdma_name)
+
+
+def _hashed(rdma_name: str) -> str:
     return "rdma-" + hashlib.sha256(rdma_name.encode()).hexdigest()[:16]
+
+
+def slot_name(rdma_name: str, index: int) -> str:
+    """The name of share slot `index` of the device: mlx5-0--share-3. A whole device's name
+    never holds "--" (kernel-style names have no "__"), so the two never collide; a base
+    too long for the label is hashed."""
+    suffix = f"{SLOT_MARK}{index}"
+    base = device_name(rdma_name)
+    if len(base) + len(suffix) > LABEL_BYTES:
+        base = _hashed(rdma_name)
+    return base + suffix
+
+
+def is_slot(name: str) -> bool:
+    """Whether `name`, a device of the slice, is a share slot (else a whole device)."""
+    return _SLOT.fullmatch(name) is not None
+
+
+def rdma_device_of(name: str, rdma_names: Iterable[str]) -> str | None:
+    """The RDMA device among `rdma_names` that `name` (whole, or one of its slots) stands
+    for; None if none does."""
+    slot = _SLOT.fullmatch(name)
+    for rdma in rdma_names:
+        if name == (slot_name(rdma, int(slot[2])) if slot else device_name(rdma)):
+            return rdma
+    return None
 
 
 def _attributes(props: Mapping[str, Any], netns_mode: str) -> dict[str, dict[str, Any]]:
@@ -94,24 +138,70 @@ def check_device(device: Mapping[str, Any]) -> None:
             raise ValueError(f"device {name}: attribute {key} is over {STRING_BYTES} bytes")
 
 
-def offered(devices: Iterable[Mapping[str, Any]], netns_mode: str) -> list[dict[str, Any]]:
-    """The devices to publish, by name: `devices` are rdmad's Device properties."""
+@dataclass(frozen=True)
+class RdmadState:
+    """One read of rdmad: its devices' and claims' properties (as GetManagedObjects gives
+    them), the kernel's RDMA netns mode, and the shared claims rdmad allows a device."""
+
+    devices: list[dict[str, Any]]
+    claims: list[dict[str, Any]]
+    netns_mode: str
+    shared_limit: int
+
+
+def offered(state: RdmadState) -> list[dict[str, Any]]:
+    """The devices to publish, by name."""
+    owners: dict[str, list[str]] = {}  # the owner labels of each device's live claims
+    for claim in state.claims:
+        owners.setdefault(claim["Device"], []).append(claim["Owner"])
     out: dict[str, dict[str, Any]] = {}
-    for props in sorted(devices, key=lambda p: str(p["Name"])):
-        if props["State"] != OFFERED_STATE:
-            continue
-        name = device_name(props["Name"])
-        device = {"name": name, "attributes": _attributes(props, netns_mode)}
-        try:
-            check_device(device)
-        except ValueError as e:
-            log.warning("device %s not offered: %s", props["Name"], e)
-            continue
-        if name in out:
-            log.warning("device %s not offered: its name %s is taken", props["Name"], name)
-            continue
-        out[name] = device
+    for props in sorted(state.devices, key=lambda p: str(p["Name"])):
+        for device in _devices_of(props, owners.get(props["Name"], []), state):
+            name = device["name"]
+            try:
+                check_device(device)
+            except ValueError as e:
+                log.warning("device %s not offered as %s: %s", props["Name"], name, e)
+                continue
+            if name in out:
+                log.warning("device %s not offered: its name %s is taken", props["Name"], name)
+                continue
+            out[name] = device
     return [out[name] for name in sorted(out)]
+
+
+def _devices_of(
+    props: Mapping[str, Any], owners: list[str], state: RdmadState
+) -> Iterator[dict[str, Any]]:
+    rdma = props["Name"]
+    attributes = _attributes(props, state.netns_mode)
+    if props["State"] == OFFERED_STATE:
+        yield {"name": device_name(rdma), "attributes": {**attributes, SHARED: {"bool": False}}}
+    if (
+        state.netns_mode == SHARED_NETNS_MODE
+        and props["State"] in SHAREABLE_STATES
+        and props["NetDevice"]  # a share is a macvlan child of it
+    ):
+        for index in _slots(rdma, owners, state.shared_limit):
+            yield {
+                "name": slot_name(rdma, index),
+                "attributes": {**attributes, SHARED: {"bool": True}},
+            }
+
+
+def _slots(rdma: str, owners: list[str], limit: int) -> list[int]:
+    """The share slots of device `rdma` to publish: those Kubernetes holds (named in their
+    holds' owner labels), and as many free ones, lowest first, as the shares rdmad has left
+    (every live claim of the device, held by Kubernetes or not, takes one)."""
+    held = set()
+    for owner in owners:
+        parsed = parse_owner(owner)
+        slot = _SLOT.fullmatch(parsed[1]) if parsed else None
+        if slot and slot_name(rdma, int(slot[2])) == slot[0]:
+            held.add(int(slot[2]))
+    free = max(0, limit - len(owners))
+    unused = (i for i in range(limit + len(held)) if i not in held)
+    return sorted(held) + [next(unused) for _ in range(free)]
 
 
 def in_slices(devices: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:

@@ -95,7 +95,7 @@ async def follow_rdmad(watch: DeviceWatch, publisher: SlicePublisher) -> None:
     await watch.subscribe(stale.set)
     while True:
         state = await watch.read()
-        publisher.offer(offered(state.devices, state.netns_mode) if state else [])
+        publisher.offer(offered(state) if state else [])
         await stale.wait()
         stale.clear()
 

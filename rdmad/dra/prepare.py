@@ -2,11 +2,15 @@
 the API server, Hold its devices in rdmad for its pod, answer their CDI device IDs; release
 them on unprepare.
 
+A share slot of the slice is held shared (a macvlan child of the device's netdev, one of
+rdmad's shared claims on it), a whole device whole.
+
 Idempotent per claim UID, with no state of the plugin's own: each hold carries the owner
-label dra/<claim UID>, and rdmad lists and persists it. A prepare called again (the kubelet
-retries, and calls again after its own and the plugin's restarts) finds the holds a prepare
-before made, killed part-way or not, and makes only the missing ones; an unprepare releases
-whatever holds carry the label. A prepare that fails releases the holds it made itself.
+label dra/<claim UID>/<device> (rdmad/dra/owner.py), and rdmad lists and persists it. A
+prepare called again (the kubelet retries, and calls again after its own and the plugin's
+restarts) finds the holds a prepare before made, killed part-way or not, and makes only the
+missing ones; an unprepare releases whatever holds carry the claim's UID. A prepare that
+fails releases the holds it made itself.
 """
 
 from __future__ import annotations
@@ -23,12 +27,12 @@ from dbus_fast.errors import DBusError
 from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.names import CLAIM_IFACE
 from rdmad.dra.allocation import Refused, Wanted, allocation_of
-from rdmad.dra.offer import device_name
+from rdmad.dra.offer import SHARED_STATE, rdma_device_of
+from rdmad.dra.owner import owner_label, parse_owner
 from rdmad.dra.slices import ApiFailed
 
 log = logging.getLogger("rdmad.dra")
 
-OWNER_PREFIX = "dra/"  # rdmad's owner label of a claim's holds: dra/<ResourceClaim UID>
 NO_SUCH_CLAIM = "io.rdmad1.Error.NoSuchClaim"
 T = TypeVar("T")
 
@@ -56,10 +60,6 @@ class Prepared:
     pool: str
     device: str
     cdi_device_id: str
-
-
-def owner_of(claim_uid: str) -> str:
-    return OWNER_PREFIX + claim_uid
 
 
 class Preparer:
@@ -100,20 +100,22 @@ class Preparer:
     async def _hold(
         self, ref: ClaimRef, pod_uid: str, wanted: tuple[Wanted, ...]
     ) -> list[Prepared]:
-        owner = owner_of(ref.uid)
-        held = {row[1]: row[5] for row in await self._claims() if row[4] == owner}
+        claims = await self._claims()
+        held = {row[1]: row[5] for row in claims if _claim_of(row[4]) == ref.uid}
         (listed,) = await self._rdmad.call("ListDevices")
-        names = {device_name(row[0]): row[0] for row in listed}
+        states = {str(row[0]): str(row[1]) for row in listed}
+        where = f"ResourceClaim {ref.namespace}/{ref.name}"
+        devices = [_rdma_device(where, w, states, claims, held) for w in wanted]
+        twice = {d for d in devices if devices.count(d) > 1}
+        if twice:
+            raise Refused(
+                f"{where}: it was allocated {', '.join(sorted(twice))} more than once (two "
+                "shares of it, or it and a share); a pod holds a device once, whole or one share"
+            )
         made: list[str] = []  # the rdmad claims this call held: released if it fails
         out: list[Prepared] = []
         try:
-            for w in wanted:
-                rdma = names.get(w.device)
-                if rdma is None:
-                    raise Refused(
-                        f"ResourceClaim {ref.namespace}/{ref.name}: device {w.device} is gone "
-                        "from this node (rdmad does not list it)"
-                    )
+            for w, rdma in zip(wanted, devices, strict=True):
                 path = held.get(rdma)
                 if path is None:
                     path = held[rdma] = await self._hold_one(ref, rdma, pod_uid, w)
@@ -130,8 +132,8 @@ class Preparer:
 
     async def _hold_one(self, ref: ClaimRef, rdma: str, pod_uid: str, w: Wanted) -> str:
         options: dict[str, Variant] = {
-            "owner": Variant("s", owner_of(ref.uid)),
-            "shared": Variant("b", w.params.shared),
+            "owner": Variant("s", owner_label(ref.uid, w.device)),
+            "shared": Variant("b", w.shared),
         }
         if w.params.ifname:
             options["ifname"] = Variant("s", w.params.ifname)
@@ -147,7 +149,13 @@ class Preparer:
                 f"{pod_uid}: {e.text} ({e.type})"
             ) from e
         log.info(
-            "claim %s/%s (%s): %s held for pod %s", ref.namespace, ref.name, ref.uid, rdma, pod_uid
+            "claim %s/%s (%s): %s held%s for pod %s",
+            ref.namespace,
+            ref.name,
+            ref.uid,
+            rdma,
+            " shared" if w.shared else "",
+            pod_uid,
         )
         return str(path)
 
@@ -156,9 +164,9 @@ class Preparer:
         return list(rows)
 
     async def _release_all(self, uid: str) -> None:
-        owner = owner_of(uid)
+        """Only the claim's own holds: a share of it leaves the device's other shares be."""
         for row in await self._claims():
-            if row[4] == owner:
+            if _claim_of(row[4]) == uid:
                 await self._release(row[0])
                 log.info("claim %s: released %s (rdmad claim %s)", uid, row[1], row[0])
 
@@ -168,3 +176,28 @@ class Preparer:
         except DBusError as e:
             if e.type != NO_SUCH_CLAIM:  # ended meanwhile: what we wanted
                 raise Refused(f"rdmad cannot release claim {claim_id}: {e.text} ({e.type})") from e
+
+
+def _claim_of(owner: str) -> str | None:
+    parsed = parse_owner(owner)
+    return parsed[0] if parsed else None
+
+
+def _rdma_device(
+    where: str, w: Wanted, states: dict[str, str], claims: list[Any], held: dict[str, str]
+) -> str:
+    """The RDMA device the allocation's `w` stands for; Refused, before anything is held,
+    if it is gone, or if it was allocated whole while it has live shares (the scheduler
+    allocated it before the offer withdrew it). rdmad would refuse that hold too; this
+    says why."""
+    rdma = rdma_device_of(w.device, states)
+    if rdma is None:
+        raise Refused(f"{where}: device {w.device} is gone from this node (rdmad does not list it)")
+    if not w.shared and states[rdma] == SHARED_STATE and rdma not in held:
+        live = sum(1 for row in claims if row[1] == rdma)
+        raise Refused(
+            f"{where}: device {w.device} was allocated whole, but {rdma} has {live} live "
+            "shared claims: a whole-device hold needs it free (the pod waits until they are "
+            "released)"
+        )
+    return rdma

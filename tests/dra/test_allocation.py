@@ -12,6 +12,7 @@ from rdmad.dra.allocation import Params, Refused, Wanted, allocation_of
 from tests.dra.claims import DRIVER, NODE, POD_UID, claim
 
 UID = "0b9f2c1e-1111-4c3e-9a6e-000000000001"
+SLOT = "mlx5-0--share-3"  # a share slot of mlx5_0 (rdmad/dra/offer.py)
 
 
 def read(c: dict[str, Any], uid: str = UID) -> Any:
@@ -22,8 +23,8 @@ def test_the_devices_of_this_driver_are_held_for_the_reserving_pod() -> None:
     got = read(claim(UID, ["mlx5-0", "mlx5-1"]))
     assert got.pod_uid == POD_UID
     assert got.devices == (
-        Wanted("rdma", NODE, "mlx5-0", Params()),
-        Wanted("rdma", NODE, "mlx5-1", Params()),
+        Wanted("rdma", NODE, "mlx5-0", False, Params()),
+        Wanted("rdma", NODE, "mlx5-1", False, Params()),
     )
 
 
@@ -37,7 +38,7 @@ def test_results_of_other_drivers_are_not_ours() -> None:
 
 def test_parameters_become_the_holds_options() -> None:
     params = {"shared": True, "interfaceName": "rdma0", "mtu": 9000, "chardevs": ["uverbs"]}
-    (wanted,) = read(claim(UID, ["mlx5-0"], parameters=params)).devices
+    (wanted,) = read(claim(UID, [SLOT], parameters=params)).devices
     assert wanted.params == Params(shared=True, ifname="rdma0", mtu=9000, chardevs=("uverbs",))
 
 
@@ -48,7 +49,7 @@ def test_a_config_for_another_request_does_not_apply() -> None:
 
 
 def test_the_claims_config_overrides_the_classs() -> None:
-    c = claim(UID, ["mlx5-0"], parameters={"mtu": 9000})
+    c = claim(UID, [SLOT], parameters={"mtu": 9000})
     from_class = {
         "source": "FromClass",
         "opaque": {"driver": DRIVER, "parameters": {"mtu": 1500, "shared": True}},
@@ -97,3 +98,24 @@ def test_a_claim_that_is_not_this_nodes_to_prepare_is_refused(change: Any, error
 def test_invalid_parameters_are_the_claims_error(parameters: dict[str, Any], error: str) -> None:
     with pytest.raises(Refused, match=f"ResourceClaim default/pod-a-rdma: {error}"):
         read(claim(UID, ["mlx5-0"], parameters=parameters))
+
+
+def test_a_share_slot_is_held_shared_and_a_whole_device_whole() -> None:
+    whole, slot = read(claim(UID, ["mlx5-0", SLOT])).devices
+    assert (whole.shared, slot.shared) == (False, True)
+
+
+@pytest.mark.parametrize(
+    ("device", "shared", "error"),
+    [
+        (SLOT, False, f"allocated the share slot {SLOT}, but its parameter 'shared' is false"),
+        ("mlx5-0", True, "allocated the whole device mlx5-0, but its parameter 'shared' is true"),
+    ],
+)
+def test_a_shared_parameter_that_disagrees_with_the_allocation_is_the_claims_error(
+    device: str, shared: bool, error: str
+) -> None:
+    with pytest.raises(
+        Refused, match=f"ResourceClaim default/pod-a-rdma: request 'rdma' was {error}"
+    ):
+        read(claim(UID, [device], parameters={"shared": shared}))

@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 
 from rdmad.dra.kube import KubeSliceApi, api_client
-from rdmad.dra.offer import offered
 from rdmad.dra.slices import Backoff, Pool, SlicePublisher
 from tests.dra.apiserver import ApiServer
-from tests.dra.test_offer import props
+from tests.dra.test_offer import offer, props
 
 
 @pytest.fixture
@@ -26,7 +25,7 @@ def pool(api: ApiServer, tmp_path: Path) -> Pool:
 
 
 def devices(n: int) -> list[dict[str, Any]]:
-    return offered([props(f"mlx5_{i}") for i in range(n)], "shared")
+    return offer(*[props(f"mlx5_{i}") for i in range(n)], mode="exclusive")
 
 
 def test_one_slice_names_the_node_as_pool_and_owner(api: ApiServer, pool: Pool) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from dbus_fast import Variant
 
+from rdmad.dra.offer import is_slot, slot_name
 from tests.dra import kubelet
 from tests.dra.apiserver import ApiServer
 from tests.dra.claims import POD_UID, claim
@@ -52,6 +53,11 @@ async def prepare(plugin: Plugin, *refs: kubelet.Claim) -> dict[str, kubelet.Pre
     return await kubelet.prepare_devices(str(plugin.endpoint), SERVICE, list(refs))
 
 
+def whole(devices: dict[str, Any]) -> set[str]:
+    """The whole devices offered (tests/dra/test_shared_contract.py follows the slots)."""
+    return {name for name in devices if not is_slot(name)}
+
+
 async def holds(rig: Rig) -> list[tuple[str, str, str]]:
     """rdmad's claims: (device, owner, State)."""
     rows = await rig.client.manager("ListClaims")
@@ -72,17 +78,17 @@ async def test_prepare_holds_the_device_for_the_pod_and_returns_its_cdi_device_i
     )
     (row,) = await rig.client.manager("ListClaims")
     assert device.cdi_device_ids == [f"rdmad.io/rdma={row[0]}"]
-    assert (row[1], row[3], row[4]) == ("sim0", "rdma0", f"dra/{A.uid}")
+    assert (row[1], row[3], row[4]) == ("sim0", "rdma0", f"dra/{A.uid}/sim0")
     assert await rig.client.prop(row[5], CLAIM_IFACE, "PodUid") == POD_UID
     assert await rig.client.prop(row[5], CLAIM_IFACE, "State") == "held"
     assert (rig.daemon.cdi_dir / f"rdmad.io-rdma-{row[0]}.json").exists()
 
 
 async def test_a_prepared_device_leaves_the_offer(api: ApiServer, rig: Rig, plugin: Plugin) -> None:
-    await api.wait_for(lambda d: set(d) == {"sim0", "sim1"})
+    await api.wait_for(lambda d: whole(d) == {"sim0", "sim1"})
     serve(api, A, ["sim0"])
     await prepare(plugin, A)
-    await api.wait_for(lambda d: set(d) == {"sim1"})
+    await api.wait_for(lambda d: set(d) == {"sim1", *(slot_name("sim1", i) for i in range(16))})
 
 
 async def test_prepare_again_returns_the_same_devices_and_holds_nothing_more(
@@ -104,7 +110,7 @@ async def test_unprepare_releases_the_holds_and_again_is_no_error(
     assert await kubelet.unprepare(endpoint, SERVICE, [A]) == {A.uid: ""}
     assert await holds(rig) == []
     assert await kubelet.unprepare(endpoint, SERVICE, [A]) == {A.uid: ""}
-    await api.wait_for(lambda d: set(d) == {"sim0", "sim1"})
+    await api.wait_for(lambda d: whole(d) == {"sim0", "sim1"})
 
 
 async def test_each_claim_of_a_call_gets_its_own_answer(
@@ -151,13 +157,13 @@ async def test_a_second_claim_for_a_held_device_is_refused_naming_the_first(
     got = await prepare(plugin, B)
     assert "rdmad cannot hold sim0" in got[B.uid].error
     assert "io.rdmad1.Error.DeviceBusy" in got[B.uid].error
-    assert await holds(rig) == [("sim0", f"dra/{A.uid}", "held")]
+    assert await holds(rig) == [("sim0", f"dra/{A.uid}/sim0", "held")]
 
 
 async def test_a_prepare_that_fails_part_way_releases_what_it_held(
     api: ApiServer, rig: Rig, plugin: Plugin, netns: str
 ) -> None:
-    await rig.client.manager("Claim", "ssa{sv}", "sim1", netns, {"shared": Variant("b", True)})
+    await rig.client.manager("Claim", "ssa{sv}", "sim1", netns, {})
     serve(api, A, ["sim0", "sim1"])
     got = await prepare(plugin, A)
     assert "rdmad cannot hold sim1" in got[A.uid].error
@@ -167,7 +173,8 @@ async def test_a_prepare_that_fails_part_way_releases_what_it_held(
 async def test_a_prepare_killed_after_its_hold_is_finished_by_the_next(
     api: ApiServer, rig: Rig, plugin: Plugin
 ) -> None:
-    # What a plugin killed between rdmad's Hold and its reply to the kubelet leaves.
+    # What a plugin killed between rdmad's Hold and its reply to the kubelet leaves (its
+    # label as the plugin wrote it before shared mode: dra/<claim UID>, no device).
     options = {"owner": Variant("s", f"dra/{A.uid}")}
     path = await rig.client.manager("Hold", "ssa{sv}", "sim0", POD_UID, options)
     serve(api, A, ["sim0", "sim1"])
