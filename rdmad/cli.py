@@ -44,7 +44,6 @@ from rdmad.options import NETNS_MODES
 HINT = "is rdmad running? systemctl status rdmad; or set --bus-address"
 SYSTEM_BUS = "unix:path=/var/run/dbus/system_bus_socket"  # the D-Bus specification's default
 DEFAULT_TIMEOUT = 25.0  # seconds, as busctl's and libdbus's method calls
-CHANGES_STATE = {"Claim", "Release", "SetNetnsMode"}
 
 # Named arguments of the Manager's signals, for monitor output.
 SIGNAL_ARGS: dict[str, tuple[str, ...]] = {
@@ -300,38 +299,6 @@ def _emit(out: TextIO, a: argparse.Namespace, data: Any, human: str) -> None:
     print(json.dumps(data) if a.json else human, file=out)
 
 
-class TimedClient(Client):
-    """A Client that gives up on rdmad when a call has no answer within `timeout` seconds:
-    a hung rdmad is unreachable, not a command that waits forever."""
-
-    def __init__(self, bus: MessageBus, timeout: float) -> None:
-        super().__init__(bus)
-        self.timeout = timeout
-
-    async def call(
-        self,
-        member: str,
-        signature: str = "",
-        body: Sequence[Any] = (),
-        *,
-        path: str = MANAGER_PATH,
-        interface: str = MANAGER_IFACE,
-        destination: str = BUS_NAME,
-    ) -> list[Any]:
-        try:
-            async with asyncio.timeout(self.timeout):
-                return await super().call(
-                    member, signature, body, path=path, interface=interface, destination=destination
-                )
-        except TimeoutError:
-            text = f"no answer to {member} within {self.timeout:g} s"
-            if member in CHANGES_STATE:
-                text += " (rdmad may still carry it out: see rdmactl claims, rdmactl mode)"
-            raise Unreachable(text) from None
-        except (EOFError, OSError) as exc:  # how dbus-fast fails a call when the bus goes away
-            raise Unreachable(f"the bus closed the connection during {member}") from exc
-
-
 # ---------------------------------------------------------------- command line
 
 Handler = Callable[[Client, argparse.Namespace, TextIO], Awaitable[None]]
@@ -572,7 +539,7 @@ async def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise Unreachable(f"cannot connect: {exc}") from exc
     try:
         handler = COMMANDS[args.command].handler
-        await handler(TimedClient(bus, args.timeout), args, out or sys.stdout)
+        await handler(Client(bus, args.timeout), args, out or sys.stdout)
     finally:
         bus.disconnect()
     return 0

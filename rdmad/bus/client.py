@@ -1,8 +1,9 @@
-"""A dbus-fast client of io.rdmad1, for rdmactl and rdmad-exporter (the CNI plugin, a
+"""A dbus-fast client of io.rdmad1, for rdmactl, rdmad-exporter and rdmad-dra (the CNI plugin, a
 short-lived process per pod start, is a Go binary with its own client: cni/rdmad.go)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,9 +33,17 @@ class Unreachable(Exception):
     """rdmad cannot be reached: no bus, nobody owns io.rdmad1, or no reply."""
 
 
+# Methods that change rdmad's state: one whose answer did not come may still be carried out.
+CHANGES_STATE = {"Claim", "Release", "SetNetnsMode", "Hold", "Attach"}
+
+
 class Client:
-    def __init__(self, bus: MessageBus) -> None:
+    """Calls on `bus`. With a `timeout`, a call without an answer within that many seconds
+    raises Unreachable: a hung rdmad is unreachable, not a call that waits forever."""
+
+    def __init__(self, bus: MessageBus, timeout: float | None = None) -> None:
         self.bus = bus
+        self.timeout = timeout
 
     async def call(
         self,
@@ -47,16 +56,24 @@ class Client:
         destination: str = BUS_NAME,
     ) -> list[Any]:
         """The reply's body; an error reply raises Unreachable or DBusError (its name)."""
-        reply = await self.bus.call(
-            Message(
-                destination=destination,
-                path=path,
-                interface=interface,
-                member=member,
-                signature=signature,
-                body=list(body),
-            )
+        message = Message(
+            destination=destination,
+            path=path,
+            interface=interface,
+            member=member,
+            signature=signature,
+            body=list(body),
         )
+        try:
+            async with asyncio.timeout(self.timeout):
+                reply = await self.bus.call(message)
+        except TimeoutError:
+            text = f"no answer to {member} within {self.timeout:g} s"
+            if member in CHANGES_STATE:
+                text += " (rdmad may still carry it out: list its claims and mode to see)"
+            raise Unreachable(text) from None
+        except (EOFError, OSError) as exc:  # how dbus-fast fails a call when the bus goes away
+            raise Unreachable(f"the bus closed the connection during {member}") from exc
         if reply is None:
             raise Unreachable("no reply")
         if reply.message_type is MessageType.ERROR:

@@ -17,8 +17,8 @@ from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 
 from rdmad import cli
+from rdmad.bus.client import Client
 from rdmad.bus.names import MANAGER_IFACE, MANAGER_PATH
-from rdmad.cli import TimedClient
 from rdmad.cli_exit import Exit
 
 
@@ -72,7 +72,7 @@ class FullDisk(io.StringIO):
 
 async def test_monitor_stops_when_its_output_cannot_be_written() -> None:
     # instead of a traceback for every signal, on and on
-    client = TimedClient(cast(MessageBus, OneSignalBus()), 5)
+    client = Client(cast(MessageBus, OneSignalBus()), 5)
     with pytest.raises(OSError) as exc:
         await cli.cmd_monitor(client, cli.parse_args(["monitor"]), FullDisk())
     assert exc.value.errno == errno.ENOSPC

@@ -12,8 +12,8 @@ import pytest
 from dbus_fast import MessageType
 from dbus_fast.aio import MessageBus
 
-from rdmad.bus.client import Unreachable
-from rdmad.cli import TimedClient, cmd_monitor, parse_args
+from rdmad.bus.client import Client, Unreachable
+from rdmad.cli import cmd_monitor, parse_args
 
 
 class HungBus:
@@ -23,8 +23,8 @@ class HungBus:
         await asyncio.Event().wait()
 
 
-def hung_client(timeout: float) -> TimedClient:
-    return TimedClient(cast(MessageBus, HungBus()), timeout)
+def hung_client(timeout: float) -> Client:
+    return Client(cast(MessageBus, HungBus()), timeout)
 
 
 async def test_a_call_without_answer_is_unreachable_after_the_timeout() -> None:
@@ -53,8 +53,8 @@ class GoneBus:
         raise EOFError
 
 
-def gone_client() -> TimedClient:
-    return TimedClient(cast(MessageBus, GoneBus()), 5)
+def gone_client() -> Client:
+    return Client(cast(MessageBus, GoneBus()), 5)
 
 
 async def test_a_call_when_the_bus_goes_away_is_unreachable() -> None:
