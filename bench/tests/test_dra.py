@@ -1,0 +1,93 @@
+"""The rdmad-dra scenario's plan, predicates and verdicts (no root, no daemon, no plugin)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from bench.dra import (
+    DEVICE,
+    Column,
+    Idle,
+    Samples,
+    cni_confs,
+    hotplug_met,
+    lacks,
+    offers,
+    pod_args,
+    take_turns,
+    woken,
+)
+
+
+def device(rdma: str, name: str) -> dict[str, dict[str, object]]:
+    return {name: {"name": name, "attributes": {"rdmaDevice": {"string": rdma}}}}
+
+
+def recording(ran: list[str]) -> Callable[[str], Column]:
+    """Columns that log their name when they run and keep one sample."""
+
+    def column(name: str) -> Column:
+        async def col(s: Samples) -> None:
+            ran.append(name)
+            s.add(name, 1.0)
+
+        return col
+
+    return column
+
+
+async def test_each_column_runs_once_per_rep_and_the_warmup_reps_are_not_kept() -> None:
+    ran: list[str] = []
+    column = recording(ran)
+    got = await take_turns({n: column(n) for n in ("held", "by name", "by hand")}, 6, 2)
+    assert Counter(ran) == {"held": 8, "by name": 8, "by hand": 8}
+    assert {n: len(v) for n, v in got.t.items()} == {"held": 6, "by name": 6, "by hand": 6}
+
+
+async def test_over_a_cycle_each_column_goes_first_equally_often() -> None:
+    ran: list[str] = []
+    column = recording(ran)
+    await take_turns({n: column(n) for n in "abc"}, 6, 0)
+    assert Counter(ran[0::3]) == {"a": 2, "b": 2, "c": 2}
+
+
+def test_the_pod_mode_confs_are_chained_and_name_no_device() -> None:
+    confs = cni_confs("unix:path=/bus", "ns1")
+    for name in ("pod", "portmap"):
+        assert confs[name]["prevResult"]["interfaces"][0]["sandbox"] == "/run/netns/ns1"
+    assert confs["pod"]["pod"] is True and "device" not in confs["pod"]
+    assert confs["by name"]["device"] == DEVICE and "pod" not in confs["by name"]
+
+
+def test_the_pods_cni_args_carry_its_uid() -> None:
+    assert "K8S_POD_UID=abc" in pod_args("abc").split(";")
+
+
+def test_a_device_is_offered_whole_or_as_a_share_slot() -> None:
+    slot = device("sim1", "sim1--share-0")
+    assert offers("sim1")(slot) and not offers("sim1", whole=True)(slot)
+    assert offers("sim1", whole=True)(device("sim1", "sim1"))
+    assert not offers("sim1")(device("sim0", "sim0"))
+
+
+def test_a_device_held_whole_lacks_from_the_pool_even_with_a_slot_left() -> None:
+    assert lacks("sim0")(device("sim0", "sim0--share-0"))
+    assert not lacks("sim0")(device("sim0", "sim0"))
+
+
+def test_wakeups_are_counted_per_thread_and_a_thread_born_meanwhile_counts_whole() -> None:
+    before = {"python3/10": 40, "lifeguard/12": 7}
+    after = {"python3/10": 40, "lifeguard/12": 9, "timer/13": 3}
+    assert woken(before, after) == {"lifeguard/12": 2, "timer/13": 3}
+
+
+def test_idle_is_met_only_with_no_cpu_and_no_wakeup() -> None:
+    assert Idle(60.0, 0.0, {}).met
+    assert not Idle(60.0, 0.0, {"lifeguard/12": 1}).met
+    assert not Idle(60.0, 10.0, {}).met
+
+
+def test_the_hotplug_target_needs_the_whole_p99_interval_under_a_second() -> None:
+    assert hotplug_met([50.0] * 199 + [900.0])
+    assert not hotplug_met([50.0] * 190 + [1200.0] * 10)
