@@ -7,6 +7,10 @@ device, netns gone, rdmad restarting) is an outcome, not a failure: the invarian
 - CniActor: rdmad-cni ADD, CHECK (with ADD's result as prevResult), DEL and GC, with the
   environment and stdin a runtime gives it.
 - PodmanActor: the real podman: run, rm -f, kill -9 of the container's process.
+- PodActor: multi-rail pods, 2-4 claims into one netns with one pod CDI name and policy
+  routing, released together or ended by their netns's death.
+- HoldActor: DRA-style pods: Hold, then rdmad-cni ADD in pod mode or Manager.Attach (or
+  the pod never comes), then unprepare.
 - Scraper: the exporter scraped, rdmad's RSS and fds sampled.
 """
 
@@ -27,7 +31,7 @@ from tests.cni.conftest import run_plugin
 from tests.cni.podman import Podman
 from tests.soak.clock import Clock
 from tests.soak.node import Node, Slot
-from tests.soak.schedule import DEVICES, Action
+from tests.soak.schedule import PODMAN_DEVICE, Action
 from tests.support.daemon import BUS_NAME, Client, DBusCallError
 
 CALL_TIMEOUT = 40.0  # longer than any fault's window: an unanswered call is an outcome
@@ -66,18 +70,71 @@ def outcome_of(exc: BaseException) -> str:
     return f"bus-error:{type(exc).__name__}"
 
 
-class BusClaimer:
+POD_PRIMARY = {  # the result of the pod network's plugin, which rdmad-cni chains after
+    "cniVersion": "1.0.0",
+    "interfaces": [{"name": "eth0", "sandbox": "SANDBOX"}],
+    "ips": [],
+    "routes": [],
+}
+
+
+@dataclass
+class Pod:
+    """A pod's claims on a node: one netns (a slot, once it came) for all of them."""
+
+    node: str
+    serial: int
+    claims: list[str]
+    slot: int | None = None
+    via: str = ""  # how a held pod came: "cni" or "attach"; "" not yet
+    container: str = ""
+
+
+class BusUser:
+    """What an actor needs to call a node's rdmad as a client: a connection per node, and
+    each call's outcome (a refusal, no answer, the bus gone) as a string."""
+
     def __init__(self, name: str, world: World) -> None:
         self.name = name
         self.world = world
         self.clients: dict[str, Client] = {}
-        self.held: dict[str, list[str]] = {}  # node -> the ids of the claims it made there
         self.serial = 0
+        self.detail = ""
 
     async def client(self, node: Node) -> Client:
         if node.name not in self.clients or not self.clients[node.name].bus.connected:
             self.clients[node.name] = await Client.connect(node.bus.address, signals=False)
         return self.clients[node.name]
+
+    async def call(self, node: Node, member: str, sig: str, *body: Any) -> tuple[str, Any]:
+        """("ok", the reply) or (the outcome, None)."""
+        try:
+            async with asyncio.timeout(CALL_TIMEOUT):
+                client = await self.client(node)
+                return "ok", await client.manager(member, sig, *body)
+        except (DBusCallError, TimeoutError, OSError, EOFError, ConnectionError) as exc:
+            self.detail = self.detail or f"{member}: {exc}"
+            if not isinstance(exc, DBusCallError):
+                self.clients.pop(node.name, None)
+            return outcome_of(exc), None
+
+    async def release_all(self, node: Node, claims: list[str]) -> str:
+        """Each claim released; "ok" if all were, else the first other outcome."""
+        results = [(await self.call(node, "Release", "s", c))[0] for c in claims]
+        return next((r for r in results if r != "ok"), "ok")
+
+    def count(self, op: str, result: str) -> None:
+        self.world.tally.count(self.name, op, result, self.detail)
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+
+
+class BusClaimer(BusUser):
+    def __init__(self, name: str, world: World) -> None:
+        super().__init__(name, world)
+        self.held: dict[str, list[str]] = {}  # node -> the ids of the claims it made there
 
     async def do(self, action: Action) -> None:
         if action.op == "release":
@@ -136,10 +193,6 @@ class BusClaimer:
             path = f"/io/rdmad1/claim/{args['claim']}"
             await client.call_raw(BUS_NAME, path, "io.rdmad1.Claim", "Release")
         return "ok"
-
-    def close(self) -> None:
-        for client in self.clients.values():
-            client.close()
 
 
 def present(netns: str) -> str:
@@ -273,7 +326,7 @@ class PodmanActor:
                 "type": "rdmad",
                 "busAddress": node.bus.address,
                 "shared": True,
-                "device": f"sim{DEVICES - 1}",
+                "device": PODMAN_DEVICE,
                 "ipam": {
                     "type": "host-local",
                     "subnet": "10.88.99.0/24",
@@ -353,3 +406,191 @@ class Scraper:
             result = f"failed:{type(exc).__name__}"
             node.problems.append(f"exporter ({node.name}) scrape failed: {exc!r}")
         self.world.tally.count("scraper", "scrape", result)
+
+
+class PodActor(BusUser):
+    """Multi-rail pods over the bus: 2-4 claims into one netns, one pod CDI name, and policy
+    routing (a table rdmad picks, addresses, an on-link route and a default route via a
+    gateway per rail); released together, or ended by the death of their netns."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__("pods", world)
+        self.pods: list[Pod] = []
+
+    async def do(self, action: Action) -> None:
+        self.detail = ""
+        node = self.world.nodes[action.args["node"]]
+        ops = {"start": self.start, "release": self.release_pod, "kill": self.kill}
+        self.count(action.op, await ops[action.op](node, action.args))
+
+    def options(self, node: Node, pod: Pod, rail: int, shared: bool, routing: bool) -> Any:
+        index = sorted(self.world.nodes).index(node.name)
+        net = f"10.{110 + index}.{rail}"
+        options: dict[str, Variant] = {
+            "owner": Variant("s", f"soak/pods/{pod.serial}"),
+            "ifname": Variant("s", f"p{pod.serial}r{rail}"),
+            "pod_cdi_name": Variant("s", f"soakpod{pod.serial}"),
+            "addresses": Variant("as", [f"{net}.{pod.serial % 250 + 2}/24"]),
+        }
+        if shared:
+            options["shared"] = Variant("b", True)
+        if routing:
+            options["table"] = Variant("u", 0)
+            routes = [f"10.{120 + index}.{rail}.0/24", f"0.0.0.0/0,via={net}.1"]
+            options["routes"] = Variant("as", routes)
+        return options
+
+    async def start(self, node: Node, args: dict[str, Any]) -> str:
+        """Every rail claimed in turn; a rail refused leaves the others (a partial pod is
+        the runtime's to end, and this one ends it like any other)."""
+        netns = await self.world.slots[args["slot"]].ensure()
+        self.serial += 1
+        pod = Pod(node.name, self.serial, [], args["slot"])
+        results = []
+        for rail, (device, shared) in enumerate(zip(args["devices"], args["shared"], strict=True)):
+            options = self.options(node, pod, rail, shared, args["routing"])
+            result, path = await self.call(node, "Claim", "ssa{sv}", device, netns, options)
+            results.append(result)
+            if path is not None:
+                claim_id = str(path).rsplit("/", 1)[1]
+                pod.claims.append(claim_id)
+                self.world.tally.ack(node.name, claim_id)
+        if pod.claims:
+            self.pods.append(pod)
+        ok = results.count("ok")
+        return "ok" if ok == len(results) else f"{ok}-of-{len(results)}"
+
+    def pick(self, node: Node, pick: int) -> Pod | None:
+        mine = [p for p in self.pods if p.node == node.name]
+        return mine[pick % len(mine)] if mine else None
+
+    async def release_pod(self, node: Node, args: dict[str, Any]) -> str:
+        pod = self.pick(node, args["pick"])
+        if pod is None:
+            return "no-pod"
+        self.pods.remove(pod)
+        return await self.release_all(node, pod.claims)
+
+    async def kill(self, node: Node, args: dict[str, Any]) -> str:
+        """The pod's netns deleted and its last process killed (whatever else is in it)."""
+        pod = self.pick(node, args["pick"])
+        if pod is None:
+            return "no-pod"
+        self.pods.remove(pod)
+        assert pod.slot is not None
+        return "netns-deleted" if await self.world.slots[pod.slot].delete() else "netns-gone"
+
+
+class HoldActor(BusUser):
+    """DRA-style pods: Manager.Hold of 1-2 devices for a pod UID (as rdmad-dra's prepare),
+    then the pod comes (rdmad-cni ADD in pod mode, chained, with K8S_POD_UID; or
+    Manager.Attach, as the plugin calls it) or never does; unprepare ends it (CNI DEL if it
+    came through rdmad-cni, then Release of each hold, as rdmad-dra's unprepare)."""
+
+    def __init__(self, world: World, cni_path: str) -> None:
+        super().__init__("holds", world)
+        self.cni_path = cni_path
+        self.pods: list[Pod] = []
+
+    async def do(self, action: Action) -> None:
+        self.detail = ""
+        node = self.world.nodes[action.args["node"]]
+        ops = {"hold": self.hold, "come": self.come, "unprepare": self.unprepare}
+        result = await ops[action.op](node, action.args)
+        op = f"come-{action.args['via']}" if action.op == "come" else action.op
+        self.count(op, result)
+
+    @staticmethod
+    def uid(pod: Pod) -> str:
+        return f"soak-{os.getpid()}-{pod.serial}"
+
+    async def hold(self, node: Node, args: dict[str, Any]) -> str:
+        self.serial += 1
+        pod = Pod(node.name, self.serial, [])
+        results = []
+        for rail, (device, shared) in enumerate(zip(args["devices"], args["shared"], strict=True)):
+            options: dict[str, Variant] = {
+                "owner": Variant("s", f"dra/soak-{pod.serial}"),
+                "ifname": Variant("s", f"h{pod.serial}r{rail}"),
+                "shared": Variant("b", shared),
+            }
+            result, path = await self.call(node, "Hold", "ssa{sv}", device, self.uid(pod), options)
+            results.append(result)
+            if path is not None:
+                claim_id = str(path).rsplit("/", 1)[1]
+                pod.claims.append(claim_id)
+                self.world.tally.ack(node.name, claim_id)
+        if pod.claims:
+            self.pods.append(pod)
+        ok = results.count("ok")
+        return "ok" if ok == len(results) else f"{ok}-of-{len(results)}"
+
+    def pick(self, node: Node, pick: int, came: bool | None = None) -> Pod | None:
+        mine = [
+            p for p in self.pods if p.node == node.name and (came is None or bool(p.via) == came)
+        ]
+        return mine[pick % len(mine)] if mine else None
+
+    def conf(self, node: Node) -> dict[str, Any]:
+        return {
+            "cniVersion": "1.0.0",
+            "name": f"soak-holds-{node.name}",
+            "type": "rdmad",
+            "busAddress": node.bus.address,
+            "pod": True,
+            "prevResult": POD_PRIMARY,
+        }
+
+    def cni_args(self, pod: Pod) -> str:
+        return f"IgnoreUnknown=1;K8S_POD_NAMESPACE=soak;K8S_POD_NAME=p{pod.serial};" + (
+            f"K8S_POD_UID={self.uid(pod)}"
+        )
+
+    async def come(self, node: Node, args: dict[str, Any]) -> str:
+        pod = self.pick(node, args["pick"], came=False)
+        if pod is None:
+            return "nothing-held"
+        netns = await self.world.slots[args["slot"]].ensure()
+        pod.slot, pod.via = args["slot"], args["via"]
+        if pod.via == "attach":
+            result, _paths = await self.call(node, "Attach", "ssa{sv}", self.uid(pod), netns, {})
+            return result
+        pod.container = f"soakhold{pod.serial}"
+        done = await asyncio.to_thread(
+            run_plugin,
+            "ADD",
+            self.conf(node),
+            self.cni_path,
+            netns,
+            pod.container,
+            "eth0",
+            self.cni_args(pod),
+        )
+        if done.code != 0:
+            self.detail = f"{done.out} {done.stderr.strip()}"
+            return f"error-{(done.out or {}).get('code', done.code)}"
+        return "ok"
+
+    async def unprepare(self, node: Node, args: dict[str, Any]) -> str:
+        pod = self.pick(node, args["pick"])
+        if pod is None:
+            return "nothing-held"
+        self.pods.remove(pod)
+        prefix = "held-" if not pod.via else ""
+        if pod.via == "cni" and pod.slot is not None:
+            netns = present(self.world.slots[pod.slot].name)
+            done = await asyncio.to_thread(
+                run_plugin,
+                "DEL",
+                self.conf(node),
+                self.cni_path,
+                netns,
+                pod.container,
+                "eth0",
+                self.cni_args(pod),
+            )
+            if done.code != 0:
+                self.detail = f"DEL: {done.out} {done.stderr.strip()}"
+                return f"del-error-{(done.out or {}).get('code', done.code)}"
+        # Released by DEL or by the netns's death already: NoSuchClaim, as rdmad-dra finds.
+        return prefix + await self.release_all(node, pod.claims)

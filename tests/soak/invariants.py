@@ -9,13 +9,19 @@ open, every rdmad back up), per node. The device invariant is tests/support/inva
   kernel destroys it with its veth when its cleanup runs);
 - no orphan macvlan: none in a slot's netns without its claim (compare), and none in
   init_net on a node's veth (a shared claim interrupted before its macvlan moved);
-- no orphan policy rule or route table: each slot's netns has only the kernel's default
-  rules (IPv4 and IPv6) and routes only on lo and on the interfaces of listed claims there;
-  init_net has the rules it had when the soak began;
+- a held claim (Hold, netns "") moved nothing: its device is taken (state claimed, or
+  shared) and its netdev home;
+- no orphan policy rule or route table: each slot's netns has the kernel's default rules
+  (IPv4 and IPv6) and otherwise only rules that look up the table of a listed claim in it;
+  its routes, in every table, are on lo or on the interface of a listed claim there, and a
+  table other than main and local is a listed claim's there; init_net has the rules it had
+  when the soak began and no route in a table of rdmad's range;
 - each listed claim has its CDI spec, and each claim spec its listed claim (a claim spec's
   first device name is its claim id); a pod's spec (a pod CDI name: its one device is the
-  name) injects only device nodes of live claims;
+  name) is named by a listed claim's PodCdiName and injects only device nodes of live
+  claims; the specs of one netns's claims and their pod specs agree on every env key;
 - the exporter's rdmad_claim_info series are the listed claims;
+- rdmad logged no traceback (every fault the soak makes has a one-line log by design);
 - no claim lost: every claim acknowledged to a caller (a Claim reply) or seen in a Claimed
   signal is still listed, or `rdmactl monitor` printed its Released with a reason. When the
   monitor was not listening at some time since the claim was acknowledged (the bus or the
@@ -36,12 +42,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.soak.node import Node, Slot
-from tests.support.daemon import Client
+from tests.support.daemon import BUS_NAME, MANAGER_PATH, Client, DBusCallError
 from tests.support.invariants import DaemonView, compare, daemon_view
 from tests.support.net import ip_json
 
+CLAIM_IFACE, PROPERTIES = "io.rdmad1.Claim", "org.freedesktop.DBus.Properties"
 SETTLE_S = 30.0  # rdmad ends claims of a netns deleted just before, from kernel events
 DEFAULT_RULES = {4: {0, 32766, 32767}, 6: {0, 32766}}
+RDMAD_TABLES = range(1000, 2000)  # rdmad's route_tables by default: what table=0 picks
+MAIN_TABLES = {None, "main", "local", "default", 254, 255, 253}
 
 
 def rules(family: int, netns: str | None = None) -> list[tuple[Any, ...]]:
@@ -135,7 +144,7 @@ def judge_unnamed(view: DaemonView, problems: list[str], verdict: Verdict) -> li
     named = _netns_names()
     kept = []
     for cid, _device, netns, _ifname in view.claims:
-        if _inode(netns) in named:
+        if not netns or _inode(netns) in named:  # "": held, in no netns yet
             continue
         alive = holders(_inode(netns))
         if alive:
@@ -147,14 +156,23 @@ def judge_unnamed(view: DaemonView, problems: list[str], verdict: Verdict) -> li
     return problems + kept
 
 
-def without_nodev(view: DaemonView, verdict: Verdict) -> DaemonView:
-    """The view compare() understands: netdev=false claims left out, their devices shown as
-    free (their netdevs never left init_net); their netns checked here."""
+def without_unmoved(view: DaemonView, verdict: Verdict) -> DaemonView:
+    """The view compare() understands: netdev=false and held claims left out, their devices
+    shown as free (their netdevs never left init_net), but for a held share of a device that
+    others share; their netns and device states checked here."""
     by_inode = _netns_names()
     devices = dict(view.devices)
     claims = []
     for claim in view.claims:
         cid, device, netns, ifname = claim
+        if not netns:
+            verdict.figures["held_claims"] += 1
+            state, netdev = devices.get(device, ("?", ""))
+            if state not in ("claimed", "shared"):
+                verdict.problems.append(f"held claim {cid}: {device} is {state!r}")
+            if state == "claimed" or not any(c[1] == device and c[2] for c in view.claims):
+                devices[device] = ("available", netdev)
+            continue
         if ifname:
             claims.append(claim)
             continue
@@ -168,32 +186,62 @@ def without_nodev(view: DaemonView, verdict: Verdict) -> DaemonView:
     return DaemonView(devices, claims)
 
 
-def check_routing(views: list[DaemonView], slots: list[Slot], init_rules: Any) -> Verdict:
-    """Over every node's claims: a slot's netns holds the claims of both nodes."""
+def check_routing(
+    views: list[DaemonView], props: dict[str, dict[str, Any]], slots: list[Slot], init_rules: Any
+) -> Verdict:
+    """Over every node's claims: a slot's netns holds the claims of both nodes. `props`: each
+    listed claim's Claim properties, by id."""
     verdict = Verdict()
     by_inode = _netns_names()
     claimed: dict[str, set[str]] = {}
+    tables: dict[str, set[int]] = {}
     for view in views:
-        for _cid, _device, netns, ifname in view.claims:
-            claimed.setdefault(by_inode.get(_inode(netns), "?"), set()).add(ifname)
+        for cid, _device, netns, ifname in view.claims:
+            name = by_inode.get(_inode(netns), "?")
+            claimed.setdefault(name, set()).add(ifname)
+            table = int(props.get(cid, {}).get("RouteTable", 0))
+            if table:
+                tables.setdefault(name, set()).add(table)
+                verdict.figures["claims_with_table"] += 1
     for name in _slot_names(slots):
+        mine = tables.get(name, set())
         try:
             for family in (4, 6):
+                for prio, table, src, _dst in rules(family, name):
+                    if prio not in DEFAULT_RULES[family] and _table(table) not in mine:
+                        verdict.problems.append(
+                            f"orphan policy rule in {name} (IPv{family}): "
+                            f"{prio} from {src} lookup {table}; claims' tables {sorted(mine)}"
+                        )
                 prios = {r[0] for r in rules(family, name)}
-                if prios != DEFAULT_RULES[family]:
-                    verdict.problems.append(f"orphan policy rule in {name} (IPv{family}): {prios}")
+                if not DEFAULT_RULES[family] <= prios:
+                    verdict.problems.append(f"default rules gone in {name} (IPv{family}): {prios}")
                 for route in ip_json(f"-{family}", "route", "show", "table", "all", netns=name):
-                    dev = route.get("dev")
+                    dev, in_table = route.get("dev"), route.get("table")
                     if dev != "lo" and dev not in claimed.get(name, set()):
                         verdict.problems.append(
-                            f"orphan route in {name} table {route.get('table', 'main')}: {route}"
+                            f"orphan route in {name} table {in_table or 'main'}: {route}"
                         )
+                    elif in_table not in MAIN_TABLES and _table(in_table) not in mine:
+                        verdict.problems.append(f"orphan route table {in_table} in {name}: {route}")
         except RuntimeError:
             continue  # the netns went while we looked
         verdict.figures["netns_checked"] += 1
     if (rules(4), rules(6)) != init_rules:
         verdict.problems.append(f"init_net's policy rules changed: {rules(4)} {rules(6)}")
+    for family in (4, 6):
+        for route in ip_json(f"-{family}", "route", "show", "table", "all"):
+            if _table(route.get("table")) in RDMAD_TABLES:
+                verdict.problems.append(f"a route in rdmad's table range in init_net: {route}")
     return verdict
+
+
+def _table(table: Any) -> int:
+    """A rule's or route's table as a number (ip's JSON names the kernel's own)."""
+    try:
+        return int(table)
+    except (TypeError, ValueError):
+        return -1
 
 
 def check_init_macvlans(node: Node, verdict: Verdict) -> None:
@@ -210,54 +258,115 @@ def check_init_macvlans(node: Node, verdict: Verdict) -> None:
 CLAIM_ID = re.compile(r"[0-9a-f]{16}")
 
 
-def read_specs(node: Node) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+@dataclass
+class Spec:
+    nodes: set[str]
+    env: dict[str, str]
+
+
+def read_specs(node: Node) -> tuple[dict[str, Spec], dict[str, Spec]]:
     """The node's CDI specs by their first device name: a claim's (its id), and a pod's (its
-    pod CDI name, rdmad/cdi.py); each with the device nodes it injects."""
-    claims: dict[str, set[str]] = {}
-    pods: dict[str, set[str]] = {}
+    pod CDI name, rdmad/cdi.py); each with the device nodes it injects and its env."""
+    claims: dict[str, Spec] = {}
+    pods: dict[str, Spec] = {}
     for path in node.daemon.cdi_dir.glob("*.json"):
         try:
             spec = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # removed while we read
         name = str(spec["devices"][0]["name"])
-        nodes = {
-            str(n["path"]) for d in spec["devices"] for n in d["containerEdits"]["deviceNodes"]
-        }
-        (claims if CLAIM_ID.fullmatch(name) else pods)[name] = nodes
+        edits = [d["containerEdits"] for d in spec["devices"]]
+        nodes = {str(n["path"]) for e in edits for n in e["deviceNodes"]}
+        env = dict(str(v).split("=", 1) for v in edits[0].get("env", []))
+        (claims if CLAIM_ID.fullmatch(name) else pods)[name] = Spec(nodes, env)
     return claims, pods
 
 
-def check_specs(node: Node, listed: set[str], verdict: Verdict) -> set[str]:
-    """Each listed claim has its spec and each claim spec its claim; a pod's spec injects only
-    device nodes of live claims. The claim ids with a spec."""
+def check_specs(
+    node: Node, view: DaemonView, props: dict[str, dict[str, Any]], verdict: Verdict
+) -> set[str]:
+    """Each listed claim has its spec and each claim spec its claim; a pod's spec is named
+    by a live claim and injects only device nodes of live claims; the specs of one netns's
+    claims, and the pod specs they name, agree on each env key. The claim ids with a spec."""
+    listed = {c[0] for c in view.claims}
     claims, pods = read_specs(node)
     if set(claims) != listed:
         verdict.problems.append(
             f"CDI specs without claims {sorted(set(claims) - listed)}, claims without specs "
             f"{sorted(listed - set(claims))}"
         )
-    held = set().union(*(claims[c] for c in listed if c in claims))
-    for name, nodes in pods.items():
-        if not nodes or not nodes <= held:
-            verdict.problems.append(f"pod CDI spec {name} injects {sorted(nodes - held)}: no claim")
+    held = set().union(*(claims[c].nodes for c in listed if c in claims))
+    named = {str(p.get("PodCdiName", "")) for p in props.values()} - {""}
+    for name, spec in pods.items():
+        if not spec.nodes or not spec.nodes <= held:
+            verdict.problems.append(
+                f"pod CDI spec {name} injects {sorted(spec.nodes - held)}: no claim"
+            )
+        if name not in named:
+            verdict.problems.append(f"pod CDI spec {name}: no listed claim gives that name")
     verdict.figures["pod_specs"] += len(pods)
+    by_netns: dict[str, list[str]] = {}
+    for cid, _device, netns, _ifname in view.claims:
+        if netns:  # a held claim's spec is its own until its pod's netns exists
+            by_netns.setdefault(netns, []).append(cid)
+    for netns, cids in by_netns.items():
+        specs = {f"claim {c}": claims[c] for c in cids if c in claims}
+        for c in cids:
+            pod_name = str(props.get(c, {}).get("PodCdiName", ""))
+            if pod_name in pods:
+                specs[f"pod {pod_name}"] = pods[pod_name]
+        values: dict[str, dict[str, str]] = {}
+        for label, spec in specs.items():
+            for key, value in spec.env.items():
+                values.setdefault(key, {})[label] = value
+        for key, seen in values.items():
+            if len(set(seen.values())) > 1 or len(seen) != len(specs):
+                verdict.problems.append(f"the specs of {netns}'s pod disagree on {key}: {seen}")
+        verdict.figures["pods_checked"] += len(specs) > 1
     return set(claims)
+
+
+def check_log(node: Node, verdict: Verdict) -> None:
+    """A traceback in rdmad's log (all its runs: each appends to it) is a violation: the
+    record it follows and the exception it ends with."""
+    lines = node.daemon.log().splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Traceback"):
+            after = next((x for x in lines[i + 1 :] if x and not x[0].isspace()), "?")
+            before = lines[i - 1] if i else ""
+            verdict.problems.append(f"rdmad ({node.name}) logged a traceback: {before} ... {after}")
+    verdict.figures["log_lines"] = len(lines)
+
+
+async def claim_props(client: Client, view: DaemonView) -> dict[str, dict[str, Any]]:
+    """Each listed claim's io.rdmad1.Claim properties (RouteTable, PodCdiName), by id; a
+    claim that ended since ListClaims has none (the next try of the check sees it gone)."""
+    out = {}
+    for cid, *_rest in view.claims:
+        try:
+            (props,) = await client.call_raw(
+                BUS_NAME, f"{MANAGER_PATH}/claim/{cid}", PROPERTIES, "GetAll", "s", [CLAIM_IFACE]
+            )
+        except DBusCallError:
+            continue
+        out[cid] = {k: v.value for k, v in props.items()}
+    return out
 
 
 async def check_node(
     node: Node, slots: list[Slot], acks: dict[str, float]
-) -> tuple[Verdict, DaemonView]:
+) -> tuple[Verdict, DaemonView, dict[str, dict[str, Any]]]:
     verdict = Verdict(node.problems[:])
     client = await Client.connect(node.bus.address, signals=False)
     try:
         view = await daemon_view(client)
+        props = await claim_props(client, view)
     finally:
         client.close()
     listed = {c[0] for c in view.claims}
     # Only a shared-mode node makes macvlans; the slots hold the other node's claims too.
     watched = _slot_names(slots) if node.name == "shared" else []
-    report = compare(without_nodev(view, verdict), node.nics(), node.settings, watched)
+    report = compare(without_unmoved(view, verdict), node.nics(), node.settings, watched)
     if report.problems:
         problems = judge_unnamed(view, report.problems, verdict)
         verdict.problems += judge_stranded(problems, verdict)
@@ -269,7 +378,8 @@ async def check_node(
         listed=len(listed),
     )
     check_init_macvlans(node, verdict)
-    specs = check_specs(node, listed, verdict)
+    check_log(node, verdict)
+    specs = check_specs(node, view, props, verdict)
     assert node.exporter is not None
     samples = await node.exporter.scrape()
     exported = {dict(k[1])["claim"] for k in samples if k[0] == "rdmad_claim_info"}
@@ -293,7 +403,7 @@ async def check_node(
                 "rdmactl monitor listened; a second subscriber "
                 + (f"saw Released({witnessed})" if witnessed else "saw no Released either")
             )
-    return verdict, view
+    return verdict, view, props
 
 
 async def settled(
@@ -306,13 +416,16 @@ async def settled(
     while True:
         verdicts: dict[str, Verdict] = {}
         views = []
+        props: dict[str, dict[str, Any]] = {}
         for name, node in nodes.items():
             try:
-                verdicts[name], view = await check_node(node, slots, acks.get(name, {}))
+                verdicts[name], view, mine = await check_node(node, slots, acks.get(name, {}))
             except (EOFError, OSError) as exc:  # the bus closed the checker's connection
                 verdicts[name], view = Verdict([f"bus unreadable: {exc!r}"]), DaemonView({}, [])
+                mine = {}
             views.append(view)
-        verdicts["routing"] = check_routing(views, slots, init_rules)
+            props |= mine
+        verdicts["routing"] = check_routing(views, props, slots, init_rules)
         if not any(v.problems for v in verdicts.values()) or time.monotonic() > deadline:
             return verdicts
         await asyncio.sleep(0.5)

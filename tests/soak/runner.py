@@ -31,7 +31,16 @@ from typing import Any
 
 from tests.cni.conftest import cni_path
 from tests.cni.podman import BUSYBOX, Podman
-from tests.soak.actors import BusClaimer, CniActor, PodmanActor, Scraper, Tally, World
+from tests.soak.actors import (
+    BusClaimer,
+    CniActor,
+    HoldActor,
+    PodActor,
+    PodmanActor,
+    Scraper,
+    Tally,
+    World,
+)
 from tests.soak.clock import Clock
 from tests.soak.faults import FaultActor, NetnsReaper
 from tests.soak.invariants import Verdict, growth, rules, settled
@@ -198,6 +207,9 @@ async def soak(
             stack.callback(claimer.close)
         path = cni_path()
         cni = {a: CniActor(a, world, path) for a in schedule.actors() if a.startswith("cni")}
+        pods, holds = PodActor(world), HoldActor(world, path)
+        stack.callback(pods.close)
+        stack.callback(holds.close)
         faults, reaper, scraper = FaultActor(world), NetnsReaper(world), Scraper(world)
         players: dict[str, Callable[[Action], Awaitable[None]]] = {
             **{a: b.do for a, b in bus.items()},
@@ -205,6 +217,8 @@ async def soak(
             **{f"faults-{n}": faults.do for n in nodes},
             "netns-reaper": reaper.do,
             "scraper": scraper.do,
+            "pods": pods.do,
+            "holds": holds.do,
         }
         if podman:
             pm = await stack.enter_async_context(podman_home())

@@ -18,8 +18,11 @@ from typing import Any
 # The two nodes: the kernel's RDMA netns mode is one per host and changes only while no other
 # netns exists, so shared claims and netdev=false claims need one rdmad in each mode.
 NODES = {"shared": ("whole", "shared"), "exclusive": ("whole", "nodev")}
-DEVICES = 6  # sim devices per node; the last is the podman actor's, on the shared node
-CLAIMABLE = DEVICES - 1  # the bus and CNI actors' devices
+DEVICES = 9  # sim devices per node
+CLAIMABLE = 5  # sim0-4: the bus and CNI actors' devices (and a pod's fourth rail)
+PODMAN_DEVICE = "sim5"  # the podman actor's, on the shared node
+# sim6-8: the pods' and holds' own, so that a pod of several rails gets them often
+POD_DEVICES = tuple(range(CLAIMABLE + 1, DEVICES))
 SLOTS = 6  # netns slots, shared by every actor and both nodes
 BUS_CLIENTS = 6
 CNI_ACTORS = 2
@@ -32,6 +35,7 @@ MTUS: dict[str, list[int | None]] = {
     "nodev": [None],
 }
 FAULT_KINDS = ("sigkill", "sigstop", "bus-restart", "netlink-flood", "disk-full")
+RAILS = (2, 4)  # a multi-rail pod's claims, all in one netns
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,50 @@ def _cni(rng: random.Random, name: str, seconds: float) -> list[Action]:
     return out
 
 
+def _pods(rng: random.Random, seconds: float) -> list[Action]:
+    """Multi-rail pods: 2-4 claims into one netns with one pod CDI name, each with policy
+    routing (most) or without; ended together by Release, or by their netns's death."""
+    out = []
+    for t in _times(rng, seconds, 1.0, 3.5):
+        node = rng.choice(sorted(NODES))
+        op = rng.choices(["start", "release", "kill"], [5, 2, 1])[0]
+        args: dict[str, Any] = {"node": node, "pick": rng.randrange(1000)}
+        if op == "start":
+            rails = rng.randint(*RAILS)
+            args |= {
+                "slot": rng.randrange(SLOTS),
+                "devices": [
+                    f"sim{d}"
+                    for d in rng.sample(POD_DEVICES, min(rails, len(POD_DEVICES)))
+                    + rng.sample(range(CLAIMABLE), max(0, rails - len(POD_DEVICES)))
+                ],
+                "shared": [node == "shared" and rng.random() < 0.8 for _ in range(rails)],
+                "routing": rng.random() < 0.8,
+            }
+        out.append(Action(t, "pods", op, args))
+    return out
+
+
+def _holds(rng: random.Random, seconds: float) -> list[Action]:
+    """DRA-style pods: Hold (as rdmad-dra's prepare), then the pod comes (rdmad-cni ADD in pod
+    mode, or Manager.Attach) or never does, then unprepare (CNI DEL if it came, Release)."""
+    out = []
+    for t in _times(rng, seconds, 1.0, 3.5):
+        node = rng.choice(sorted(NODES))
+        op = rng.choices(["hold", "come", "unprepare"], [4, 3, 2])[0]
+        args: dict[str, Any] = {"node": node, "pick": rng.randrange(1000)}
+        if op == "hold":
+            n = rng.randint(1, 2)
+            args |= {
+                "devices": [f"sim{d}" for d in rng.sample(POD_DEVICES, n)],
+                "shared": [node == "shared" and rng.random() < 0.5 for _ in range(n)],
+            }
+        elif op == "come":
+            args |= {"slot": rng.randrange(SLOTS), "via": rng.choice(["cni", "attach"])}
+        out.append(Action(t, "holds", op, args))
+    return out
+
+
 def _podman(rng: random.Random, seconds: float) -> list[Action]:
     ops = ["run", "run", "rm", "kill"]
     return [
@@ -143,10 +191,13 @@ def generate(seed: int, seconds: float, podman: bool = True) -> Schedule:
         for t in _times(reaper, seconds, 3.0, 8.0)
     ]
     scraper = random.Random(rng.random())
+    pods, holds = random.Random(rng.random()), random.Random(rng.random())
     actions += [
         Action(t, "scraper", "scrape", {"node": scraper.choice(sorted(NODES))})
         for t in _times(scraper, seconds, 0.5, 1.5)
     ]
+    # Drawn after every other actor's, so that those stay as they were for a seed.
+    actions += _pods(pods, seconds) + _holds(holds, seconds)
     checks = [CHECK_EVERY * k for k in range(1, int(seconds // CHECK_EVERY) + 1)]
     actions += [Action(round(t, 3), "checker", "check") for t in checks if t < seconds]
     actions.sort(key=lambda a: (a.at, a.actor))
