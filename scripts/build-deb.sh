@@ -1,7 +1,8 @@
 #!/bin/bash
-# build-deb.sh - build the Debian package (make deb) and check it with lintian.
+# build-deb.sh - build the Debian packages (make deb) and check them with lintian.
 #
-#   scripts/build-deb.sh        prints the path of build/deb/rdmad_<version>_<arch>.deb
+#   scripts/build-deb.sh        prints the paths of build/deb/rdmad_<version>_<arch>.deb
+#                               and build/deb/rdmad-dra_<version>_<arch>.deb, one a line
 #
 # Builds from the files the package is made of (PKG_FILES), as they are in the work tree
 # (uncommitted edits included), copied to build/deb/src so the build never writes into the
@@ -28,21 +29,26 @@ trap 'rm -f "$src_tar"' EXIT
     | tar --null -T - -cf "$src_tar" --owner=0 --group=0 --mtime=@0 --sort=name)
 stamp=$(sha256sum < "$src_tar" | cut -d' ' -f1)
 version=$(cd "$ROOT" && dpkg-parsechangelog -S Version)
-deb=$OUT/rdmad_${version}_$(dpkg-architecture -qDEB_HOST_ARCH).deb
+arch=$(dpkg-architecture -qDEB_HOST_ARCH)
+# the binary packages of debian/control, in its order
+debs=("$OUT/rdmad_${version}_$arch.deb" "$OUT/rdmad-dra_${version}_$arch.deb")
+built() { local d; for d in "${debs[@]}"; do [ -f "$d" ] || return 1; done; }
 
-if [ "$(cat "$OUT/.stamp" 2>/dev/null)" = "$stamp" ] && [ -f "$deb" ]; then
-    say "up to date: $deb"
+if [ "$(cat "$OUT/.stamp" 2>/dev/null)" = "$stamp" ] && built; then
+    say "up to date: ${debs[*]}"
 else
-    say "building rdmad $version (log: $OUT/build.log)"
+    say "building rdmad and rdmad-dra $version (log: $OUT/build.log)"
     rm -rf "$OUT/src" "$OUT"/*.deb "$OUT"/*.changes "$OUT"/*.buildinfo "$OUT/.stamp"
     mkdir -p "$OUT/src"
     tar -xmf "$src_tar" -C "$OUT/src"   # -m: files dated now, not 1970
     (cd "$OUT/src" && dpkg-buildpackage -b -us -uc) >"$OUT/build.log" 2>&1 \
         || { tail -n 40 "$OUT/build.log" >&2; die "dpkg-buildpackage failed: see $OUT/build.log"; }
-    [ -f "$deb" ] || die "no $deb after the build"
-    # each override in debian/rdmad.lintian-overrides says why it is there
-    lintian --fail-on error,warning --tag-display-limit 0 "$deb" >&2 \
-        || die "lintian found problems in $deb"
+    built || die "not all of ${debs[*]} after the build"
+    # each override in debian/<package>.lintian-overrides says why it is there
+    for deb in "${debs[@]}"; do
+        lintian --fail-on error,warning --tag-display-limit 0 "$deb" >&2 \
+            || die "lintian found problems in $deb"
+    done
     echo "$stamp" > "$OUT/.stamp"
 fi
-echo "$deb"
+printf '%s\n' "${debs[@]}"
