@@ -420,7 +420,9 @@ async def settled(
         for name, node in nodes.items():
             try:
                 verdicts[name], view, mine = await check_node(node, slots, acks.get(name, {}))
-            except (EOFError, OSError) as exc:  # the bus closed the checker's connection
+            # The bus closed the checker's connection, or rdmad's (NoReply, ServiceUnknown):
+            # retried; an exit of rdmad's that no fault caused is the supervisor's problem.
+            except (EOFError, OSError, DBusCallError) as exc:
                 verdicts[name], view = Verdict([f"bus unreadable: {exc!r}"]), DaemonView({}, [])
                 mine = {}
             views.append(view)

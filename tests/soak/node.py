@@ -42,7 +42,8 @@ class SoakBus:
     """A private dbus-daemon that can be restarted on the same socket (so every client's
     address stays valid), as a node's system bus is."""
 
-    def __init__(self) -> None:
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path  # dbus-daemon's warnings (why it dropped a connection)
         self.directory = Path(tempfile.mkdtemp(prefix="rdmad-soakbus-"))
         self.directory.chmod(0o755)
         self.config = write_config(self.directory)
@@ -54,17 +55,19 @@ class SoakBus:
         daemon = shutil.which("dbus-daemon")
         if daemon is None:
             raise RuntimeError("dbus-daemon is not installed")
-        proc = subprocess.Popen(
-            [
-                daemon,
-                f"--config-file={self.config}",
-                "--nofork",
-                "--print-address=1",
-                "--nopidfile",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+        with self.log_path.open("ab") as log:
+            proc = subprocess.Popen(
+                [
+                    daemon,
+                    f"--config-file={self.config}",
+                    "--nofork",
+                    "--print-address=1",
+                    "--nopidfile",
+                    "--nosyslog",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=log,
+            )
         assert proc.stdout is not None
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
@@ -283,7 +286,7 @@ async def running_node(name: str, index: int, workdir: Path) -> AsyncIterator[No
         )
         for i in range(DEVICES)
     }
-    bus = SoakBus()
+    bus = SoakBus(workdir / "dbus-daemon.log")
     tasks: list[asyncio.Task[None]] = []
     node: Node | None = None
     try:

@@ -177,6 +177,8 @@ async def state_of(world: World) -> str:
             out.append(f"  (bus unreadable: {exc!r})")
         out.append(f"  veths: { {d: dev.pair for d, dev in node.devices.items()} }")
         out += ["  | " + line for line in node.daemon.log().splitlines()[-30:]]
+        bus_log = node.bus.log_path.read_text(errors="replace").splitlines()
+        out += [f"  dbus-daemon: {line}" for line in bus_log[-10:]]
     for slot in world.slots:
         if slot.alive():
             out.append(
