@@ -13,10 +13,13 @@ import (
 // (Manager.Attach), found by the pod's UID, K8S_POD_UID in CNI_ARGS. Chained after the
 // node's network plugin it attaches all of them and passes prevResult on; through Multus,
 // with IPAM, only the hold whose interface name is CNI_IFNAME, with the IPAM addresses.
-// A pod with nothing held costs one D-Bus call (none without K8S_POD_UID). DEL releases
-// the claims rdmad-dra's holds became in the pod's netns, so that each device comes home
-// as it left (before the runtime deletes the netns, which would take a veth or a macvlan
-// child with it), and gives the IPAM lease back.
+// A pod with nothing held costs one D-Bus call (none without K8S_POD_UID). DEL detaches
+// the claims rdmad-dra's holds became in the pod's netns (Manager.Detach), so that each
+// device comes home as it left (before the runtime deletes the netns, which would take a
+// veth or a macvlan child with it) and stays held for the pod: the kubelet makes a new
+// sandbox for the same pod without preparing its claims again, and the new sandbox's ADD
+// attaches them. Only the kubelet's unprepare (rdmad-dra's Release) ends them. DEL gives
+// the IPAM lease back.
 
 func podUID(e *env) string { return e.Args["K8S_POD_UID"] }
 
@@ -70,9 +73,9 @@ func podAdd(e *env, conf *netConf, environ map[string]string) (map[string]any, e
 	return result, err
 }
 
-// podDel releases the holds attached to the pod's netns: found by the netns's inode among
+// podDel detaches the holds attached to the pod's netns: found by the netns's inode among
 // rdmad's claims (one ListClaims call). No netns left (a DEL after the runtime deleted
-// it) is nothing to do: rdmad ended those claims with it.
+// it) is nothing to do: rdmad held those claims again when it died.
 func podDel(e *env, conf *netConf, environ map[string]string) error {
 	var ipamErr error
 	if conf.IPAMType != "" {
@@ -88,7 +91,7 @@ func podDel(e *env, conf *netConf, environ map[string]string) error {
 		for _, c := range rows {
 			if c.Netns == netns && strings.HasPrefix(c.Owner, draOwnerPrefix) &&
 				(conf.IPAMType == "" || c.Ifname == e.Ifname) {
-				if _, err := r.release(c.ID); err != nil {
+				if _, err := r.detach(c.ID); err != nil {
 					return err
 				}
 			}

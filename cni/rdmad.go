@@ -198,6 +198,17 @@ func (r *rdmad) claimAt(path dbus.ObjectPath) (claimRow, error) {
 	return row, err
 }
 
+// detach gives back what a claim Hold made took and holds it for its pod again (the pod's
+// next sandbox attaches it); false when it had ended (DEL is idempotent).
+func (r *rdmad) detach(claimID string) (bool, error) {
+	err := r.call(rootPath, manager+".Detach", nil, claimID)
+	var cerr *cniError
+	if errors.As(err, &cerr) && cerr.Code == codeNoSuchClaim {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // release ends a claim; false when it had already ended (DEL is idempotent).
 func (r *rdmad) release(claimID string) (bool, error) {
 	err := r.call(rootPath, manager+".Release", nil, claimID)

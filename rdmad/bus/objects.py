@@ -62,6 +62,8 @@ class CoreAPI(Protocol):
         self, pod_uid: str, target: NetnsTarget, ifname: str, options: ClaimOptions
     ) -> list[Claim]: ...
 
+    async def detach(self, claim_id: str) -> None: ...
+
     async def release(self, claim_id: str) -> None: ...
 
     async def set_netns_mode(self, mode: NetnsMode) -> None: ...
@@ -231,6 +233,13 @@ class ManagerInterface(ServiceInterface):
             ifname, parsed = attach_options(options)
             target = self._resolver.open(netns)
         return [claim_path(c.id) for c in await self._core.attach(pod_uid, target, ifname, parsed)]
+
+    @dbus_method()
+    @bus_errors
+    async def Detach(self, claim_id: DBusStr) -> None:
+        with counted(self._core.stats, "release"):
+            await self._credentials.require_privileged("Detach")
+        await self._core.detach(claim_id)
 
     @dbus_method()
     @bus_errors

@@ -173,6 +173,13 @@ class FakeCore:
                 o.claim_changed(claim)
         return held
 
+    async def detach(self, claim_id: str) -> None:
+        self._maybe_fail()
+        claim = self.get_claim(claim_id)
+        claim.phase, claim.netns_inode, claim.netns_path = ClaimPhase.HELD, 0, ""
+        for o in self.observers:
+            o.claim_changed(claim)
+
     async def release(self, claim_id: str) -> None:
         self._maybe_fail()
         claim = self.get_claim(claim_id)

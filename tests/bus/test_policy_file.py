@@ -50,6 +50,7 @@ async def test_anyone_may_read(
     [
         (MANAGER_PATH, MANAGER_IFACE, "Claim", "ssa{sv}", "['mlx5_0', 'ns1', {}]"),
         (MANAGER_PATH, MANAGER_IFACE, "Release", "s", "['c1']"),
+        (MANAGER_PATH, MANAGER_IFACE, "Detach", "s", "['c1']"),
         (MANAGER_PATH, MANAGER_IFACE, "SetNetnsMode", "s", "['exclusive']"),
         ("/io/rdmad1/claim/c1", CLAIM_IFACE, "Release", "", "[]"),
     ],

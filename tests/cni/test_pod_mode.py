@@ -79,23 +79,36 @@ async def test_pod_mode_refuses_a_config_that_names_the_device(rig: CniRig, netn
 async def test_del_brings_the_attached_device_home_and_gives_the_lease_back(
     rig: CniRig, netns: str
 ) -> None:
-    await hold(rig, "sim0", "net1")
+    path = await hold(rig, "sim0", "net1")
     await hold(rig, "sim1", "net2")
     conf = rig.conf(pod=True)
     assert rig.run("ADD", conf, netns, args=POD_ARGS).code == 0
     assert rig.run("DEL", conf, netns, args=POD_ARGS).code == 0
     assert rig.leases() == set()
     assert link(rig.nic("sim0")) is not None, "home before the runtime deletes the netns"
+    assert await rig.client.prop(path, "io.rdmad1.Claim", "State") == "held"
     rows = await rig.client.manager("ListClaims")
-    assert [(r[1], r[3]) for r in rows] == [("sim1", "net2")], "another attachment's hold stays"
+    assert sorted((r[1], r[3]) for r in rows) == [("sim0", "net1"), ("sim1", "net2")]
 
 
-async def test_a_chained_del_releases_every_attached_hold_of_the_pod(
+async def test_a_chained_del_detaches_every_attached_hold_which_stays_held_for_the_pod(
+    rig: CniRig, netns: str
+) -> None:
+    """The pod's sandbox goes, not the pod: only the kubelet's unprepare ends its holds."""
+    path = await hold(rig, "sim0", "rdma0")
+    conf = rig.conf(pod=True, ipam=None, prevResult=PRIMARY)
+    assert rig.run("ADD", conf, netns, ifname="eth0", args=POD_ARGS).code == 0
+    assert rig.run("DEL", rig.conf(pod=True, ipam=None), netns, ifname="eth0").code == 0
+    assert link(rig.nic("sim0")) is not None and link("rdma0", netns) is None
+    assert await rig.client.prop(path, "io.rdmad1.Claim", "State") == "held"
+
+
+async def test_after_del_the_pods_next_sandbox_attaches_its_holds_again(
     rig: CniRig, netns: str
 ) -> None:
     await hold(rig, "sim0", "rdma0")
     conf = rig.conf(pod=True, ipam=None, prevResult=PRIMARY)
     assert rig.run("ADD", conf, netns, ifname="eth0", args=POD_ARGS).code == 0
     assert rig.run("DEL", rig.conf(pod=True, ipam=None), netns, ifname="eth0").code == 0
-    assert await rig.client.manager("ListClaims") == []
-    assert link(rig.nic("sim0")) is not None
+    assert rig.run("ADD", conf, netns, ifname="eth0", args=POD_ARGS).code == 0
+    assert link("rdma0", netns) is not None

@@ -81,10 +81,14 @@ async def start_node(node: Node) -> Kubelet:
     return await node.start(node.rdmad(device="sim1"), node.rdmad(pod=True, ipam=None))
 
 
-async def run_prepared_pod(kubelet: Kubelet, prepared: Prepared) -> tuple[Pod, Container]:
+async def run_prepared_pod(
+    kubelet: Kubelet, prepared: Prepared, attempt: int = 0
+) -> tuple[Pod, Container]:
     """The prepared pod's sandbox, and a container given the prepare's CDI device IDs."""
-    pod = await kubelet.run_pod("trainer-0", uid=prepared.pod_uid)
-    container = await kubelet.run_container(pod, "app", cdi_devices=tuple(prepared.cdi_ids))
+    pod = await kubelet.run_pod("trainer-0", uid=prepared.pod_uid, attempt=attempt)
+    container = await kubelet.run_container(
+        pod, "app", cdi_devices=tuple(prepared.cdi_ids), attempt=attempt
+    )
     return pod, container
 
 
@@ -199,5 +203,64 @@ async def test_containerd_killed_between_prepare_and_sandbox_leaves_unprepare_br
     prepared = await prepare(*plugin, "sim0")
     kubelet = await node.restart_containerd()
     pod, _ = await run_prepared_pod(kubelet, prepared)
+    await take_down_and_unprepare(kubelet, pod, plugin[1], prepared)
+    await assert_home(node, "sim0")
+
+
+# ------------------------------------------------------------------ a sandbox made again
+
+
+async def sandbox_made_again(
+    kubelet: Kubelet, pod: Pod, prepared: Prepared
+) -> tuple[Pod, Container]:
+    """What the kubelet does when a pod's sandbox died or must change: StopPodSandbox of the
+    old one (CNI DEL), a new sandbox (attempt 1) for the same pod, with no new prepare (its
+    claims are prepared already), its containers given the same CDI device IDs; the old
+    sandbox is removed after (garbage collection)."""
+    await kubelet.stop_pod(pod)
+    again = await run_prepared_pod(kubelet, prepared, attempt=1)
+    await kubelet.remove_pod(pod)
+    return again
+
+
+async def test_a_sandbox_made_again_for_the_pod_gets_the_held_device_again(
+    node: Node, plugin: tuple[ApiServer, Plugin]
+) -> None:
+    prepared = await prepare(*plugin, "sim0")
+    kubelet, pod, _ = await pod_with_container(node, prepared)
+    _, container = await sandbox_made_again(kubelet, pod, prepared)
+    assert "rdma0" in (await kubelet.exec(container, "/bin/ip", "-o", "link")).stdout
+    assert await char_devices(kubelet, container) == spec_nodes(node, prepared.hold_id)
+    assert set(node.cdi_edits(prepared.hold_id)["env"]) <= await env_of(kubelet, container)
+
+
+async def test_between_two_sandboxes_the_device_is_home_and_still_held(
+    node: Node, plugin: tuple[ApiServer, Plugin]
+) -> None:
+    prepared = await prepare(*plugin, "sim0")
+    kubelet, pod, _ = await pod_with_container(node, prepared)
+    await kubelet.stop_pod(pod)
+    assert link(node.rig.nic("sim0")) is not None, "home before the old netns went"
+    path = await node.rig.client.manager("GetDevice", "s", "sim0")
+    assert await node.rig.client.prop(path, "io.rdmad1.Device", "State") == "claimed"
+    assert [(r[0], r[2]) for r in await node.claims() if r[1] == "sim0"] == [(prepared.hold_id, "")]
+
+
+async def test_unprepare_after_a_sandbox_made_again_brings_the_device_home(
+    node: Node, plugin: tuple[ApiServer, Plugin]
+) -> None:
+    prepared = await prepare(*plugin, "sim0")
+    kubelet, pod, _ = await pod_with_container(node, prepared)
+    again, _ = await sandbox_made_again(kubelet, pod, prepared)
+    await take_down_and_unprepare(kubelet, again, plugin[1], prepared)
+    await assert_home(node, "sim0")
+
+
+async def test_unprepare_of_a_pod_whose_sandbox_never_came_back_brings_the_device_home(
+    node: Node, plugin: tuple[ApiServer, Plugin]
+) -> None:
+    """Nothing is stranded: the hold the last sandbox left is the kubelet's to unprepare."""
+    prepared = await prepare(*plugin, "sim0")
+    kubelet, pod, _ = await pod_with_container(node, prepared)
     await take_down_and_unprepare(kubelet, pod, plugin[1], prepared)
     await assert_home(node, "sim0")

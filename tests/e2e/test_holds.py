@@ -87,6 +87,21 @@ async def test_an_attached_hold_is_held_for_its_pod_again_when_its_netns_dies(
     assert await device_state(rig, "sim0") == "shared"
 
 
+async def test_detach_brings_the_netdev_home_and_holds_it_for_the_pod_again(
+    rig: Rig, netns: str
+) -> None:
+    """The pod's CNI DEL: the device home before the runtime deletes the netns (a veth would
+    go with it), held for the pod's next sandbox."""
+    ip("link", "set", rig.nic("sim0"), "mtu", "1450")
+    path = await hold(rig, "sim0", ifname=Variant("s", "rdma0"))
+    await attach(rig, netns)
+    await rig.client.manager("Detach", "s", await prop(rig, path, "Id"))
+    home = link(rig.nic("sim0"))
+    assert home is not None and home["mtu"] == 1450 and link("rdma0", netns) is None
+    assert (await prop(rig, path, "State"), await prop(rig, path, "Netns")) == ("held", "")
+    assert await attach(rig, netns) == [path], "the next sandbox attaches it again"
+
+
 async def test_release_of_a_hold_frees_the_device_and_removes_its_spec(rig: Rig) -> None:
     path = await hold(rig, "sim0")
     cid = await prop(rig, path, "Id")

@@ -35,12 +35,18 @@ class Kubelet:
         self.cri = cri
         self.logs = logs  # /var/log/pods on a node
 
-    async def run_pod(self, name: str, namespace: str = "team", uid: str = "") -> Pod:
-        """`uid`: the pod's, when a test prepared claims for it first (else a new one)."""
+    async def run_pod(
+        self, name: str, namespace: str = "team", uid: str = "", attempt: int = 0
+    ) -> Pod:
+        """`uid`: the pod's, when a test prepared claims for it first (else a new one).
+        `attempt`: 1 and up for a sandbox the kubelet makes again for the same pod (its
+        last one died or changed)."""
         pb = self.cri.pb
         uid = uid or str(uuid.uuid4())
         config = pb.PodSandboxConfig(
-            metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=0),
+            metadata=pb.PodSandboxMetadata(
+                name=name, uid=uid, namespace=namespace, attempt=attempt
+            ),
             hostname=name,
             log_directory=str(self.logs / f"{namespace}_{name}_{uid}"),
             labels={
@@ -57,12 +63,17 @@ class Kubelet:
         name: str,
         cdi_devices: tuple[str, ...] = (),
         command: tuple[str, ...] = ("/bin/sleep", "3600"),
+        attempt: int = 0,
+        mounts: tuple[Any, ...] = (),
     ) -> Container:
-        """A started container in `pod`, with the CDI devices named (`kind=name` each)."""
+        """A started container in `pod`, with the CDI devices named (`kind=name` each).
+        `attempt`: the container's restart count (the kubelet's next one after it died, or
+        in a sandbox made again while the old sandbox's container is not removed yet).
+        `mounts`: CRI Mounts (host paths bound into the container)."""
         pb = self.cri.pb
         assert await self.cri.image_id(IMAGE), f"{IMAGE} is not in the runtime"
         config = pb.ContainerConfig(
-            metadata=pb.ContainerMetadata(name=name, attempt=0),
+            metadata=pb.ContainerMetadata(name=name, attempt=attempt),
             image=pb.ImageSpec(image=IMAGE),
             command=list(command),
             log_path=f"{name}/0.log",
@@ -73,14 +84,15 @@ class Kubelet:
                 "io.kubernetes.pod.uid": pod.uid,
             },
             CDI_devices=[pb.CDIDevice(name=d) for d in cdi_devices],
+            mounts=list(mounts),
         )
         container_id = await self.cri.create_container(pod.sandbox_id, config, pod.config)
         await self.cri.start_container(container_id)
         return Container(pod, container_id)
 
-    async def exec(self, container: Container, *cmd: str) -> Exec:
+    async def exec(self, container: Container, *cmd: str, timeout_s: int = 30) -> Exec:
         """`cmd` in the container (ExecSync, as `kubectl exec` reaches it); must exit 0."""
-        done = await self.cri.exec_sync(container.id, *cmd)
+        done = await self.cri.exec_sync(container.id, *cmd, timeout_s=timeout_s)
         assert done.exit_code == 0, f"{' '.join(cmd)} in the container: {done}"
         return done
 
