@@ -22,11 +22,11 @@ from typing import Any, TextIO
 
 from dbus_fast import BusType, Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
-from dbus_fast.errors import DBusError, InvalidAddressError
+from dbus_fast.errors import DBusError
 
 from rdmad import __version__
-from rdmad.argtypes import positive_seconds
-from rdmad.bus.address import check_bus_address
+from rdmad.argtypes import add_bus_address, positive_seconds
+from rdmad.bus.address import bus_address
 from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.names import (
     BUS_NAME,
@@ -42,7 +42,6 @@ from rdmad.model import ChardevKind
 from rdmad.options import NETNS_MODES
 
 HINT = "is rdmad running? systemctl status rdmad; or set --bus-address"
-SYSTEM_BUS = "unix:path=/var/run/dbus/system_bus_socket"  # the D-Bus specification's default
 DEFAULT_TIMEOUT = 25.0  # seconds, as busctl's and libdbus's method calls
 
 # Named arguments of the Manager's signals, for monitor output.
@@ -170,26 +169,6 @@ def signal_line(event: dict[str, Any]) -> str:
 
 def error_line(name: str, text: str) -> str:
     return f"rdmactl: {name.rsplit('.', 1)[-1]}: {text}"
-
-
-def bus_address(given: str | None) -> str:
-    """The bus to call rdmad on: `given` (--bus-address), else $DBUS_SYSTEM_BUS_ADDRESS, else
-    the system bus. One that is not a D-Bus address raises ValueError naming where it came
-    from: no retry would ever reach it, so it is the user's to fix, not "unreachable"."""
-    for source, address in (
-        ("--bus-address", given),
-        ("$DBUS_SYSTEM_BUS_ADDRESS", os.environ.get("DBUS_SYSTEM_BUS_ADDRESS")),
-    ):
-        if address:
-            try:
-                check_bus_address(address)
-            except InvalidAddressError as exc:
-                raise ValueError(
-                    f"{source}: {address!r} is not a D-Bus address ({exc}); "
-                    f"for example {SYSTEM_BUS}"
-                ) from exc
-            return address
-    return SYSTEM_BUS
 
 
 async def cmd_status(c: Client, a: argparse.Namespace, out: TextIO) -> None:
@@ -480,13 +459,7 @@ def add_global_options(p: argparse.ArgumentParser, *, in_subcommand: bool) -> No
     unless the same option is given again after it."""
     default: dict[str, Any] = {"default": argparse.SUPPRESS} if in_subcommand else {}
     group = p.add_argument_group("global options")
-    group.add_argument(
-        "--bus-address",
-        metavar="ADDRESS",
-        help="D-Bus address of rdmad's bus (default: $DBUS_SYSTEM_BUS_ADDRESS, else the "
-        "system bus)",
-        **default,
-    )
+    add_bus_address(group, **default)
     group.add_argument(
         "--json", action="store_true", help="print stable JSON instead of text", **default
     )

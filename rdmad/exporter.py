@@ -35,7 +35,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from rdmad.argtypes import positive_seconds
+from rdmad.argtypes import add_bus_address, positive_seconds
+from rdmad.bus.address import bus_address
 from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.names import (
     CLAIM_IFACE,
@@ -44,7 +45,6 @@ from rdmad.bus.names import (
     MANAGER_PATH,
     OBJECT_MANAGER_IFACE,
 )
-from rdmad.cli import bus_address
 from rdmad.model import DeviceState
 
 log = logging.getLogger("rdmad.exporter")
@@ -316,12 +316,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="HOST:PORT",
         help=f"where to serve /metrics (default {DEFAULT_LISTEN}: every address; plain HTTP)",
     )
-    p.add_argument(
-        "--bus-address",
-        metavar="ADDRESS",
-        help="D-Bus address of rdmad's bus (default: $DBUS_SYSTEM_BUS_ADDRESS, else the "
-        "system bus)",
-    )
+    add_bus_address(p)
     p.add_argument(
         "--timeout",
         type=positive_seconds,

@@ -17,8 +17,9 @@ from dbus_fast import BusType
 from dbus_fast.aio import MessageBus
 from kubernetes.config.config_exception import ConfigException
 
+from rdmad.argtypes import add_bus_address
+from rdmad.bus.address import bus_address
 from rdmad.bus.client import Client
-from rdmad.cli import bus_address
 from rdmad.dra.device_watch import DeviceWatch
 from rdmad.dra.kube import KubeClaimApi, KubeSliceApi, api_client
 from rdmad.dra.node_service import dra_handlers
@@ -67,12 +68,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="NAME",
         help="this node's name in Kubernetes (default: $NODE_NAME)",
     )
-    p.add_argument(
-        "--bus-address",
-        metavar="ADDRESS",
-        help="D-Bus address of rdmad's bus (default: $DBUS_SYSTEM_BUS_ADDRESS, else the "
-        "system bus)",
-    )
+    add_bus_address(p)
     p.add_argument(
         "--driver-name",
         default=DEFAULT_DRIVER,

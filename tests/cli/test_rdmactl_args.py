@@ -240,7 +240,7 @@ def test_without_an_address_the_system_bus_is_the_one_tried(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("DBUS_SYSTEM_BUS_ADDRESS", raising=False)
-    monkeypatch.setattr("rdmad.cli.SYSTEM_BUS", "unix:path=/nonexistent/system_bus_socket")
+    monkeypatch.setattr("rdmad.bus.address.SYSTEM_BUS", "unix:path=/nonexistent/system_bus_socket")
     assert main(["status"]) == 3
     assert "bus unix:path=/nonexistent/system_bus_socket:" in capsys.readouterr().err
 
