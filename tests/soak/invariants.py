@@ -167,7 +167,7 @@ def without_unmoved(view: DaemonView, verdict: Verdict) -> DaemonView:
         cid, device, netns, ifname = claim
         if not netns:
             verdict.figures["held_claims"] += 1
-            state, netdev = devices.get(device, ("?", ""))
+            state, netdev = view.devices.get(device, ("?", ""))  # as rdmad says, not as set below
             if state not in ("claimed", "shared"):
                 verdict.problems.append(f"held claim {cid}: {device} is {state!r}")
             if state == "claimed" or not any(c[1] == device and c[2] for c in view.claims):
