@@ -366,7 +366,8 @@ class Slot:
                 return False
             await asyncio.to_thread(ip, "netns", "del", self.name, check=False)
             assert self.holder is not None
-            self.holder.send_signal(signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # a signal to the soak's group
+                self.holder.send_signal(signal.SIGKILL)
             await self.holder.wait()
             self.holder = None
             return True
