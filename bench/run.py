@@ -18,7 +18,20 @@ import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench import burst, claim, cni, dra, idle, pod, profile, reclaim, scale, shared, throughput
+from bench import (
+    burst,
+    claim,
+    cni,
+    dra,
+    idle,
+    netlink,
+    pod,
+    profile,
+    reclaim,
+    scale,
+    shared,
+    throughput,
+)
 from bench.common import BENCH_DIR, Params, Results
 from bench.report import write_report
 from tests.support.bus import start_private_bus
@@ -33,6 +46,7 @@ SCENARIOS: dict[str, Scenario] = {
     "burst": burst.run,
     "pod": pod.run,
     "dra": dra.run,
+    "netlink": netlink.run,
     "throughput": throughput.run,
     "idle": idle.run,
     "profile": profile.run,
