@@ -17,7 +17,9 @@ netdevs: veth pairs (each end with an IPv4 address) in a private netns made for 
    events and reads none while a link of the netns changes many times, then reads the way
    its library reads events (rdmad: an NlSubscription), then sends one GETLINK.
 
-Columns run rep by rep in a rotating order. docs/kernel-notes.md ("pyroute2") quotes a run.
+Columns run rep by rep in a rotating order. Rows judge wall times and give each column's CPU
+time too (of the thread that ran it): on a loaded host, the figure that moves least between
+runs. docs/kernel-notes.md ("pyroute2") quotes a run.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyroute2 import AsyncIPRoute, IPRoute
 from pyroute2.netlink import NLM_F_REQUEST
@@ -73,7 +75,16 @@ MARKER_MTU = 1234  # a change after the flood (which sets 1280-1479)
 TIMEOUT_S = 5.0
 _IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change
 
-Timed = Callable[[], Awaitable[float]]  # one operation; returns its own duration
+
+class Took(NamedTuple):
+    """One operation's time: wall, and CPU of the thread that ran it (the thread's own work,
+    which the host's other load stretches far less than the wall time)."""
+
+    wall: float
+    cpu: float
+
+
+Timed = Callable[[], Awaitable[Took]]  # one operation; returns its own time
 
 
 def frame(msg: Message) -> bytes:
@@ -91,12 +102,12 @@ def link_dump_request(ext_mask: int) -> Build:
     return lambda seq: encode(RTM_GETLINK, body, seq=seq, flags=NLM_F_DUMP)
 
 
-async def interleaved(columns: dict[str, Timed], reps: int, warmup: int) -> dict[str, list[float]]:
+async def interleaved(columns: dict[str, Timed], reps: int, warmup: int) -> dict[str, list[Took]]:
     """`warmup` + `reps` rounds of every column, each round in the next rotation of their
     order, so that over the measured rounds each column takes each place equally often (when
     `reps` is a multiple of the columns). Returns the measured rounds' times."""
     names = list(columns)
-    out: dict[str, list[float]] = {name: [] for name in names}
+    out: dict[str, list[Took]] = {name: [] for name in names}
     for i in range(warmup + reps):
         k = (i - warmup) % len(names)
         for name in names[k:] + names[:k]:
@@ -107,24 +118,24 @@ async def interleaved(columns: dict[str, Timed], reps: int, warmup: int) -> dict
 
 
 def timed(op: Callable[[], Awaitable[object]]) -> Timed:
-    """An awaited operation's wall time, ms."""
+    """An awaited operation's time, ms (nothing else runs on the loop meanwhile)."""
 
-    async def run() -> float:
-        t0 = time.perf_counter()
+    async def run() -> Took:
+        t0, c0 = time.perf_counter(), time.thread_time()
         await op()
-        return (time.perf_counter() - t0) * 1e3
+        return Took((time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3)
 
     return run
 
 
 def timed_on(pool: ThreadPoolExecutor, op: Callable[[], object]) -> Timed:
-    """A blocking operation's wall time (ms) on `pool`'s thread, taken there: the hop to the
+    """A blocking operation's time (ms) on `pool`'s thread, taken there: the hop to the
     thread is not the library's."""
 
-    def run() -> float:
-        t0 = time.perf_counter()
+    def run() -> Took:
+        t0, c0 = time.perf_counter(), time.thread_time()
         op()
-        return (time.perf_counter() - t0) * 1e3
+        return Took((time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3)
 
     return lambda: asyncio.get_running_loop().run_in_executor(pool, run)
 
@@ -132,13 +143,13 @@ def timed_on(pool: ThreadPoolExecutor, op: Callable[[], object]) -> Timed:
 def per_message_us(decode: Callable[[bytes], Sequence[object]], blob: bytes, count: int) -> Timed:
     """One pass of `decode` over a dump's bytes; its time per message, us."""
 
-    async def run() -> float:
-        t0 = time.perf_counter()
+    async def run() -> Took:
+        t0, c0 = time.perf_counter(), time.thread_time()
         got = decode(blob)
-        took = (time.perf_counter() - t0) * 1e6
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
         if len(got) != count:
             raise RuntimeError(f"decoded {len(got)} messages of {count}")
-        return took / count
+        return Took(wall * 1e6 / count, cpu * 1e6 / count)
 
     return run
 
@@ -264,8 +275,7 @@ async def decode_rows(ch: NlChannel, p: Params, res: Results) -> None:
             p.warmup,
         )
         name = f"Netlink decode ({kind})"
-        res.dists[f"{name}: rdmad"] = t["rdmad"]
-        res.dists[f"{name}: pyroute2"] = t["pyroute2"]
+        _keep(res, name, t)
         res.rows.append(
             _ratio_row(
                 f"11. One RTM_NEWLINK decoded, {kind} ({len(msgs)} messages of a dump, "
@@ -279,25 +289,36 @@ async def decode_rows(ch: NlChannel, p: Params, res: Results) -> None:
         )
 
 
+def _keep(res: Results, name: str, t: dict[str, list[Took]]) -> None:
+    """Every column's samples into results.json: wall, and CPU apart."""
+    for key, took in t.items():
+        res.dists[f"{name}: {key}"] = [x.wall for x in took]
+        res.dists[f"{name}: {key} (CPU)"] = [x.cpu for x in took]
+
+
 def _ratio_row(
     scenario: str,
-    ours: list[float],
-    theirs: list[float],
+    ours: list[Took],
+    theirs: list[Took],
     who: str,
     unit: str = "ms",
     judged: bool = True,
 ) -> Row:
-    """rdmad against one pyroute2 column: rdmad/theirs (judged: below 1), and, since that
-    ratio shows two decimals, theirs as a multiple of rdmad's and the difference at p50."""
-    check = RatioCheck.of(f"rdmad/{who}", ours, theirs, 1.0, strict=True)
+    """rdmad against one pyroute2 column, wall times: rdmad/theirs (judged: below 1); since
+    that ratio shows two decimals, theirs as a multiple of rdmad's at p50; and the p50s of
+    the CPU times."""
+    a, b = [x.wall for x in ours], [x.wall for x in theirs]
+    ca, cb = pct([x.cpu for x in ours], 50), pct([x.cpu for x in theirs], 50)
+    digits = 1 if unit == "us" else 3
+    check = RatioCheck.of(f"rdmad/{who}", a, b, 1.0, strict=True)
     extra = (
-        f"; {who} takes {pct(theirs, 50) / pct(ours, 50):.1f}x rdmad's at p50, "
-        f"{pct(theirs, 50) - pct(ours, 50):+.3f} {unit}"
+        f"; {who} takes {pct(b, 50) / pct(a, 50):.1f}x rdmad's wall time at p50; CPU p50 "
+        f"rdmad {ca:.{digits}f}, {who} {cb:.{digits}f} {unit} ({cb / ca:.1f}x)"
     )
     return Row(
         scenario,
-        spread(ours, unit),
-        f"{spread(theirs, unit)} ({who})",
+        spread(a, unit),
+        f"{spread(b, unit)} ({who})",
         "-",
         check.text() + extra,
         check.target() if judged else "",
@@ -351,8 +372,7 @@ async def getlink_rows(ns: Netns, ch: NlChannel, index: int, p: Params, res: Res
     finally:
         await loop.run_in_executor(pool, sync.close)
         pool.shutdown()
-    for key, series in t.items():
-        res.dists[f"Netlink GETLINK: {key}"] = series
+    _keep(res, "Netlink GETLINK", t)
     for who in ("AsyncIPRoute", "IPRoute"):
         res.rows.append(
             _ratio_row(
@@ -386,9 +406,7 @@ async def host_config_rows(ns: Netns, ch: NlChannel, index: int, p: Params, res:
             )
     finally:
         resolver.close()
-    res.dists["Netlink host config: rdmad"] = t["rdmad"]
-    res.dists["Netlink host config: AsyncIPRoute, rdmad's requests"] = t["same"]
-    res.dists['Netlink host config: AsyncIPRoute, addr("dump", index=)'] = t["own"]
+    _keep(res, "Netlink host config", t)
     res.rows.append(
         _ratio_row(
             "11. A claim's host-config read (GETLINK + address dump filtered by the kernel): "
