@@ -539,11 +539,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
     with private_netns(n) as ns:
         ch = NlChannel(await rdmad_channel(ns))
         try:
-            (index,) = [
-                x.index
-                for x in map(link_from, await ch.request(link_dump_request(0)))
-                if x.ifname == MEASURED
-            ]
+            index = (await getlink(ch, name=MEASURED)).index
             await decode_rows(ch, p, res)
             await getlink_rows(ns, ch, index, p, res)
             await host_config_rows(ns, ch, index, p, res)
@@ -552,8 +548,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
         await overrun_rows(ns, index, res)
     res.notes.append(
         f"Netlink (11.): {n} veth ends with an IPv4 address each, down, in a private netns; "
-        "pyroute2 "
-        "0.9's requests carry the same IFLA_EXT_MASK as rdmad's; IPRoute is timed on its own "
-        "thread. The overrun probes ask for a "
-        f"{RCVBUF // 1024} KiB receive buffer and miss {FLOOD} link changes."
+        "pyroute2 0.9's requests carry the same IFLA_EXT_MASK as rdmad's; IPRoute is timed on "
+        f"its own thread. The overrun probes ask for a {RCVBUF // 1024} KiB receive buffer and "
+        f"miss {FLOOD} link changes."
     )
