@@ -171,10 +171,13 @@ class Core:
         return self._tracker.announced_views()
 
     def device(self, name: str) -> DeviceView:
+        return self._tracker.view(self._rdma_device(name))
+
+    def _rdma_device(self, name: str) -> RdmaDevice:
         dev = self._inv.devices.get(check_device_name(name))
         if dev is None:
             raise NoSuchDevice(f"no RDMA device {name!r}")
-        return self._tracker.view(dev)
+        return dev
 
     def claims(self) -> list[Claim]:
         return sorted(self._book.claims.values(), key=lambda c: c.created_at_us)
@@ -395,10 +398,10 @@ class Core:
         try:
             if self.netns_mode == NetnsMode.UNAVAILABLE:
                 raise Unavailable("no RDMA subsystem is present (is ib_core loaded?)")
-            if check_device_name(device) not in self._inv.devices:
-                raise NoSuchDevice(f"no RDMA device {device!r}")
+            self._rdma_device(device)
             async with self._operating_on(device):
-                return await self._claim_locked(self._inv.devices[device], target, options)
+                # Looked up again: it may have been unplugged while this claim waited.
+                return await self._claim_locked(self._rdma_device(device), target, options)
         finally:
             target.close()
 
@@ -517,10 +520,10 @@ class Core:
             raise InvalidArgs("a Hold takes no addresses: give them to Attach")
         if self.netns_mode == NetnsMode.UNAVAILABLE:
             raise Unavailable("no RDMA subsystem is present (is ib_core loaded?)")
-        if check_device_name(device) not in self._inv.devices:
-            raise NoSuchDevice(f"no RDMA device {device!r}")
+        self._rdma_device(device)
         async with self._operating_on(device):
-            dev = await self._fresh(self._inv.devices[device])
+            # Looked up again: it may have been unplugged while this hold waited.
+            dev = await self._fresh(self._rdma_device(device))
             self._check_claim(dev, 0, options)
             mine = [c for c in self._book.of(dev.name) if c.hold and c.hold.pod_uid == pod_uid]
             if mine:
