@@ -7,9 +7,9 @@
 # Layout under $RDMAD_GUEST_CACHE/sdimg (default /opt/rdmad-guest/sdimg):
 #   root/           the image (booted by vng --systemd --rw --root, i.e. 9p, writable)
 #   .base-stamp     the mmdebstrap inputs the base was built from (a change rebuilds it)
-#   .rdmad-stamp    hash of the .deb last installed (a change reinstalls)
-# Layers: base (mmdebstrap, ~40 s), kernel modules (hard links), rdmad (the .deb from
-# scripts/build-deb.sh, apt install ~10 s), the probe unit.
+#   .rdmad-stamp    hash of the .debs last installed (a change reinstalls)
+# Layers: base (mmdebstrap, ~40 s), kernel modules (hard links), rdmad and rdmad-dra (the
+# .debs from scripts/build-deb.sh, apt install ~15 s), the probe unit.
 # Needs root, and prepare-kernel.sh 7.3 first (kernel modules + virtme-ng in the cache).
 set -euo pipefail
 
@@ -51,23 +51,34 @@ if [ ! -d "$ROOT/lib/modules/$KERNEL_73_KVER" ]; then
     cp -al "$CACHE/k-7.3/lib/modules/$KERNEL_73_KVER" "$ROOT/lib/modules/"
 fi
 
-# ------------------------------------------------------------------ rdmad
-# The project's Debian package (scripts/build-deb.sh, a no-op when the sources did not
-# change), installed the way a node gets it: `apt install ./rdmad_*.deb` (its dependencies
-# are in the base: no network in the chroot). Its postinst enables rdmad.service; starting
-# is skipped in the chroot (no systemd running), so the unit first starts at the boot.
-# The .deb stays in /root: the probe removes and reinstalls it.
-deb=$("$REPO/scripts/build-deb.sh") || die "the Debian package did not build"
-rdmad_stamp=$(sha256sum < "$deb" | cut -d' ' -f1)
-if [ "$(cat "$SD/.rdmad-stamp" 2>/dev/null)" != "$rdmad_stamp" ] \
-        || [ ! -x "$ROOT/usr/lib/rdmad/bin/rdmad" ]; then
-    log "installing $(basename "$deb") into the image"
-    rm -f "$SD/.rdmad-stamp" "$ROOT"/root/rdmad_*.deb
-    cp "$deb" "$ROOT/root/"
+# ------------------------------------------------------------------ rdmad, rdmad-dra
+# The project's Debian packages (scripts/build-deb.sh, a no-op when the sources did not
+# change), installed the way a node gets them: `apt install ./rdmad_*.deb ./rdmad-dra_*.deb`
+# (their dependencies are in the base: no network in the chroot). rdmad's postinst enables
+# rdmad.service; starting is skipped in the chroot (no systemd running), so the unit first
+# starts at the boot; rdmad-dra.service stays off. The .debs stay in /root: the probe
+# removes rdmad (and with it rdmad-dra, which depends on it) and reinstalls rdmad alone, so
+# each run finds rdmad-dra removed and installs both again here, natively (in the guest it
+# would be the emulated install of most of the files: see run-systemd-check.sh).
+built=$("$REPO/scripts/build-deb.sh") || die "the Debian packages did not build"
+mapfile -t debs <<<"$built"
+[ "${#debs[@]}" = 2 ] || die "build-deb.sh printed ${#debs[@]} paths, not rdmad's and rdmad-dra's"
+rdmad_stamp=$(cat "${debs[@]}" | sha256sum | cut -d' ' -f1)
+installed() {   # installed PACKAGE: dpkg's status of PACKAGE in the image is "installed"
+    [ "$(dpkg-query --admindir="$ROOT/var/lib/dpkg" -W -f='${Status}' "$1" 2>/dev/null)" \
+        = "install ok installed" ]
+}
+if [ "$(cat "$SD/.rdmad-stamp" 2>/dev/null)" != "$rdmad_stamp" ] || ! installed rdmad \
+        || ! installed rdmad-dra; then
+    log "installing $(basename "${debs[0]}") and $(basename "${debs[1]}") into the image"
+    rm -f "$SD/.rdmad-stamp" "$ROOT"/root/rdmad_*.deb "$ROOT"/root/rdmad-dra_*.deb
+    cp "${debs[@]}" "$ROOT/root/"
+    t0=$(date +%s)
     # a clean environment: the host's variables name paths the image does not have
     env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root DEBIAN_FRONTEND=noninteractive \
-        chroot "$ROOT" sh -c 'cd /root && apt-get install -y -q --reinstall ./rdmad_*.deb' >&2 \
-        || die "apt install ./$(basename "$deb") failed in the image"
+        chroot "$ROOT" sh -c 'cd /root && apt-get install -y -q --reinstall ./rdmad_*.deb ./rdmad-dra_*.deb' >&2 \
+        || die "apt install of the two .debs failed in the image"
+    log "installed in $(( $(date +%s) - t0 ))s"
     echo "$rdmad_stamp" > "$SD/.rdmad-stamp"
 fi
 
