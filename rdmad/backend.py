@@ -76,15 +76,6 @@ class NetnsResolver(Protocol):
         ...
 
 
-def netns_reachable(resolver: NetnsResolver, inode: int, path_hint: str) -> bool:
-    """Whether the netns `inode` can still be opened; the handle is closed at once."""
-    target = resolver.reopen(inode, path_hint)
-    if target is None:
-        return False
-    target.close()
-    return True
-
-
 @dataclass(frozen=True)
 class Placement:
     """Where a netdev ended up inside a claimant's netns."""

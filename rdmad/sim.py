@@ -18,7 +18,7 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from rdmad.backend import NetnsResolver, NetnsTarget, Placement, netns_reachable
+from rdmad.backend import NetnsResolver, NetnsTarget, Placement
 from rdmad.errors import KernelError, ModeBusy, NoSuchDevice, NotSupported, from_errno
 from rdmad.kernel.netns import run_in_netns
 from rdmad.kernel.nlsocket import NlChannel
@@ -49,6 +49,7 @@ class _SimDevice:
     ifindex: int
     netns_inode: int = 0  # 0: init_net
     netns_path: str = ""
+    netns_cookie: int = 0  # the netns's identity: the kernel gives a dead one's inode to the next
     uverbs_minor: int = 0
     umad_minor: int = 0
     pci_address: str = ""  # as given: NAME=NETDEV@PCI (selectors and deviceID match on it)
@@ -117,25 +118,36 @@ class SimRdma:
         self._mode = mode
 
     async def list_devices(self) -> list[RdmaDevice]:
-        self._return_orphans()
+        await self._return_orphans()
         visible = [
             d for d in self._devs.values() if self._mode == NetnsMode.SHARED or d.netns_inode == 0
         ]
         return [self._describe(d) for d in visible]
 
     async def get_device(self, index: int) -> RdmaDevice | None:
+        await self._return_orphans()
         dev = self._by_index.get(index)
         if dev is None or (self._mode == NetnsMode.EXCLUSIVE and dev.netns_inode):
             return None
         return self._describe(dev)
 
-    def _return_orphans(self) -> None:
-        """rdma_dev_exit_net: a device whose netns died is back in init_net."""
+    async def _return_orphans(self) -> None:
+        """rdma_dev_exit_net: a device whose netns died is back in init_net, for a listing or
+        a look-up made after the death. The netns found by its inode may be a newer one: its
+        cookie tells."""
         for dev in self._devs.values():
-            inode, path = dev.netns_inode, dev.netns_path
-            if inode and not netns_reachable(self._resolver, inode, path):
-                dev.netns_inode, dev.netns_path = 0, ""
+            if dev.netns_inode and not await self._netns_lives(dev):
+                dev.netns_inode, dev.netns_path, dev.netns_cookie = 0, "", 0
                 self._recreate_chardevs(dev)
+
+    async def _netns_lives(self, dev: _SimDevice) -> bool:
+        target = self._resolver.reopen(dev.netns_inode, dev.netns_path)
+        if target is None:
+            return False
+        try:
+            return await self._resolver.cookie(target) == dev.netns_cookie
+        finally:
+            target.close()
 
     def _describe(self, dev: _SimDevice) -> RdmaDevice:
         if not dev.ifindex:  # its netdev did not exist at start: bind when it shows up
@@ -164,6 +176,7 @@ class SimRdma:
         if dev is None or dev.netns_inode != 0:
             raise from_errno(errno.EINVAL, f"move RDMA device {index}: not in init_net")
         dev.netns_inode, dev.netns_path = target.inode, target.path
+        dev.netns_cookie = await self._resolver.cookie(target)
         self._recreate_chardevs(dev)
 
     async def move_home(self, name: str, source: NetnsTarget) -> None:
@@ -171,7 +184,7 @@ class SimRdma:
         # The kernel looks the device up in the socket's netns (here: `source`).
         if dev is None or dev.netns_inode != source.inode:
             raise from_errno(errno.EINVAL, f"move {name} home: not in {source.path or 'netns'}")
-        dev.netns_inode, dev.netns_path = 0, ""
+        dev.netns_inode, dev.netns_path, dev.netns_cookie = 0, "", 0
         self._recreate_chardevs(dev)
 
     async def chardevs(
