@@ -48,7 +48,7 @@ def require_containerd() -> None:
     pytest.skip(f"needs {', '.join(missing)}")
 
 
-def _config(home: Path, cdi_dir: Path) -> str:
+def _config(home: Path, cdi_dir: Path, snapshotter: str) -> str:
     return f"""version = 2
 root = "{home}/root"
 state = "{home}/state"
@@ -68,6 +68,8 @@ state = "{home}/state"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{home}/cni-bin"
     conf_dir = "{home}/net.d"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "{snapshotter}"
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
 """
@@ -77,6 +79,9 @@ state = "{home}/state"
 class Containerd:
     home: Path
     cdi_dir: Path
+    # overlayfs, containerd's default; "native" (plain copies) where the root is on an
+    # overlay itself, as the guest's /tmp is: an overlay upper on one is EINVAL.
+    snapshotter: str = "overlayfs"
     proc: asyncio.subprocess.Process | None = None
     cri: Cri | None = None
     networks: list[str] = field(default_factory=list)
@@ -110,7 +115,7 @@ class Containerd:
 
     async def start(self, image_archive: Path) -> Cri:
         """containerd up, with the image in, and ready as the kubelet checks it (Status)."""
-        (self.home / "config.toml").write_text(_config(self.home, self.cdi_dir))
+        (self.home / "config.toml").write_text(_config(self.home, self.cdi_dir, self.snapshotter))
         env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/sbin:/usr/bin')}"}
         with open(self.log_path, "ab") as log:
             # Signalled by stop() (SIGTERM) and by the restart tests (SIGKILL).
@@ -149,6 +154,8 @@ class Containerd:
             NAMESPACE,
             "images",
             "import",
+            "--snapshotter",
+            self.snapshotter,
             str(archive),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -207,14 +214,14 @@ def _unmount_under(home: Path) -> None:
         subprocess.run(["umount", "-l", point], capture_output=True)
 
 
-def _new_node(cdi_dir: Path) -> Containerd:
+def _new_node(cdi_dir: Path, snapshotter: str) -> Containerd:
     """A Containerd, not started, with rdmad-cni (as `rdmad`) and the containernetworking
     plugins in its CNI bin dir."""
     # A short path: the socket's must fit in sun_path (108 bytes).
     home = Path(tempfile.mkdtemp(prefix="rdmad-ctd-"))
     for sub in ("cni-bin", "net.d", "pods"):
         (home / sub).mkdir()
-    node = Containerd(home, cdi_dir)
+    node = Containerd(home, cdi_dir, snapshotter)
     for plugin in CNI_PLUGINS.iterdir():
         node.add_plugin(plugin.name, plugin)
     node.add_plugin("rdmad", PLUGIN)
@@ -222,9 +229,11 @@ def _new_node(cdi_dir: Path) -> Containerd:
 
 
 @contextlib.asynccontextmanager
-async def private_containerd(cdi_dir: Path) -> AsyncIterator[Containerd]:
+async def private_containerd(
+    cdi_dir: Path, snapshotter: str = "overlayfs"
+) -> AsyncIterator[Containerd]:
     """A Containerd to configure and start; stopped and removed afterwards, with its pods."""
-    node = _new_node(cdi_dir)
+    node = _new_node(cdi_dir, snapshotter)
     try:
         yield node
     finally:
