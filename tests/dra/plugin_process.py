@@ -81,8 +81,11 @@ def argv(api: ApiServer, bus_address: str, workdir: Path) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def running_plugin(api: ApiServer, bus_address: str, workdir: Path) -> AsyncIterator[Plugin]:
-    """Started, and serving once it has said so on stderr."""
+async def running_plugin(
+    api: ApiServer, bus_address: str, workdir: Path, start_timeout: float = WAIT
+) -> AsyncIterator[Plugin]:
+    """Started, and serving once it has said so on stderr (within `start_timeout`: the
+    guest's emulated CPU needs longer)."""
     proc = await spawn(  # signalled by the tests (SIGTERM): default dispositions
         *argv(api, bus_address, workdir),
         stdin=asyncio.subprocess.DEVNULL,
@@ -100,7 +103,7 @@ async def running_plugin(api: ApiServer, bus_address: str, workdir: Path) -> Asy
 
     reader = asyncio.ensure_future(read_log())
     try:
-        await plugin.wait_log("serving DRA driver")
+        await plugin.wait_log("serving DRA driver", start_timeout)
         yield plugin
     finally:
         if proc.returncode is None:
