@@ -592,5 +592,6 @@ class HoldActor(BusUser):
             if done.code != 0:
                 self.detail = f"DEL: {done.out} {done.stderr.strip()}"
                 return f"del-error-{(done.out or {}).get('code', done.code)}"
-        # Released by DEL or by the netns's death already: NoSuchClaim, as rdmad-dra finds.
+        # DEL and the netns's death bring the device home and keep the hold: Release ends it
+        # (NoSuchClaim if the device's removal ended it first).
         return prefix + await self.release_all(node, pod.claims)
