@@ -8,8 +8,9 @@
 #   root/           the image (booted by vng --systemd --rw --root, i.e. 9p, writable)
 #   .base-stamp     the mmdebstrap inputs the base was built from (a change rebuilds it)
 #   .rdmad-stamp    hash of the .debs last installed (a change reinstalls)
-# Layers: base (mmdebstrap, ~40 s), kernel modules (hard links), rdmad and rdmad-dra (the
-# .debs from scripts/build-deb.sh, apt install ~15 s), the probe unit.
+# Layers: base (mmdebstrap, ~40 s), kernel modules (hard links), rdmad (the .debs from
+# scripts/build-deb.sh: both installed, ~15 s; rdmad-dra checked and removed again), the
+# probe unit. Also: rdmad-dra.facts, what the check of rdmad-dra found.
 # Needs root, and prepare-kernel.sh 7.3 first (kernel modules + virtme-ng in the cache).
 set -euo pipefail
 
@@ -17,6 +18,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../../.." && pwd)
 # shellcheck source=./pins.sh source-path=SCRIPTDIR
 . "$HERE/pins.sh"
+# shellcheck source=../../../scripts/private-apt.sh
+. "$REPO/scripts/private-apt.sh"
 CACHE=$RDMAD_GUEST_CACHE
 SD=$CACHE/sdimg
 ROOT=$SD/root
@@ -35,7 +38,7 @@ mkdir -p "$SD"
 # needs no network; no compiler, no python3-venv (the venv comes built in the package).
 SUITE=bookworm
 INCLUDE=systemd,systemd-sysv,udev,kmod,iproute2,dbus,python3,libudev1
-MIRROR=${RDMAD_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+debian_mirrors   # MIRROR: the archive the host's apt sources name (scripts/private-apt.sh)
 base_stamp="$SUITE $INCLUDE $MIRROR v2"
 if [ "$(cat "$SD/.base-stamp" 2>/dev/null)" != "$base_stamp" ] || [ ! -x "$ROOT/lib/systemd/systemd" ]; then
     log "building the base root with mmdebstrap ($SUITE)"
@@ -56,29 +59,45 @@ fi
 # change), installed the way a node gets them: `apt install ./rdmad_*.deb ./rdmad-dra_*.deb`
 # (their dependencies are in the base: no network in the chroot). rdmad's postinst enables
 # rdmad.service; starting is skipped in the chroot (no systemd running), so the unit first
-# starts at the boot; rdmad-dra.service stays off. The .debs stay in /root: the probe
-# removes rdmad (and with it rdmad-dra, which depends on it) and reinstalls rdmad alone, so
-# each run finds rdmad-dra removed and installs both again here, natively (in the guest it
-# would be the emulated install of most of the files: see run-systemd-check.sh).
+# starts at the boot. rdmad-dra is checked here (installed, its unit there and not
+# enabled) and removed again with apt, natively, into $SD/rdmad-dra.facts for
+# run-systemd-check.sh: in the guest, under emulation over 9p, its ~3900 files took ~19
+# minutes to remove, and the probe's `apt remove rdmad` would take them with it. The guest
+# boots with rdmad alone; its .deb stays in /root for the probe's reinstall.
 built=$("$REPO/scripts/build-deb.sh") || die "the Debian packages did not build"
 mapfile -t debs <<<"$built"
 [ "${#debs[@]}" = 2 ] || die "build-deb.sh printed ${#debs[@]} paths, not rdmad's and rdmad-dra's"
 rdmad_stamp=$(cat "${debs[@]}" | sha256sum | cut -d' ' -f1)
-installed() {   # installed PACKAGE: dpkg's status of PACKAGE in the image is "installed"
-    [ "$(dpkg-query --admindir="$ROOT/var/lib/dpkg" -W -f='${Status}' "$1" 2>/dev/null)" \
-        = "install ok installed" ]
+FACTS=$SD/rdmad-dra.facts
+status() {   # status PACKAGE: dpkg's status of PACKAGE in the image
+    dpkg-query --admindir="$ROOT/var/lib/dpkg" -W -f='${Status}' "$1" 2>/dev/null || true
 }
-if [ "$(cat "$SD/.rdmad-stamp" 2>/dev/null)" != "$rdmad_stamp" ] || ! installed rdmad \
-        || ! installed rdmad-dra; then
-    log "installing $(basename "${debs[0]}") and $(basename "${debs[1]}") into the image"
-    rm -f "$SD/.rdmad-stamp" "$ROOT"/root/rdmad_*.deb "$ROOT"/root/rdmad-dra_*.deb
-    cp "${debs[@]}" "$ROOT/root/"
-    t0=$(date +%s)
-    # a clean environment: the host's variables name paths the image does not have
+in_image() {   # a command in the image, with a clean environment (the host's variables
+               # name paths the image does not have)
     env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root DEBIAN_FRONTEND=noninteractive \
-        chroot "$ROOT" sh -c 'cd /root && apt-get install -y -q --reinstall ./rdmad_*.deb ./rdmad-dra_*.deb' >&2 \
+        chroot "$ROOT" "$@"
+}
+if [ "$(cat "$SD/.rdmad-stamp" 2>/dev/null)" != "$rdmad_stamp" ] || [ ! -s "$FACTS" ] \
+        || [ "$(status rdmad)" != "install ok installed" ]; then
+    log "installing $(basename "${debs[0]}") and $(basename "${debs[1]}") into the image"
+    rm -f "$SD/.rdmad-stamp" "$FACTS" "$ROOT"/root/rdmad_*.deb "$ROOT"/root/rdmad-dra_*.deb
+    cp "${debs[0]}" "${debs[1]}" "$ROOT/root/"
+    t0=$(date +%s)
+    in_image sh -c 'cd /root && apt-get install -y -q --reinstall ./rdmad_*.deb ./rdmad-dra_*.deb' >&2 \
         || die "apt install of the two .debs failed in the image"
     log "installed in $(( $(date +%s) - t0 ))s"
+    {
+        echo "@dra_package=$(status rdmad-dra)"
+        unit=/lib/systemd/system/rdmad-dra.service
+        if [ -f "$ROOT$unit" ]; then echo "@dra_unit=$unit"; else echo "@dra_unit=none"; fi
+        echo "@dra_enabled=$(in_image systemctl is-enabled rdmad-dra.service 2>&1)"
+        in_image apt-get remove -y -q rdmad-dra >&2 && rc=0 || rc=$?
+        echo "@dra_remove_rc=$rc"
+        echo "@dra_removed=$(status rdmad-dra)"
+        echo "@rdmad_after_dra_removed=$(status rdmad)"
+    } > "$FACTS.tmp"
+    rm -f "$ROOT"/root/rdmad-dra_*.deb
+    mv "$FACTS.tmp" "$FACTS"
     echo "$rdmad_stamp" > "$SD/.rdmad-stamp"
 fi
 

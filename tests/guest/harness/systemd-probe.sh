@@ -39,14 +39,9 @@ kv uptime_start "$(cut -d' ' -f1 /proc/uptime)"
 kv systemd_version "$(systemctl --version | head -1)"
 cat /rdmad-setup.out
 
-section "rdmad started at boot (installed by apt install ./rdmad_*.deb ./rdmad-dra_*.deb)"
+section "rdmad started at boot (installed by apt install ./rdmad_*.deb)"
 kv boot_package "$(dpkg-query -W -f='${Status} ${Version}' rdmad)"
 kv boot_enabled "$(systemctl is-enabled rdmad)"
-# rdmad-dra: installed beside it, its unit there but off (a node without Kubernetes)
-kv boot_dra_package "$(dpkg-query -W -f='${Status} ${Version}' rdmad-dra)"
-kv boot_dra_unit "$(systemctl show rdmad-dra -p FragmentPath --value)"
-kv boot_dra_enabled "$(systemctl is-enabled rdmad-dra)"
-kv boot_dra_active "$(systemctl is-active rdmad-dra)"
 # joins the boot's start job if it is still running; a no-op once rdmad is up
 systemctl start rdmad; kv start_rc $?
 ms() { systemctl show rdmad -p "$1" --value; }
@@ -94,11 +89,8 @@ out=$(rdmactl --json claim rxe0 probe1 --shared --ifname net1 2>&1); kv pkg_clai
 echo "$out"
 pkg_claim=$(jget 'j["id"]' <<<"$out" 2>&1)
 kv pkg_claim_id "$pkg_claim"
-# (apt removes rdmad-dra first, as it depends on rdmad; only rdmad is reinstalled below:
-# systemd-image.sh installs both again before the next boot)
 apt-get remove -y -q rdmad; kv apt_remove_rc $?
 kv removed_package "$(dpkg-query -W -f='${Status}' rdmad)"
-kv removed_dra_package "$(dpkg-query -W -f='${Status}' rdmad-dra)"
 kv removed_active "$(systemctl is-active rdmad)"
 kv removed_netdev "$(ip netns exec probe1 ip -br link show net1 2>&1 | cut -d' ' -f1)"
 (cd /root && apt-get install -y -q ./rdmad_*.deb); kv apt_install_rc $?
