@@ -118,27 +118,28 @@ class SimRdma:
         self._mode = mode
 
     async def list_devices(self) -> list[RdmaDevice]:
-        await self._return_orphans()
+        for dev in self._devs.values():
+            await self._return_if_orphaned(dev)
         visible = [
             d for d in self._devs.values() if self._mode == NetnsMode.SHARED or d.netns_inode == 0
         ]
         return [self._describe(d) for d in visible]
 
     async def get_device(self, index: int) -> RdmaDevice | None:
-        await self._return_orphans()
         dev = self._by_index.get(index)
+        if dev is not None:
+            await self._return_if_orphaned(dev)
         if dev is None or (self._mode == NetnsMode.EXCLUSIVE and dev.netns_inode):
             return None
         return self._describe(dev)
 
-    async def _return_orphans(self) -> None:
+    async def _return_if_orphaned(self, dev: _SimDevice) -> None:
         """rdma_dev_exit_net: a device whose netns died is back in init_net, for a listing or
         a look-up made after the death. The netns found by its inode may be a newer one: its
         cookie tells."""
-        for dev in self._devs.values():
-            if dev.netns_inode and not await self._netns_lives(dev):
-                dev.netns_inode, dev.netns_path, dev.netns_cookie = 0, "", 0
-                self._recreate_chardevs(dev)
+        if dev.netns_inode and not await self._netns_lives(dev):
+            dev.netns_inode, dev.netns_path, dev.netns_cookie = 0, "", 0
+            self._recreate_chardevs(dev)
 
     async def _netns_lives(self, dev: _SimDevice) -> bool:
         target = self._resolver.reopen(dev.netns_inode, dev.netns_path)
