@@ -15,14 +15,14 @@ from dbus_fast import Variant
 from rdmad.dra.offer import is_slot
 from tests.dra import kubelet
 from tests.dra.apiserver import ApiServer
-from tests.dra.claims import POD_UID, claim
+from tests.dra.claims import POD_UID
+from tests.dra.contract import SERVICE, prepare, serve
 from tests.dra.plugin_process import Plugin, running_plugin
 from tests.support.net import require_root
 from tests.support.sim_rig import Rig, running_rig
 
 pytestmark = pytest.mark.bus  # a private dbus-daemon
 
-SERVICE = "v1.DRAPlugin"
 LIMIT = 2
 POD_B = "7a2d1b63-4c8e-4f1b-8d20-3e6f9c8b5d41"
 A = kubelet.Claim("default", "0b9f2c1e-1111-4c3e-9a6e-000000000001", "pod-a-rdma")
@@ -47,14 +47,6 @@ async def rig(bus_address: str, tmp_path: Path) -> AsyncIterator[Rig]:
 async def plugin(api: ApiServer, rig: Rig, tmp_path: Path) -> AsyncIterator[Plugin]:
     async with running_plugin(api, rig.daemon.bus_address, tmp_path / "dra") as p:
         yield p
-
-
-def serve(api: ApiServer, ref: kubelet.Claim, devices: list[str], **kw: Any) -> None:
-    api.put_claim(claim(ref.uid, devices, name=ref.name, namespace=ref.namespace, **kw))
-
-
-async def prepare(plugin: Plugin, *refs: kubelet.Claim) -> dict[str, kubelet.Prepared]:
-    return await kubelet.prepare_devices(str(plugin.endpoint), SERVICE, list(refs))
 
 
 def slots_of(devices: dict[str, Any], rdma: str) -> set[str]:
