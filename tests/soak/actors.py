@@ -27,7 +27,7 @@ from typing import Any
 
 from dbus_fast import Variant
 
-from tests.cni.conftest import run_plugin
+from tests.cni.conftest import Outcome, run_plugin
 from tests.cni.podman import Podman
 from tests.soak.clock import Clock
 from tests.soak.node import Node, Slot
@@ -556,9 +556,17 @@ class HoldActor(BusUser):
             result, _paths = await self.call(node, "Attach", "ssa{sv}", self.uid(pod), netns, {})
             return result
         pod.container = f"soakhold{pod.serial}"
-        done = await asyncio.to_thread(
+        done = await self.pod_cni("ADD", node, netns, pod)
+        if done.code != 0:
+            self.detail = f"{done.out} {done.stderr.strip()}"
+            return f"error-{(done.out or {}).get('code', done.code)}"
+        return "ok"
+
+    async def pod_cni(self, command: str, node: Node, netns: str, pod: Pod) -> Outcome:
+        """rdmad-cni in pod mode, as the runtime runs it for the pod's sandbox."""
+        return await asyncio.to_thread(
             run_plugin,
-            "ADD",
+            command,
             self.conf(node),
             self.cni_path,
             netns,
@@ -566,10 +574,6 @@ class HoldActor(BusUser):
             "eth0",
             self.cni_args(pod),
         )
-        if done.code != 0:
-            self.detail = f"{done.out} {done.stderr.strip()}"
-            return f"error-{(done.out or {}).get('code', done.code)}"
-        return "ok"
 
     async def unprepare(self, node: Node, args: dict[str, Any]) -> str:
         pod = self.pick(node, args["pick"])
@@ -579,16 +583,7 @@ class HoldActor(BusUser):
         prefix = "held-" if not pod.via else ""
         if pod.via == "cni" and pod.slot is not None:
             netns = present(self.world.slots[pod.slot].name)
-            done = await asyncio.to_thread(
-                run_plugin,
-                "DEL",
-                self.conf(node),
-                self.cni_path,
-                netns,
-                pod.container,
-                "eth0",
-                self.cni_args(pod),
-            )
+            done = await self.pod_cni("DEL", node, netns, pod)
             if done.code != 0:
                 self.detail = f"DEL: {done.out} {done.stderr.strip()}"
                 return f"del-error-{(done.out or {}).get('code', done.code)}"
