@@ -45,7 +45,7 @@ while [ $# -gt 0 ]; do
         --cpus) cpus=${2:?}; shift 2 ;;
         --mem) mem=${2:?}; shift 2 ;;
         --verbose) verbose=1; shift ;;
-        -h|--help) sed -n '2,26p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -h|--help) sed -n '2,25p' "${BASH_SOURCE[0]}"; exit 0 ;;
         --) shift; break ;;
         -*) die "unknown option $1" ;;
         *) break ;;
