@@ -1,7 +1,9 @@
 """The soak's world: two nodes (one rdmad each, in shared and in exclusive RDMA netns mode,
 on the sim backend over real veths), each on its own restartable private bus with its state
 dir on a small tmpfs, an exporter and an `rdmactl monitor`; and the netns slots the actors
-claim into.
+claim into. In the RDMA guest, one node instead (the netns mode is one per kernel): rdmad on
+its kernel backend, each device a real rxe on its veth, named as the sim's (sim0-8) so that
+the schedule names it.
 
 A supervisor restarts a node's rdmad whenever it exits, as systemd's Restart= does, and
 records each exit: one no fault caused is a violation.
@@ -32,10 +34,12 @@ from tests.support.exporter import Exporter, running_exporter
 from tests.support.faulty_rdmad import RCVBUF
 from tests.support.invariants import HostSettings, host_settings
 from tests.support.net import VethPair, eventually, ip, link, unique_name
+from tests.support.rdma import sh
 
 # rtnetlink's event socket is this small so that a flood overruns it (as in test_overrun).
 SOAK_RCVBUF = "32768"
 MONITOR_MARGIN_S = 3.0  # a restarted monitor may miss signals until it has subscribed
+RXE_START_S = 180.0  # rdmad's start in the guest: its imports over 9p under TCG
 
 
 class SoakBus:
@@ -94,12 +98,16 @@ class Device:
     name: str
     pair: VethPair
     address: str  # its host address; with MTU 1500 and UP, its host settings
+    rxe: bool = False  # a real rxe device of this name on the veth (the kernel backend)
 
     def create(self) -> HostSettings:
-        """The veth, configured as the host has it; its settings as recorded."""
+        """The veth, configured as the host has it (and its rxe); its settings as the
+        kernel has them then, which the device invariant compares against."""
         ip("link", "add", self.pair.host, "type", "veth", "peer", "name", self.pair.peer)
         ip("addr", "add", self.address, "dev", self.pair.host)
         ip("link", "set", self.pair.host, "up")
+        if self.rxe:
+            sh("rdma", "link", "add", self.name, "type", "rxe", "netdev", self.pair.host)
         return host_settings(self.pair.host)
 
     def destroyed(self) -> bool:
@@ -107,6 +115,8 @@ class Device:
         return link(self.pair.host) is None and link(self.pair.peer) is None
 
     def delete(self) -> None:
+        if self.rxe:
+            sh("rdma", "link", "del", self.name, check=False)
         for end in (self.pair.host, self.pair.peer):
             ip("link", "del", end, check=False)
 
@@ -166,6 +176,7 @@ class Node:
     exporter: Exporter | None = None
     closing: bool = False
     samples: list[tuple[float, int, int, int]] = field(default_factory=list)  # t, pid, rss, fds
+    start_timeout: float = 60.0
 
     @property
     def pid(self) -> int | None:
@@ -201,7 +212,7 @@ class Node:
         for _attempt in range(5):
             self.repair()
             try:
-                await self.daemon.start()
+                await self.daemon.start(self.start_timeout)
                 self.up.set()
                 return
             except RuntimeError as exc:
@@ -275,14 +286,19 @@ class Node:
 
 
 @contextlib.asynccontextmanager
-async def running_node(name: str, index: int, workdir: Path) -> AsyncIterator[Node]:
-    """A node: its bus, veths, tmpfs state dir, rdmad (supervised), exporter and monitor."""
+async def running_node(
+    name: str, index: int, workdir: Path, rxe: bool = False
+) -> AsyncIterator[Node]:
+    """A node: its bus, veths, tmpfs state dir, rdmad (supervised), exporter and monitor.
+    With `rxe`, rdmad runs on its kernel backend over rxe devices, and the kernel's RDMA
+    netns mode is set to the node's (before any netns exists, as the kernel requires)."""
     await asyncio.to_thread(workdir.mkdir, parents=True)
     devices = {
         f"sim{i}": Device(
             f"sim{i}",
             VethPair(unique_name("sk"), unique_name("sk")),
             f"198.51.100.{index * 16 + i + 1}/32",
+            rxe,
         )
         for i in range(DEVICES)
     }
@@ -291,9 +307,13 @@ async def running_node(name: str, index: int, workdir: Path) -> AsyncIterator[No
     node: Node | None = None
     try:
         bus.start()
-        spec = ",".join(f"{n}={d.pair.host}" for n, d in devices.items())
+        if rxe:
+            sh("rdma", "system", "set", "netns", name)
+        spec = "" if rxe else ",".join(f"{n}={d.pair.host}" for n, d in devices.items())
         daemon = RdmadProcess(bus.address, workdir, spec, name, env={RCVBUF: SOAK_RCVBUF})
         node = Node(name, workdir, devices, bus, daemon)
+        if rxe:
+            node.start_timeout = RXE_START_S
         with tiny_tmpfs(daemon.state_dir):
             await node.start()
             tasks = [
@@ -317,6 +337,8 @@ async def running_node(name: str, index: int, workdir: Path) -> AsyncIterator[No
                 witness.close()
         for device in devices.values():
             device.delete()
+        if rxe:  # the kernel's default again (refused while a netns is left)
+            sh("rdma", "system", "set", "netns", "shared", check=False)
         bus.close()
 
 

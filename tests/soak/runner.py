@@ -9,6 +9,10 @@ once more at the end. A violation stops the soak and prints the seed, the schedu
 state; the exit status is then 1 (with --keep-going it records the violation, plays the
 schedule out for the figures, and exits 1 at the end). At the end it prints the figures:
 operations and faults of each kind and their outcomes, checks passed, rdmad's RSS and fds.
+
+With --rxe MODE (in the RDMA guest: `make soak-guest`) the world is one node in that RDMA
+netns mode, rdmad on its kernel backend over real rxe devices; the same seed's schedule is
+played but for the other node's actions (and podman's, unless the node is shared).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,7 @@ from tests.soak.actors import (
     World,
 )
 from tests.soak.clock import Clock
+from tests.soak.dra import DraActor, DraPlugin, PluginKiller, running_dra, slices_settled
 from tests.soak.faults import FaultActor, NetnsReaper
 from tests.soak.invariants import Verdict, growth, rules, settled
 from tests.soak.node import Node, Slot, running_node
@@ -66,13 +71,15 @@ class Result:
     growth: list[str] = field(default_factory=list)
     wall: float = 0.0
     podman: bool = False
+    played: int = 0  # the schedule's actions of the actors and nodes that exist
+    nodes: str = "both nodes"
 
     def summary(self) -> str:
         lines = [
             f"soak: seed {self.schedule.seed}, {self.schedule.seconds:g} s of schedule in "
-            f"{self.wall:.0f} s of wall time, {len(self.schedule.actions)} actions, "
-            f"podman {'on' if self.podman else 'not run'}",
-            f"invariant checks passed: {self.checks} (each over both nodes)",
+            f"{self.wall:.0f} s of wall time, {self.played} actions played "
+            f"(of {len(self.schedule.actions)}), podman {'on' if self.podman else 'not run'}",
+            f"invariant checks passed: {self.checks} (each over {self.nodes})",
         ]
         if self.failed:
             lines.append(f"VIOLATIONS ({len(self.failed)}, each at its first failed check):")
@@ -98,16 +105,28 @@ def has_podman() -> bool:
 
 
 @contextlib.asynccontextmanager
-async def podman_home() -> AsyncIterator[Podman]:
+async def podman_home(guest: bool) -> AsyncIterator[Podman]:
     # podman refuses a runroot path longer than 50 characters: a short temp dir.
     home = Path(tempfile.mkdtemp(prefix="rdmad-spm-"))
-    pm = Podman(home)
+    # The 7.3 guest runs crun without cgroups (tests/guest/test_podman_cni.py: runc died there).
+    pm = Podman(home, "crun", ("--cgroups=disabled",)) if guest else Podman(home)
     pm.setup()
     try:
         yield pm
     finally:
         await asyncio.to_thread(pm.cleanup)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def on_nodes(actions: list[Action], nodes: Collection[str]) -> list[Action]:
+    """The actions for nodes that exist (an action without a node picks among its own)."""
+    return [a for a in actions if "node" not in a.args or a.args["node"] in nodes]
+
+
+def replay(seconds: float, seed: int, rxe: str | None) -> str:
+    if rxe is None:
+        return f"make soak SOAK_SECONDS={seconds:g} SOAK_SEED={seed}"
+    return f"make soak-guest SOAK_SECONDS={seconds:g} SOAK_SEED={seed} SOAK_MODE={rxe}"
 
 
 async def play(
@@ -124,11 +143,18 @@ async def play(
                 raise Violation(f"{action.line()}: the actor failed: {exc!r}") from exc
 
 
-async def check(world: World, init_rules: object, result: Result, keep_going: bool) -> None:
+async def check(
+    world: World,
+    plugins: dict[str, DraPlugin],
+    init_rules: object,
+    result: Result,
+    keep_going: bool,
+) -> None:
     async with asyncio.timeout(UP_WAIT_S):
         for node in world.nodes.values():
             await node.up.wait()
     result.last = await settled(world.nodes, world.slots, init_rules, world.tally.acks)
+    result.last |= await slices_settled(plugins)
     problems = [f"{n}: {p}" for n, v in result.last.items() for p in v.problems]
     if problems and not keep_going:
         raise Violation("\n".join(problems))
@@ -150,12 +176,17 @@ async def check(world: World, init_rules: object, result: Result, keep_going: bo
 
 
 async def checker(
-    actions: list[Action], world: World, init_rules: object, result: Result, keep_going: bool
+    actions: list[Action],
+    world: World,
+    plugins: dict[str, DraPlugin],
+    init_rules: object,
+    result: Result,
+    keep_going: bool,
 ) -> None:
     for action in actions:
         await world.clock.until(action.at)
         async with world.clock.quiescent():
-            await check(world, init_rules, result, keep_going)
+            await check(world, plugins, init_rules, result, keep_going)
 
 
 async def state_of(world: World) -> str:
@@ -189,19 +220,32 @@ async def state_of(world: World) -> str:
 
 
 async def soak(
-    seconds: float, seed: int, workdir: Path, podman: bool, keep_going: bool = False
+    seconds: float,
+    seed: int,
+    workdir: Path,
+    podman: bool,
+    keep_going: bool = False,
+    rxe: str | None = None,
 ) -> Result:
+    """`rxe`: one node in that mode on real rxe devices (the guest), or None: the two sim nodes."""
     schedule = generate(seed, seconds, podman)
+    names = [rxe] if rxe else sorted(NODES)
+    podman = podman and "shared" in names  # its network is the shared node's
     tally = Tally()
     result = Result(schedule, tally, podman=podman)
+    if rxe:
+        result.nodes = f"the {rxe} node"
     started = time.monotonic()
     init_rules = (rules(4), rules(6))
     slots = [Slot(i) for i in range(SLOTS)]
     async with contextlib.AsyncExitStack() as stack:
         nodes: dict[str, Node] = {}
-        for index, name in enumerate(sorted(NODES)):
-            nodes[name] = await stack.enter_async_context(running_node(name, index, workdir / name))
+        for index, name in enumerate(names):
+            nodes[name] = await stack.enter_async_context(
+                running_node(name, index, workdir / name, rxe is not None)
+            )
         world = World(nodes, slots, tally, Clock(), workdir)
+        plugins = {n: await stack.enter_async_context(running_dra(nodes[n])) for n in nodes}
         for slot in slots:
             stack.push_async_callback(slot.close)
         bus = {a: BusClaimer(a, world) for a in schedule.actors() if a.startswith("bus")}
@@ -209,9 +253,9 @@ async def soak(
             stack.callback(claimer.close)
         path = cni_path()
         cni = {a: CniActor(a, world, path) for a in schedule.actors() if a.startswith("cni")}
-        pods, holds = PodActor(world), HoldActor(world, path)
-        stack.callback(pods.close)
-        stack.callback(holds.close)
+        pods, holds, dra = PodActor(world), HoldActor(world, path), DraActor(world, path, plugins)
+        for user in (pods, holds, dra):
+            stack.callback(user.close)
         faults, reaper, scraper = FaultActor(world), NetnsReaper(world), Scraper(world)
         players: dict[str, Callable[[Action], Awaitable[None]]] = {
             **{a: b.do for a, b in bus.items()},
@@ -221,24 +265,26 @@ async def soak(
             "scraper": scraper.do,
             "pods": pods.do,
             "holds": holds.do,
+            "dra": dra.do,
+            "faults-dra": PluginKiller(world, plugins).do,
         }
         if podman:
-            pm = await stack.enter_async_context(podman_home())
+            pm = await stack.enter_async_context(podman_home(rxe is not None))
             players["podman"] = PodmanActor(world, pm).do
         print(f"soak: {len(schedule.actions)} actions for {len(players) + 1} actors", flush=True)
+        mine = {actor: on_nodes(schedule.of(actor), nodes) for actor in [*players, "checker"]}
+        result.played = sum(len(actions) for actions in mine.values())
         tasks = [
-            asyncio.ensure_future(play(schedule.of(actor), do, world.clock))
+            asyncio.ensure_future(play(mine[actor], do, world.clock))
             for actor, do in players.items()
         ]
         tasks.append(
-            asyncio.ensure_future(
-                checker(schedule.of("checker"), world, init_rules, result, keep_going)
-            )
+            asyncio.ensure_future(checker(mine["checker"], world, init_rules, result, keep_going))
         )
         try:
             await asyncio.gather(*tasks)
             async with world.clock.quiescent():
-                await check(world, init_rules, result, keep_going)
+                await check(world, plugins, init_rules, result, keep_going)
         except Exception as exc:  # a Violation, or the soak's own failure: stop all, report
             for task in tasks:
                 task.cancel()
@@ -247,7 +293,7 @@ async def soak(
             what = "INVARIANT VIOLATED" if isinstance(exc, Violation) else "SOAK FAILED"
             raise Violation(
                 f"{what} at soak time {world.clock.now():.1f} s:\n{str(exc) or repr(exc)}\n\n"
-                f"seed {seed}; replay: make soak SOAK_SECONDS={seconds:g} SOAK_SEED={seed}\n\n"
+                f"seed {seed}; replay: {replay(seconds, seed, rxe)}\n\n"
                 f"== state\n{state}\n\n== schedule\n{schedule.dump()}"
             ) from None
         problems = []
@@ -277,6 +323,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="default: a random one")
     parser.add_argument("--no-podman", action="store_true", help="leave the podman actor out")
     parser.add_argument(
+        "--rxe",
+        choices=[*sorted(NODES), "seed"],
+        help="in the RDMA guest: one node in this RDMA netns mode (seed: chosen by the seed) "
+        "on rdmad's kernel backend over real rxe devices",
+    )
+    parser.add_argument(
         "--keep-going",
         action="store_true",
         help="record a violation and play the schedule out (for the figures); exit 1 at the end",
@@ -287,14 +339,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     podman = not args.no_podman and has_podman()
+    rxe = sorted(NODES)[seed % len(NODES)] if args.rxe == "seed" else args.rxe
+    where = f"one {rxe} node on real rxe devices" if rxe else "two sim nodes"
     print(
-        f"soak: seed {seed}, {args.seconds:g} s "
-        f"(replay: make soak SOAK_SECONDS={args.seconds:g} SOAK_SEED={seed})",
+        f"soak: seed {seed}, {args.seconds:g} s, {where} "
+        f"(replay: {replay(args.seconds, seed, rxe)})",
         flush=True,
     )
     workdir = Path(tempfile.mkdtemp(prefix="rdmad-soak-"))
+    run = soak(args.seconds, seed, workdir, podman, args.keep_going, rxe)
     try:
-        result = asyncio.run(stoppable(soak(args.seconds, seed, workdir, podman, args.keep_going)))
+        result = asyncio.run(stoppable(run))
     except Violation as exc:
         print(exc, flush=True)
         print(f"logs kept in {workdir}")
