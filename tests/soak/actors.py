@@ -3,14 +3,16 @@ schedule releases it. Each records every outcome in the tally; a refusal from rd
 device, netns gone, rdmad restarting) is an outcome, not a failure: the invariants judge.
 
 - BusClaimer: Claim and Release over the bus, as a runtime's D-Bus client: whole device,
-  shared, netdev=false, into a netns named by name, by path or by pid:PID.
+  shared, netdev=false, into a netns named by name, by path or by pid:PID, or passed open
+  (ClaimFd, the client negotiated fd passing).
 - CniActor: rdmad-cni ADD, CHECK (with ADD's result as prevResult), DEL and GC, with the
   environment and stdin a runtime gives it.
 - PodmanActor: the real podman: run, rm -f, kill -9 of the container's process.
 - PodActor: multi-rail pods, 2-4 claims into one netns with one pod CDI name and policy
   routing, released together or ended by their netns's death.
 - HoldActor: DRA-style pods: Hold, then rdmad-cni ADD in pod mode or Manager.Attach (or
-  the pod never comes), then unprepare.
+  the pod never comes), then unprepare. (tests/soak/dra.py's DraActor does pods through
+  the real rdmad-dra.)
 - Scraper: the exporter scraped, rdmad's RSS and fds sampled.
 """
 
@@ -31,8 +33,8 @@ from tests.cni.conftest import Outcome, run_plugin
 from tests.cni.podman import Podman
 from tests.soak.clock import Clock
 from tests.soak.node import Node, Slot
-from tests.soak.schedule import PODMAN_DEVICE, Action
-from tests.support.daemon import BUS_NAME, Client, DBusCallError
+from tests.soak.schedule import FD_FORM, PODMAN_DEVICE, Action
+from tests.support.daemon import BUS_NAME, MANAGER_IFACE, MANAGER_PATH, Client, DBusCallError
 
 CALL_TIMEOUT = 40.0  # longer than any fault's window: an unanswered call is an outcome
 
@@ -181,9 +183,27 @@ class BusClaimer(BusUser):
                 options["shared"] = Variant("b", True)
             if args["mtu"]:
                 options["mtu"] = Variant("u", args["mtu"])
-        path = await client.manager(
-            "Claim", "ssa{sv}", args["device"], netns[args["form"]], options
-        )
+        if args["form"] == FD_FORM:
+            try:
+                fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+            except FileNotFoundError:  # the reaper deleted it since
+                return "netns-gone"
+            try:
+                (path,) = await client.call_raw(
+                    BUS_NAME,
+                    MANAGER_PATH,
+                    MANAGER_IFACE,
+                    "ClaimFd",
+                    "sha{sv}",
+                    [args["device"], 0, options],
+                    unix_fds=[fd],
+                )
+            finally:
+                os.close(fd)
+        else:
+            path = await client.manager(
+                "Claim", "ssa{sv}", args["device"], netns[args["form"]], options
+            )
         return f"ok-{args['form']} {str(path).rsplit('/', 1)[1]}"
 
     async def release(self, client: Client, args: dict[str, Any]) -> str:
@@ -500,8 +520,7 @@ class HoldActor(BusUser):
         op = f"come-{action.args['via']}" if action.op == "come" else action.op
         self.count(op, result)
 
-    @staticmethod
-    def uid(pod: Pod) -> str:
+    def uid(self, pod: Pod) -> str:
         return f"soak-{os.getpid()}-{pod.serial}"
 
     async def hold(self, node: Node, args: dict[str, Any]) -> str:

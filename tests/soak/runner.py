@@ -279,7 +279,9 @@ async def soak(
             for actor, do in players.items()
         ]
         tasks.append(
-            asyncio.ensure_future(checker(mine["checker"], world, init_rules, result, keep_going))
+            asyncio.ensure_future(
+                checker(mine["checker"], world, plugins, init_rules, result, keep_going)
+            )
         )
         try:
             await asyncio.gather(*tasks)

@@ -27,6 +27,8 @@ SLOTS = 6  # netns slots, shared by every actor and both nodes
 BUS_CLIENTS = 6
 CNI_ACTORS = 2
 FORMS = ("name", "path", "pid")
+FD_FORM = "fd"  # ClaimFd with the slot's netns open; drawn apart from FORMS (see generate)
+FD_SHARE = 0.25  # of the bus clients' claims
 CHECK_EVERY = 15.0
 # A macvlan cannot be larger than its parent (1500): 9000 is for whole devices.
 MTUS: dict[str, list[int | None]] = {
@@ -36,6 +38,7 @@ MTUS: dict[str, list[int | None]] = {
 }
 FAULT_KINDS = ("sigkill", "sigstop", "bus-restart", "netlink-flood", "disk-full")
 RAILS = (2, 4)  # a multi-rail pod's claims, all in one netns
+DRA_DEVICES = POD_DEVICES  # what the DRA actor's claims are allocated from (whole or slots)
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,45 @@ def _holds(rng: random.Random, seconds: float) -> list[Action]:
     return out
 
 
+def _dra(rng: random.Random, seconds: float) -> list[Action]:
+    """Pods through the real rdmad-dra: a ResourceClaim of 1-2 devices the node's slice
+    offers, prepared by the kubelet's NodePrepareResources; then the pod's sandbox comes
+    (rdmad-cni ADD in pod mode) or never does; NodeUnprepareResources ends it (after the
+    sandbox's CNI DEL if it came)."""
+    out = []
+    for t in _times(rng, seconds, 1.0, 3.5):
+        node = rng.choice(sorted(NODES))
+        op = rng.choices(["prepare", "come", "unprepare"], [4, 3, 2])[0]
+        args: dict[str, Any] = {"node": node, "pick": rng.randrange(1000)}
+        if op == "prepare":
+            args["count"] = rng.randint(1, 2)
+        elif op == "come":
+            args |= {"slot": rng.randrange(SLOTS), "via": "cni"}
+        out.append(Action(t, "dra", op, args))
+    return out
+
+
+def _plugin_kills(rng: random.Random, seconds: float) -> list[Action]:
+    """SIGKILL of a node's rdmad-dra, one at a time; the supervisor restarts it."""
+    return [
+        Action(t, "faults-dra", "plugin-sigkill", {"node": rng.choice(sorted(NODES))})
+        for t in _times(rng, seconds - 5, 6.0, 14.0)
+    ]
+
+
+def _with_fd_forms(actions: list[Action], rng: random.Random) -> list[Action]:
+    """A share of each bus client's claims made by ClaimFd instead of the form drawn: from
+    a stream of each client's own, so that no other draw moves (a shorter run keeps the
+    beginning of a longer one's)."""
+    streams = {f"bus{i}": random.Random(rng.random()) for i in range(BUS_CLIENTS)}
+    out = []
+    for a in actions:
+        if a.op == "claim" and streams[a.actor].random() < FD_SHARE:
+            a = Action(a.at, a.actor, a.op, {**a.args, "form": FD_FORM})
+        out.append(a)
+    return out
+
+
 def _podman(rng: random.Random, seconds: float) -> list[Action]:
     ops = ["run", "run", "rm", "kill"]
     return [
@@ -198,6 +240,10 @@ def generate(seed: int, seconds: float, podman: bool = True) -> Schedule:
     ]
     # Drawn after every other actor's, so that those stay as they were for a seed.
     actions += _pods(pods, seconds) + _holds(holds, seconds)
+    # And after those, the ClaimFd form and rdmad-dra's pods and faults.
+    actions = _with_fd_forms(actions, random.Random(rng.random()))
+    dra, kills = random.Random(rng.random()), random.Random(rng.random())
+    actions += _dra(dra, seconds) + _plugin_kills(kills, seconds)
     checks = [CHECK_EVERY * k for k in range(1, int(seconds // CHECK_EVERY) + 1)]
     actions += [Action(round(t, 3), "checker", "check") for t in checks if t < seconds]
     actions.sort(key=lambda a: (a.at, a.actor))
