@@ -46,6 +46,7 @@ from tests.soak.actors import (
     World,
 )
 from tests.soak.clock import Clock
+from tests.soak.dra import DraActor, DraPlugin, PluginKiller, running_dra, slices_settled
 from tests.soak.faults import FaultActor, NetnsReaper
 from tests.soak.invariants import Verdict, growth, rules, settled
 from tests.soak.node import Node, Slot, running_node
@@ -142,11 +143,18 @@ async def play(
                 raise Violation(f"{action.line()}: the actor failed: {exc!r}") from exc
 
 
-async def check(world: World, init_rules: object, result: Result, keep_going: bool) -> None:
+async def check(
+    world: World,
+    plugins: dict[str, DraPlugin],
+    init_rules: object,
+    result: Result,
+    keep_going: bool,
+) -> None:
     async with asyncio.timeout(UP_WAIT_S):
         for node in world.nodes.values():
             await node.up.wait()
     result.last = await settled(world.nodes, world.slots, init_rules, world.tally.acks)
+    result.last |= await slices_settled(plugins)
     problems = [f"{n}: {p}" for n, v in result.last.items() for p in v.problems]
     if problems and not keep_going:
         raise Violation("\n".join(problems))
@@ -168,12 +176,17 @@ async def check(world: World, init_rules: object, result: Result, keep_going: bo
 
 
 async def checker(
-    actions: list[Action], world: World, init_rules: object, result: Result, keep_going: bool
+    actions: list[Action],
+    world: World,
+    plugins: dict[str, DraPlugin],
+    init_rules: object,
+    result: Result,
+    keep_going: bool,
 ) -> None:
     for action in actions:
         await world.clock.until(action.at)
         async with world.clock.quiescent():
-            await check(world, init_rules, result, keep_going)
+            await check(world, plugins, init_rules, result, keep_going)
 
 
 async def state_of(world: World) -> str:
@@ -232,6 +245,7 @@ async def soak(
                 running_node(name, index, workdir / name, rxe is not None)
             )
         world = World(nodes, slots, tally, Clock(), workdir)
+        plugins = {n: await stack.enter_async_context(running_dra(nodes[n])) for n in nodes}
         for slot in slots:
             stack.push_async_callback(slot.close)
         bus = {a: BusClaimer(a, world) for a in schedule.actors() if a.startswith("bus")}
@@ -239,9 +253,9 @@ async def soak(
             stack.callback(claimer.close)
         path = cni_path()
         cni = {a: CniActor(a, world, path) for a in schedule.actors() if a.startswith("cni")}
-        pods, holds = PodActor(world), HoldActor(world, path)
-        stack.callback(pods.close)
-        stack.callback(holds.close)
+        pods, holds, dra = PodActor(world), HoldActor(world, path), DraActor(world, path, plugins)
+        for user in (pods, holds, dra):
+            stack.callback(user.close)
         faults, reaper, scraper = FaultActor(world), NetnsReaper(world), Scraper(world)
         players: dict[str, Callable[[Action], Awaitable[None]]] = {
             **{a: b.do for a, b in bus.items()},
@@ -251,6 +265,8 @@ async def soak(
             "scraper": scraper.do,
             "pods": pods.do,
             "holds": holds.do,
+            "dra": dra.do,
+            "faults-dra": PluginKiller(world, plugins).do,
         }
         if podman:
             pm = await stack.enter_async_context(podman_home(rxe is not None))
@@ -263,12 +279,14 @@ async def soak(
             for actor, do in players.items()
         ]
         tasks.append(
-            asyncio.ensure_future(checker(mine["checker"], world, init_rules, result, keep_going))
+            asyncio.ensure_future(
+                checker(mine["checker"], world, plugins, init_rules, result, keep_going)
+            )
         )
         try:
             await asyncio.gather(*tasks)
             async with world.clock.quiescent():
-                await check(world, init_rules, result, keep_going)
+                await check(world, plugins, init_rules, result, keep_going)
         except Exception as exc:  # a Violation, or the soak's own failure: stop all, report
             for task in tasks:
                 task.cancel()
