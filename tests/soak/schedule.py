@@ -179,7 +179,7 @@ def _plugin_kills(rng: random.Random, seconds: float) -> list[Action]:
     """SIGKILL of a node's rdmad-dra, one at a time; the supervisor restarts it."""
     return [
         Action(t, "faults-dra", "plugin-sigkill", {"node": rng.choice(sorted(NODES))})
-        for t in _times(rng, seconds - 5, 6.0, 14.0)
+        for t in _times(rng, seconds - 5, 10.0, 25.0)
     ]
 
 
