@@ -48,13 +48,13 @@ check:
 	$(PY) -m pytest tests/unit tests/cli bench/tests --ignore=bench/tests/test_perfsplit.py -q
 
 test-host: setup
-	$(PY) -m pytest tests -ra
+	$(PY) -m pytest tests -ra --durations=15
 
 test-guest-7.3: kernels
-	$(GUEST)/run-guest-tests.sh --kernel 7.3 -ra
+	$(GUEST)/run-guest-tests.sh --kernel 7.3 -ra --durations=15
 
 test-guest-6.1: kernels
-	$(GUEST)/run-guest-tests.sh --kernel 6.1 -ra
+	$(GUEST)/run-guest-tests.sh --kernel 6.1 -ra --durations=15
 
 test-guest: test-guest-7.3 test-guest-6.1
 
