@@ -20,7 +20,8 @@ and the plugin as its own process.
             sim) to the ResourceSlice write that shows it at the API server double. Target:
             p99 <= 1 s, over its whole 95% interval.
   RSS and idle: the plugin's VmRSS after start and after the runs; its CPU ticks and
-            context switches (wake-ups) over an idle window. Target: 0 and 0.
+            context switches (wake-ups) over an idle window, by thread name, so that the
+            report says whose they are (gRPC's C core names its threads). Target: 0 and 0.
 
 The three prepare/ADD columns take turns in bench.columns' cycle of orders, each operation
 settled (bench.common.Settler); after each change of the offer, the plugin's slice write is
@@ -68,6 +69,7 @@ from tests.dra.plugin_process import Plugin, running_plugin
 from tests.support.cni_plugin import PLUGIN as RDMAD_CNI
 from tests.support.daemon import Client
 from tests.support.net import temp_netns
+from tests.support.threads import Thread, switches, woken
 
 ADD_TARGET = 1.1  # the held device's ADD over the ADD by device name (issue 28)
 HOTPLUG_P99_MS = 1000.0
@@ -289,43 +291,29 @@ async def hotplugs(
 # ------------------------------------------------------------------ idle
 
 
-def thread_switches(pid: int) -> dict[str, int]:
-    """voluntary + nonvoluntary context switches of each live thread, by 'comm/tid'."""
-    out = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(FileNotFoundError):
-            comm = (task / "comm").read_text().strip()
-            status = (task / "status").read_text().splitlines()
-            out[f"{comm}/{task.name}"] = sum(
-                int(line.split()[1])
-                for line in status
-                if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"))
-            )
-    return out
-
-
-def woken(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    """The threads that switched between two thread_switches() readings, and how often; a
-    thread born meanwhile counts all its switches."""
-    out = {t: n - before.get(t, 0) for t, n in after.items()}
-    return {t: n for t, n in sorted(out.items()) if n}
-
-
 @dataclass(frozen=True)
 class Idle:
     seconds: float
     cpu_ms: float
-    wakeups: dict[str, int]  # by thread
+    wakeups: dict[Thread, int]
 
     @property
     def met(self) -> bool:
         return self.cpu_ms == 0 and not self.wakeups
 
+    def by_name(self) -> dict[str, tuple[int, int]]:
+        """Wake-ups by thread name: (threads of that name that woke, their wake-ups)."""
+        out: dict[str, tuple[int, int]] = {}
+        for thread, n in self.wakeups.items():
+            threads, total = out.get(thread.name, (0, 0))
+            out[thread.name] = (threads + 1, total + n)
+        return dict(sorted(out.items()))
+
 
 async def idle(pid: int, seconds: float) -> Idle:
-    cpu0, sw0 = cpu_seconds(pid), thread_switches(pid)
+    cpu0, sw0 = cpu_seconds(pid), switches(pid)
     await asyncio.sleep(seconds)
-    cpu1, sw1 = cpu_seconds(pid), thread_switches(pid)
+    cpu1, sw1 = cpu_seconds(pid), switches(pid)
     return Idle(seconds, (cpu1 - cpu0) * 1000.0, woken(sw0, sw1))
 
 
@@ -471,7 +459,10 @@ def report(res: Results, m: Measured) -> None:
             )
         )
     q = m.quiet
-    threads = ", ".join(f"{thread} {n}" for thread, n in q.wakeups.items())
+    threads = ", ".join(
+        f"{name} {n}" + (f" ({count} threads)" if count > 1 else "")
+        for name, (count, n) in q.by_name().items()
+    )
     res.rows.append(
         Row(
             f"10. rdmad-dra idle over {q.seconds:g} s; its RSS",

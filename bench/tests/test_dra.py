@@ -16,8 +16,8 @@ from bench.dra import (
     offers,
     pod_args,
     take_turns,
-    woken,
 )
+from tests.support.threads import Thread, woken
 
 
 def device(rdma: str, name: str) -> dict[str, dict[str, object]]:
@@ -77,15 +77,25 @@ def test_a_device_held_whole_lacks_from_the_pool_even_with_a_slot_left() -> None
 
 
 def test_wakeups_are_counted_per_thread_and_a_thread_born_meanwhile_counts_whole() -> None:
-    before = {"python3/10": 40, "lifeguard/12": 7}
-    after = {"python3/10": 40, "lifeguard/12": 9, "timer/13": 3}
-    assert woken(before, after) == {"lifeguard/12": 2, "timer/13": 3}
+    loop, lifeguard, timer = Thread("python3", 10), Thread("lifeguard", 12), Thread("timer", 13)
+    before = {loop: 40, lifeguard: 7}
+    after = {loop: 40, lifeguard: 9, timer: 3}
+    assert woken(before, after) == {lifeguard: 2, timer: 3}
 
 
 def test_idle_is_met_only_with_no_cpu_and_no_wakeup() -> None:
     assert Idle(60.0, 0.0, {}).met
-    assert not Idle(60.0, 0.0, {"lifeguard/12": 1}).met
+    assert not Idle(60.0, 0.0, {Thread("lifeguard", 12): 1}).met
     assert not Idle(60.0, 10.0, {}).met
+
+
+def test_idle_wakeups_are_summed_by_thread_name() -> None:
+    wakeups = {
+        Thread("event_engine", 21): 30,
+        Thread("event_engine", 22): 12,
+        Thread("lifeguard", 23): 60,
+    }
+    assert Idle(60.0, 0.0, wakeups).by_name() == {"event_engine": (2, 42), "lifeguard": (1, 60)}
 
 
 def test_the_hotplug_target_needs_the_whole_p99_interval_under_a_second() -> None:

@@ -1,0 +1,40 @@
+"""A process's threads and how often each woke, from /proc/<pid>/task/<tid>/status: what
+rdmad-dra's idle test and its benchmark (bench/dra.py) count."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import NamedTuple
+
+# The threads gRPC's C core starts and names (comm is cut to 15 bytes): its EventEngine's
+# work-stealing pool and that pool's lifeguard, and iomgr's timer manager.
+GRPC_CORE_THREADS = frozenset({"event_engine", "lifeguard", "grpc_global_tim"})
+
+
+class Thread(NamedTuple):
+    name: str  # comm
+    tid: int
+
+
+def switches(pid: int) -> dict[Thread, int]:
+    """Voluntary + nonvoluntary context switches of each live thread of `pid`: a sleeping
+    thread adds one each time it wakes."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            name = (task / "comm").read_text().strip()
+            status = (task / "status").read_text().splitlines()
+            out[Thread(name, int(task.name))] = sum(
+                int(line.split()[1])
+                for line in status
+                if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"))
+            )
+    return out
+
+
+def woken(before: dict[Thread, int], after: dict[Thread, int]) -> dict[Thread, int]:
+    """The threads that switched between two switches() readings, and how often; a thread
+    born meanwhile counts all its switches."""
+    out = {t: n - before.get(t, 0) for t, n in after.items()}
+    return {t: n for t, n in sorted(out.items()) if n}
