@@ -117,16 +117,17 @@ def _spec(names: list[str], edits: dict[str, object]) -> dict[str, object]:
     }
 
 
-def spec_for(claim: Claim, pod: Sequence[Claim] = ()) -> dict[str, object]:
-    """A claim's spec: its own device nodes, its pod's env (`pod`: the claims of its netns,
-    it included; none given, it is alone)."""
-    edits = {"env": pod_env(pod or [claim]), "deviceNodes": _nodes([claim])}
+def spec_for(claim: Claim, env: list[str] | None = None) -> dict[str, object]:
+    """A claim's spec: its own device nodes, its pod's env (`env`: pod_env of the claims of
+    its netns; none given, it is alone)."""
+    edits = {"env": claim_env(claim) if env is None else env, "deviceNodes": _nodes([claim])}
     return _spec([claim.id, claim.cdi_name] if claim.cdi_name else [claim.id], edits)
 
 
-def pod_spec_for(name: str, pod: Sequence[Claim]) -> dict[str, object]:
-    """The spec of a pod CDI name: every device node of the pod's claims, the pod's env."""
-    return _spec([name], {"env": pod_env(pod), "deviceNodes": _nodes(pod_order(pod))})
+def pod_spec_for(name: str, pod: Sequence[Claim], env: list[str]) -> dict[str, object]:
+    """The spec of a pod CDI name: every device node of the pod's claims, the pod's env
+    (`env`: pod_env(pod))."""
+    return _spec([name], {"env": env, "deviceNodes": _nodes(pod_order(pod))})
 
 
 class CdiWriter(CoreObserver):
@@ -137,6 +138,9 @@ class CdiWriter(CoreObserver):
     def __init__(self, directory: Path, pod_of: PodOf) -> None:
         self.directory = directory
         self._pod_of = pod_of
+        # What each spec file holds, as this process last wrote it: a pod's rewrite skips
+        # the specs it would not change (a GID change the env does not show rewrote all).
+        self._written: dict[Path, bytes] = {}
 
     def path_for(self, claim_id: str) -> Path:
         return self.directory / f"rdmad.io-rdma-{claim_id}.json"
@@ -145,26 +149,33 @@ class CdiWriter(CoreObserver):
         return self.directory / f"rdmad.io-rdma-pod.{pod_cdi_name}.json"
 
     def _write(self, path: Path, spec: dict[str, object]) -> None:
+        # One line: json's C encoder does not indent, and the Python one took 60 us a spec.
+        data = json.dumps(spec).encode()
+        if self._written.get(path) == data:
+            return
         try:
-            # Readable by every runtime, as a spec written by a plain open() would be. One
-            # line: json's C encoder does not indent, and the Python one took 60 us a spec.
-            data = json.dumps(spec).encode()
+            # Readable by every runtime, as a spec written by a plain open() would be.
             write_renamed(path, data, path.with_name(f".{path.name}.tmp"), mode=0o644)
         except OSError as exc:
             # The claim stands (the kernel part is done); runtimes can still use CharDevices.
             log.error("cannot write CDI spec %s: %s", path, exc)
+            self._written.pop(path, None)
+            return
+        self._written[path] = data
 
     def _remove(self, path: Path) -> None:
+        self._written.pop(path, None)
         try:
             path.unlink(missing_ok=True)
         except OSError as exc:
             log.error("cannot remove CDI spec %s: %s", path, exc)
 
     def _write_pod(self, pod: Sequence[Claim]) -> None:
+        env = pod_env(pod)  # once: the same in every spec of the pod
         for claim in pod:
-            self._write(self.path_for(claim.id), spec_for(claim, pod))
+            self._write(self.path_for(claim.id), spec_for(claim, env))
         for name in {c.pod_cdi_name for c in pod if c.pod_cdi_name}:
-            self._write(self.pod_path_for(name), pod_spec_for(name, pod))
+            self._write(self.pod_path_for(name), pod_spec_for(name, pod, env))
 
     def claimed(self, claim: Claim) -> None:
         self._write_pod(self._pod_of(claim))

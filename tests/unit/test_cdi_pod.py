@@ -95,7 +95,7 @@ def test_a_rail_without_gids_makes_no_agreement() -> None:
 
 def test_each_spec_keeps_its_own_nodes_and_the_pods_env() -> None:
     pod = [rail(0), rail(1)]
-    specs: list[Any] = [spec_for(c, pod)["devices"] for c in pod]
+    specs: list[Any] = [spec_for(c, pod_env(pod))["devices"] for c in pod]
     assert specs[0][0]["containerEdits"]["env"] == specs[1][0]["containerEdits"]["env"]
     paths = [[n["path"] for n in s[0]["containerEdits"]["deviceNodes"]] for s in specs]
     assert paths == [
@@ -105,7 +105,8 @@ def test_each_spec_keeps_its_own_nodes_and_the_pods_env() -> None:
 
 
 def test_the_pod_cdi_name_lists_every_node_once() -> None:
-    devices: Any = pod_spec_for("web", [rail(1), rail(0)])["devices"]
+    pod = [rail(1), rail(0)]
+    devices: Any = pod_spec_for("web", pod, pod_env(pod))["devices"]
     assert [d["name"] for d in devices] == ["web"]
     assert [n["path"] for n in devices[0]["containerEdits"]["deviceNodes"]] == [
         "/dev/infiniband/uverbs0",
@@ -163,6 +164,35 @@ def test_a_dead_pods_specs_are_removed_one_by_one_never_rewritten(
         book.drop(c)
         writer.released(c, ReleaseReason.NETNS_GONE)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_gid_change_the_env_does_not_show_renames_no_spec_in(
+    tmp_path: Path, book: ClaimBook
+) -> None:
+    writer = CdiWriter(tmp_path, book.in_netns_of)
+    pod = [rail(n, pod="web") for n in range(2)]
+    for c in pod:
+        book.add(c)
+        writer.claimed(c)
+    written = {p.name: p.stat().st_ino for p in tmp_path.iterdir()}
+    pod[1].gids = (*pod[1].gids, Gid(1, 2, MAPPED.format(1), "IB/RoCE v1", "net1"))
+    writer.claim_changed(pod[1])
+    assert {p.name: p.stat().st_ino for p in tmp_path.iterdir()} == written
+
+
+def test_a_gid_change_the_env_shows_rewrites_every_spec_of_the_pod(
+    tmp_path: Path, book: ClaimBook
+) -> None:
+    writer = CdiWriter(tmp_path, book.in_netns_of)
+    pod = [rail(n, pod="web") for n in range(2)]
+    for c in pod:
+        book.add(c)
+        writer.claimed(c)
+    pod[1].gids = (Gid(1, 5, MAPPED.format(1), "RoCE v2", "net1"),)
+    writer.claim_changed(pod[1])
+    for path in tmp_path.iterdir():
+        spec: Any = json.loads(path.read_text())
+        assert keys(spec["devices"][0]["containerEdits"]["env"])["RDMAD_GID_INDEXES"] == "3,5"
 
 
 def test_each_pod_cdi_name_of_a_netns_lists_all_its_claims(tmp_path: Path, book: ClaimBook) -> None:

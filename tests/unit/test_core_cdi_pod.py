@@ -1,6 +1,7 @@
 """The CDI specs of a pod (the claims of one netns) follow its claims, through the real Core
 on the in-memory kernel: a claim made or ended, or a GID change, rewrites every spec of its
-pod and no other, however many claims the node holds (the writes are counted)."""
+pod and no other, however many claims the node holds, and none whose bytes would not
+change (the writes are counted)."""
 
 from __future__ import annotations
 
@@ -125,7 +126,18 @@ async def test_a_gid_change_rewrites_its_pods_specs(
     rig, kernel, cdi = await started(rigs, tmp_path, others=False)
     await claim_rails(rig, 2)
     writes.clear()
-    kernel.set_addresses("net1", ("10.1.0.5/16", "10.1.0.6/16"), netns="pod")
+    kernel.set_addresses("net1", (), netns="pod")
     await rig.seen.wait_for(lambda: len(rig.seen.changed) == 1)
     assert sum(writes.values()) == 3
-    assert env_of(cdi / "rdmad.io-rdma-pod.pod1.json")["RDMAD_GID_INDEXES"] == "1,1"
+    assert env_of(cdi / "rdmad.io-rdma-pod.pod1.json")["RDMAD_GID_INDEXES"] == "1,"
+
+
+async def test_a_gid_change_the_env_does_not_show_rewrites_no_spec(
+    rigs: Rigs, tmp_path: Path, writes: Counter[str]
+) -> None:
+    rig, kernel, _ = await started(rigs, tmp_path, others=False)
+    await claim_rails(rig, 2)
+    writes.clear()
+    kernel.set_addresses("net1", ("10.1.0.5/16", "10.1.0.6/16"), netns="pod")
+    await rig.seen.wait_for(lambda: len(rig.seen.changed) == 1)
+    assert sum(writes.values()) == 0
