@@ -28,12 +28,18 @@ def api_client(kubeconfig: str | None) -> client.ApiClient:
         )
     else:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    # No retries within a call: its callers retry (the kubelet its prepare, the slice worker
+    # after its backoff). urllib3's default 3 retries of a GET that timed out reading made a
+    # claim's read take 4 x 20 s, past the kubelet's 45 s bound on the prepare.
+    configuration.retries = False
     return client.ApiClient(configuration)
 
 
 def _failed(call: str, e: Exception) -> ApiFailed:
     if isinstance(e, ApiException):
         return ApiFailed(f"{call}: {e.status} {e.reason}: {str(e.body or '').strip()[:200]}")
+    if isinstance(e, urllib3.exceptions.TimeoutError):
+        return ApiFailed(f"{call}: the API server did not answer in time: {e}")
     return ApiFailed(f"{call}: {e}")
 
 

@@ -5,7 +5,9 @@ to prepare them, on 127.0.0.1, in a thread of the test process (http.server).
 Every ResourceClaim a test puts in (`put_claim`) must deserialize into the kubernetes
 client's v1 model (ResourceV1ResourceClaim), so that the plugin is tested on claims the
 real API server could serve. `claims_down` answers claim reads with 503, as an API server
-that is down behind its load balancer does.
+that is down behind its load balancer does; `stall_claims` holds each claim read unanswered
+until `answer_claims`, as an overloaded API server does (a plugin's read that gave up
+meanwhile finds its connection closed).
 
 Every ResourceSlice it is given is validated as the real API server and the node
 authorizer would: it must deserialize into the kubernetes client's V1ResourceSlice, keep
@@ -55,6 +57,8 @@ class ApiServer:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}  # by (namespace, name)
         self.claim_reads = 0
         self.claims_down = False  # answer claim reads with 503
+        self._claims_answered = threading.Event()  # clear: claim reads wait for it
+        self._claims_answered.set()
         self._versions = itertools.count(1)
         self._changed = threading.Condition()
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -119,9 +123,30 @@ class ApiServer:
         with self._changed:
             self.claims[(meta["namespace"], meta["name"])] = json.loads(json.dumps(claim))
 
+    def stall_claims(self) -> None:
+        """Hold every claim read, from now until `answer_claims`."""
+        self._claims_answered.clear()
+
+    def answer_claims(self) -> None:
+        """Answer the held claim reads, and the next ones at once."""
+        self._claims_answered.set()
+
+    async def wait_claim_reads(self, count: int, timeout: float = 20.0) -> None:
+        """Until `count` claim reads have come in (answered or held)."""
+
+        def wait() -> None:
+            with self._changed:
+                if not self._changed.wait_for(lambda: self.claim_reads >= count, timeout):
+                    raise AssertionError(f"{self.claim_reads} claim reads, never {count}")
+
+        await asyncio.to_thread(wait)
+
     def _read_claim(self, namespace: str, name: str) -> tuple[int, Any]:
         with self._changed:
             self.claim_reads += 1
+            self._changed.notify_all()
+        self._claims_answered.wait()
+        with self._changed:
             if self.claims_down:
                 return 503, _status(503, "ServiceUnavailable", "the test took the server down")
             claim = self.claims.get((namespace, name))
@@ -249,8 +274,11 @@ class ApiServer:
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up on a held answer: what a slow server sees
 
             def _body(self) -> dict[str, Any]:
                 size = int(self.headers.get("Content-Length", "0"))
@@ -291,6 +319,7 @@ class ApiServer:
         try:
             yield self
         finally:
+            self.answer_claims()  # a held read's thread must not outlive the server
             self._http.shutdown()
             self._http.server_close()
             thread.join()

@@ -1,5 +1,6 @@
 """What the prepare contract tests share: the API server serving a claim the scheduler
-allocated, and the kubelet preparing claims through the plugin's v1 service."""
+allocated, the kubelet preparing claims through the plugin's v1 service, and the holds
+rdmad has made."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from tests.dra import kubelet
 from tests.dra.apiserver import ApiServer
 from tests.dra.claims import claim
 from tests.dra.plugin_process import Plugin
+from tests.support.sim_rig import Rig
 
 SERVICE = "v1.DRAPlugin"
+CLAIM_IFACE = "io.rdmad1.Claim"
 
 
 def serve(api: ApiServer, ref: kubelet.Claim, devices: list[str], **kw: Any) -> None:
@@ -19,3 +22,9 @@ def serve(api: ApiServer, ref: kubelet.Claim, devices: list[str], **kw: Any) -> 
 
 async def prepare(plugin: Plugin, *refs: kubelet.Claim) -> dict[str, kubelet.Prepared]:
     return await kubelet.prepare_devices(str(plugin.endpoint), SERVICE, list(refs))
+
+
+async def holds(rig: Rig) -> list[tuple[str, str, str]]:
+    """rdmad's claims: (device, owner, State)."""
+    rows = await rig.client.manager("ListClaims")
+    return [(r[1], r[4], await rig.client.prop(r[5], CLAIM_IFACE, "State")) for r in rows]

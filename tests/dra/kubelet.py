@@ -24,6 +24,10 @@ DRA_PACKAGES = {
     "v1.DRAPlugin": "k8s.io.kubelet.pkg.apis.dra.v1",
     "v1beta1.DRAPlugin": "k8s.io.kubelet.pkg.apis.dra.v1beta1",
 }
+# The kubelet's bound on each DRA call (PluginClientTimeout); a plugin's answer past it is
+# lost, and the kubelet calls again.
+DRA_CALL_TIMEOUT = 45.0
+REGISTRATION_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -44,9 +48,22 @@ def registration_sockets(directory: str) -> list[str]:
     return out
 
 
-async def _call(channel: grpc.aio.Channel, method: str, request: bytes) -> bytes:
+def connect(socket_path: str) -> grpc.aio.Channel:
+    """A channel to one of the plugin's sockets; the kubelet may close it at any time."""
+    return grpc.aio.insecure_channel(f"unix:{socket_path}")
+
+
+def _start(
+    channel: grpc.aio.Channel, method: str, request: bytes, timeout: float
+) -> grpc.aio.UnaryUnaryCall[bytes, bytes]:
     call = channel.unary_unary(method)  # bytes in, bytes out: the kubelet's encoding is ours
-    reply: bytes = await call(request, timeout=10)
+    return call(request, timeout=timeout)
+
+
+async def _call(
+    channel: grpc.aio.Channel, method: str, request: bytes, timeout: float = REGISTRATION_TIMEOUT
+) -> bytes:
+    reply: bytes = await _start(channel, method, request, timeout)
     return reply
 
 
@@ -58,9 +75,8 @@ def chosen_service(info: PluginInfo) -> str:
     raise AssertionError(f"the kubelet knows none of {info.supported_versions}")
 
 
-async def get_info(socket_path: str) -> PluginInfo:
-    async with grpc.aio.insecure_channel(f"unix:{socket_path}") as channel:
-        fields = wire.decode(await _call(channel, REGISTRATION + "GetInfo", b""))
+async def get_info_on(channel: grpc.aio.Channel) -> PluginInfo:
+    fields = wire.decode(await _call(channel, REGISTRATION + "GetInfo", b""))
     return PluginInfo(
         wire.string(fields, 1),
         wire.string(fields, 2),
@@ -69,10 +85,21 @@ async def get_info(socket_path: str) -> PluginInfo:
     )
 
 
-async def notify_registration_status(socket_path: str, registered: bool, error: str = "") -> None:
+async def get_info(socket_path: str) -> PluginInfo:
+    async with connect(socket_path) as channel:
+        return await get_info_on(channel)
+
+
+async def notify_registration_status_on(
+    channel: grpc.aio.Channel, registered: bool, error: str = ""
+) -> None:
     request = wire.encode((1, registered), (2, error)) if error else wire.encode((1, registered))
-    async with grpc.aio.insecure_channel(f"unix:{socket_path}") as channel:
-        assert await _call(channel, REGISTRATION + "NotifyRegistrationStatus", request) == b""
+    assert await _call(channel, REGISTRATION + "NotifyRegistrationStatus", request) == b""
+
+
+async def notify_registration_status(socket_path: str, registered: bool, error: str = "") -> None:
+    async with connect(socket_path) as channel:
+        await notify_registration_status_on(channel, registered, error)
 
 
 @dataclass(frozen=True)
@@ -99,11 +126,23 @@ def _by_uid(reply: bytes) -> dict[str, wire.Fields]:
     return out
 
 
+def _dra_method(service: str, name: str) -> str:
+    return f"/{DRA_PACKAGES[service]}.DRAPlugin/{name}"
+
+
+def start_prepare(
+    channel: grpc.aio.Channel, service: str, claims: list[Claim]
+) -> grpc.aio.UnaryUnaryCall[bytes, bytes]:
+    """NodePrepareResources sent, its answer not awaited: the kubelet may drop the channel
+    before it comes."""
+    method = _dra_method(service, "NodePrepareResources")
+    return _start(channel, method, _claims_request(claims), DRA_CALL_TIMEOUT)
+
+
 async def prepare(endpoint: str, service: str, claims: list[Claim]) -> dict[str, str]:
     """NodePrepareResources: claim UID -> its error ("" for none)."""
-    method = f"/{DRA_PACKAGES[service]}.DRAPlugin/NodePrepareResources"
-    async with grpc.aio.insecure_channel(f"unix:{endpoint}") as channel:
-        reply = await _call(channel, method, _claims_request(claims))
+    async with connect(endpoint) as channel:
+        reply = await start_prepare(channel, service, claims)
     return {uid: wire.string(result, 2) for uid, result in _by_uid(reply).items()}
 
 
@@ -121,12 +160,12 @@ class Prepared:
     error: str
 
 
-async def prepare_devices(endpoint: str, service: str, claims: list[Claim]) -> dict[str, Prepared]:
+async def prepare_devices_on(
+    channel: grpc.aio.Channel, service: str, claims: list[Claim]
+) -> dict[str, Prepared]:
     """NodePrepareResources: claim UID -> its devices (repeated Device devices = 1) and
     error (2)."""
-    method = f"/{DRA_PACKAGES[service]}.DRAPlugin/NodePrepareResources"
-    async with grpc.aio.insecure_channel(f"unix:{endpoint}") as channel:
-        reply = await _call(channel, method, _claims_request(claims))
+    reply = await start_prepare(channel, service, claims)
     return {
         uid: Prepared(
             [
@@ -141,9 +180,14 @@ async def prepare_devices(endpoint: str, service: str, claims: list[Claim]) -> d
     }
 
 
+async def prepare_devices(endpoint: str, service: str, claims: list[Claim]) -> dict[str, Prepared]:
+    async with connect(endpoint) as channel:
+        return await prepare_devices_on(channel, service, claims)
+
+
 async def unprepare(endpoint: str, service: str, claims: list[Claim]) -> dict[str, str]:
     """NodeUnprepareResources: claim UID -> its error ("" for none)."""
-    method = f"/{DRA_PACKAGES[service]}.DRAPlugin/NodeUnprepareResources"
-    async with grpc.aio.insecure_channel(f"unix:{endpoint}") as channel:
-        reply = await _call(channel, method, _claims_request(claims))
+    method = _dra_method(service, "NodeUnprepareResources")
+    async with connect(endpoint) as channel:
+        reply = await _call(channel, method, _claims_request(claims), DRA_CALL_TIMEOUT)
     return {uid: wire.string(result, 1) for uid, result in _by_uid(reply).items()}

@@ -36,21 +36,21 @@ class Plugin:
     def endpoint(self) -> Path:
         return self.plugins_dir / self.driver / "dra.sock"
 
-    async def wait_log(self, text: str, timeout: float = WAIT) -> str:
-        """The first line of the plugin's stderr that holds `text`."""
+    async def wait_log(self, text: str, timeout: float = WAIT, nth: int = 1) -> str:
+        """The `nth` line of the plugin's stderr that holds `text`."""
 
         async def scan() -> str:
             while True:
-                for line in self.log:
-                    if text in line:
-                        return line
+                lines = [line for line in self.log if text in line]
+                if len(lines) >= nth:
+                    return lines[nth - 1]
                 self._logged.clear()
                 await self._logged.wait()
 
         try:
             return await asyncio.wait_for(scan(), timeout)
         except TimeoutError:
-            raise AssertionError(f"rdmad-dra never logged {text!r}: {self.log}") from None
+            raise AssertionError(f"rdmad-dra never logged {text!r} {nth}x: {self.log}") from None
 
     async def stop(self) -> int:
         """SIGTERM, as systemd and the kubelet stop it; its exit status."""

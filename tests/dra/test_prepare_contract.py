@@ -5,27 +5,27 @@ bus) for the pod the claim is reserved for."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
+import time
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 from dbus_fast import Variant
 
+from rdmad.dra.kube import CLAIM_READ_TIMEOUT
 from rdmad.dra.offer import is_slot, slot_name
 from tests.dra import kubelet
 from tests.dra.apiserver import ApiServer
 from tests.dra.claims import POD_UID
-from tests.dra.contract import SERVICE, prepare, serve
-from tests.dra.plugin_process import Plugin, running_plugin
+from tests.dra.contract import CLAIM_IFACE, SERVICE, holds, prepare, serve
+from tests.dra.plugin_process import Plugin
 from tests.support.net import require_root
-from tests.support.sim_rig import Rig, running_rig
+from tests.support.sim_rig import Rig
 
 pytestmark = pytest.mark.bus  # a private dbus-daemon
 
 A = kubelet.Claim("default", "0b9f2c1e-1111-4c3e-9a6e-000000000001", "pod-a-rdma")
 B = kubelet.Claim("default", "0b9f2c1e-2222-4c3e-9a6e-000000000002", "pod-b-rdma")
-CLAIM_IFACE = "io.rdmad1.Claim"
 
 
 @pytest.fixture(autouse=True)
@@ -33,27 +33,9 @@ def _root() -> None:
     require_root()
 
 
-@pytest.fixture
-async def rig(bus_address: str, tmp_path: Path) -> AsyncIterator[Rig]:
-    async with running_rig(bus_address, tmp_path) as r:
-        yield r
-
-
-@pytest.fixture
-async def plugin(api: ApiServer, rig: Rig, tmp_path: Path) -> AsyncIterator[Plugin]:
-    async with running_plugin(api, rig.daemon.bus_address, tmp_path / "dra") as p:
-        yield p
-
-
 def whole(devices: dict[str, Any]) -> set[str]:
     """The whole devices offered (tests/dra/test_shared_contract.py follows the slots)."""
     return {name for name in devices if not is_slot(name)}
-
-
-async def holds(rig: Rig) -> list[tuple[str, str, str]]:
-    """rdmad's claims: (device, owner, State)."""
-    rows = await rig.client.manager("ListClaims")
-    return [(r[1], r[4], await rig.client.prop(r[5], CLAIM_IFACE, "State")) for r in rows]
 
 
 async def test_prepare_holds_the_device_for_the_pod_and_returns_its_cdi_device_id(
@@ -183,3 +165,25 @@ async def test_rdmad_down_is_the_claims_error(api: ApiServer, rig: Rig, plugin: 
     assert "rdmad is not reachable on its bus" in got[A.uid].error
     unprepared = await kubelet.unprepare(str(plugin.endpoint), SERVICE, [A])
     assert "rdmad is not reachable on its bus" in unprepared[A.uid]
+
+
+async def test_a_slow_api_server_is_the_claims_error_within_the_kubelets_bound_and_then_it_prepares(
+    api: ApiServer, rig: Rig, plugin: Plugin
+) -> None:
+    serve(api, A, ["sim0"])
+    api.stall_claims()
+    start = time.monotonic()
+    got = await prepare(plugin, A)  # the kubelet's own deadline bounds the call
+    took = time.monotonic() - start
+    assert got[A.uid].devices == []
+    error = got[A.uid].error
+    assert error.startswith("cannot read ResourceClaim default/pod-a-rdma from the API server: ")
+    assert "the API server did not answer in time" in error
+    assert f"port={urlparse(api.url).port}" in error
+    assert f"read timeout={CLAIM_READ_TIMEOUT[1]}" in error
+    assert CLAIM_READ_TIMEOUT[1] <= took < kubelet.DRA_CALL_TIMEOUT
+    assert await holds(rig) == []
+    api.answer_claims()
+    again = await prepare(plugin, A)
+    assert again[A.uid].error == "" and len(again[A.uid].devices) == 1
+    assert await holds(rig) == [("sim0", f"dra/{A.uid}/sim0", "held")]

@@ -16,7 +16,7 @@ from rdmad.dra.offer import is_slot
 from tests.dra import kubelet
 from tests.dra.apiserver import ApiServer
 from tests.dra.claims import POD_UID
-from tests.dra.contract import SERVICE, prepare, serve
+from tests.dra.contract import CLAIM_IFACE, SERVICE, prepare, serve
 from tests.dra.plugin_process import Plugin, running_plugin
 from tests.support.net import require_root
 from tests.support.sim_rig import Rig, running_rig
@@ -28,7 +28,6 @@ POD_B = "7a2d1b63-4c8e-4f1b-8d20-3e6f9c8b5d41"
 A = kubelet.Claim("default", "0b9f2c1e-1111-4c3e-9a6e-000000000001", "pod-a-rdma")
 B = kubelet.Claim("default", "0b9f2c1e-2222-4c3e-9a6e-000000000002", "pod-b-rdma")
 C = kubelet.Claim("default", "0b9f2c1e-3333-4c3e-9a6e-000000000003", "pod-c-rdma")
-CLAIM_IFACE = "io.rdmad1.Claim"
 SIM0_SLOTS = {"sim0--share-0", "sim0--share-1"}
 
 
@@ -41,12 +40,6 @@ def _root() -> None:
 async def rig(bus_address: str, tmp_path: Path) -> AsyncIterator[Rig]:
     async with running_rig(bus_address, tmp_path, extra=["--shared-limit", str(LIMIT)]) as r:
         yield r
-
-
-@pytest.fixture
-async def plugin(api: ApiServer, rig: Rig, tmp_path: Path) -> AsyncIterator[Plugin]:
-    async with running_plugin(api, rig.daemon.bus_address, tmp_path / "dra") as p:
-        yield p
 
 
 def slots_of(devices: dict[str, Any], rdma: str) -> set[str]:

@@ -39,12 +39,6 @@ async def rig(bus_address: str, tmp_path: Path) -> AsyncIterator[Rig]:
         yield r
 
 
-@pytest.fixture
-async def plugin(api: ApiServer, rig: Rig, tmp_path: Path) -> AsyncIterator[Plugin]:
-    async with running_plugin(api, rig.daemon.bus_address, tmp_path / "dra") as p:
-        yield p
-
-
 def names(devices: Devices) -> set[str]:
     """The whole devices offered (tests/dra/test_shared_contract.py follows the slots)."""
     return {name for name in devices if not is_slot(name)}
