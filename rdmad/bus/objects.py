@@ -8,7 +8,6 @@ are Signal declarations (rdmad.bus.signals), which the Service sends.
 """
 
 import contextlib
-import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from typing import Annotated, Protocol
@@ -335,17 +334,17 @@ class DeviceInterface(ServiceInterface):
         super().__init__(DEVICE_IFACE)
         self._view = view
         self._core = core
+        self._shown = DEVICE_PROPERTIES.values(view)  # as last announced
 
     def update(self, view: DeviceView) -> dict[str, Variant]:
         """Take a new view; returns the properties whose values changed, for
         PropertiesChanged."""
-        changed = DEVICE_PROPERTIES.changed(self._view, view)
         self._view = view
-        return changed
+        return DEVICE_PROPERTIES.changed(self._shown, view)
 
     def all_properties(self) -> dict[str, Variant]:
         """For ObjectManager.InterfacesAdded."""
-        return DEVICE_PROPERTIES.variants(self._view)
+        return DEVICE_PROPERTIES.typed(self._shown)
 
     @dbus_method()
     @bus_errors
@@ -362,18 +361,16 @@ class ClaimInterface(ServiceInterface):
         self.claim = claim
         self._core = core
         self._credentials = credentials
-        self._shown = dataclasses.replace(claim)  # as last announced: the claim is mutable
+        self._shown = CLAIM_PROPERTIES.values(claim)  # as last announced: the claim is mutable
 
     def changed(self) -> dict[str, Variant]:
         """The properties changed since the last call (or the export), for
         PropertiesChanged: the Gids, or everything an Attach sets."""
-        changed = CLAIM_PROPERTIES.changed(self._shown, self.claim)
-        self._shown = dataclasses.replace(self.claim)
-        return changed
+        return CLAIM_PROPERTIES.changed(self._shown, self.claim)
 
     def all_properties(self) -> dict[str, Variant]:
         """For ObjectManager.InterfacesAdded."""
-        return CLAIM_PROPERTIES.variants(self.claim)
+        return CLAIM_PROPERTIES.typed(self._shown)
 
     @dbus_method()
     @bus_errors

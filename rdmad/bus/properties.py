@@ -31,19 +31,27 @@ class PropertyTable(Generic[S]):
     def __init__(self, *props: Prop[S]) -> None:
         self.props = props
 
-    def variants(self, source: S, *names: str) -> dict[str, Variant]:
-        """The properties `names` (every one if none is named) of `source`, typed as
-        InterfacesAdded and PropertiesChanged carry them."""
-        wanted = self.props if not names else [p for p in self.props if p.name in names]
-        return {p.name: Variant(p.signature, p.read(source)) for p in wanted}
+    def values(self, source: S) -> dict[str, Any]:
+        """Every property's value of `source`, untyped: what an object last announced."""
+        return {p.name: p.read(source) for p in self.props}
 
-    def changed(self, old: S, new: S) -> dict[str, Variant]:
-        """The properties whose values differ from `old` to `new`, typed for
-        PropertiesChanged."""
+    def typed(self, values: dict[str, Any]) -> dict[str, Variant]:
+        """`values` (of values()), typed as InterfacesAdded carries them."""
+        return {p.name: Variant(p.signature, values[p.name]) for p in self.props}
+
+    def variants(self, source: S, *names: str) -> dict[str, Variant]:
+        """The properties `names` of `source`, typed as PropertiesChanged carries them."""
+        return {p.name: Variant(p.signature, p.read(source)) for p in self.props if p.name in names}
+
+    def changed(self, shown: dict[str, Any], source: S) -> dict[str, Variant]:
+        """The properties of `source` whose values differ from `shown` (values() as last
+        announced, brought up to date here), typed for PropertiesChanged. Each is read
+        once: the announced values are kept, not read again from an old source."""
         out: dict[str, Variant] = {}
         for p in self.props:
-            value = p.read(new)
-            if value != p.read(old):
+            value = p.read(source)
+            if value != shown[p.name]:
+                shown[p.name] = value
                 out[p.name] = Variant(p.signature, value)
         return out
 
