@@ -233,7 +233,7 @@ class InventoryTracker:
             for claim in [c for c in self._book.claims.values() if c.nsid == event.nsid]:
                 self._end(claim, ReleaseReason.NETNS_GONE)
         elif isinstance(event, AddressChanged):
-            for claim in list(self._book.claims.values()):
+            for claim in self._gids_concerned(event):
                 if (
                     claim.phase == ClaimPhase.ACTIVE
                     and self._gids_follow(claim, event)
@@ -254,6 +254,15 @@ class InventoryTracker:
                 self._resync(), Job(f"resynchronising after {event.source} events were lost")
             )
         return set()
+
+    def _gids_concerned(self, event: AddressChanged) -> list[Claim]:
+        """The claims whose GIDs an address change may touch: the one whose interface it is
+        on, if any (its device's GID table holds it, no other's: without this, each address
+        event of a pod's rail re-read every whole-device rail's table); else every claim,
+        as an interface of no claim may be an upper device of a whole-device claim's."""
+        claims = list(self._book.claims.values())
+        owner = [c for c in claims if c.nsid == event.nsid and c.ns_ifindex == event.ifindex]
+        return owner or claims
 
     def _gids_follow(self, claim: Claim, event: AddressChanged) -> bool:
         """Whether an address change may touch a claim's GIDs: one on a netdev in the

@@ -72,6 +72,38 @@ async def test_an_address_on_another_netdev_in_the_netns_leaves_a_shared_claim_a
     assert [g.gid for g in claim.gids] == [v4_gid("198.51.100.5")]
 
 
+WHOLE = ClaimOptions(shared=False)
+
+
+async def test_an_address_on_one_rail_of_a_pod_reads_that_rails_gids_only(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    for device in ("mlx5_0", "mlx5_1"):
+        await rig.core.claim(device, rig.process.resolver.open("pod"), WHOLE)
+    await rig.quiesce()
+    reads = kernel.calls["gids"]
+    kernel.set_addresses("eth1", ("192.0.2.2/24", "203.0.113.9/24"), netns="pod")
+    await rig.quiesce()
+    assert kernel.calls["gids"] == reads + 1
+
+
+async def test_an_address_on_no_claims_interface_reads_the_whole_device_claims_gids(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    # It may be on an upper device (a VLAN) of the claim's netdev, whose table holds it.
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
+    kernel.move_link("eth1", "pod")
+    await rig.quiesce()
+    reads = kernel.calls["gids"]
+    kernel.set_addresses("eth1", ("203.0.113.9/24",), netns="pod")
+    await rig.quiesce()
+    assert kernel.calls["gids"] == reads + 1
+
+
 async def test_a_device_moved_without_its_netdev_follows_that_netdevs_addresses_at_home(
     rigs: Rigs, tmp_path: Path
 ) -> None:
