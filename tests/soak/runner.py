@@ -245,7 +245,13 @@ async def soak(
                 running_node(name, index, workdir / name, rxe is not None)
             )
         world = World(nodes, slots, tally, Clock(), workdir)
-        plugins = {n: await stack.enter_async_context(running_dra(nodes[n])) for n in nodes}
+        # Not in the guest: rdmad-dra's start there (grpc, the kubernetes client, under TCG)
+        # outlasts START_S, and a plugin SIGKILL every few seconds would keep it down.
+        plugins = (
+            {}
+            if rxe
+            else {n: await stack.enter_async_context(running_dra(nodes[n])) for n in nodes}
+        )
         for slot in slots:
             stack.push_async_callback(slot.close)
         bus = {a: BusClaimer(a, world) for a in schedule.actors() if a.startswith("bus")}
@@ -265,9 +271,9 @@ async def soak(
             "scraper": scraper.do,
             "pods": pods.do,
             "holds": holds.do,
-            "dra": dra.do,
-            "faults-dra": PluginKiller(world, plugins).do,
         }
+        if plugins:
+            players |= {"dra": dra.do, "faults-dra": PluginKiller(world, plugins).do}
         if podman:
             pm = await stack.enter_async_context(podman_home(rxe is not None))
             players["podman"] = PodmanActor(world, pm).do
