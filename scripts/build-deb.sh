@@ -49,6 +49,10 @@ else
         lintian --fail-on error,warning --tag-display-limit 0 "$deb" >&2 \
             || die "lintian found problems in $deb"
     done
+    # rdmad/dra is rdmad-dra's alone (debian/rules): none of it in rdmad's package
+    dra_files() { dpkg-deb -c "$1" | grep -cE '/site-packages/rdmad/dra/|/bin/rdmad-dra$' || true; }
+    [ "$(dra_files "${debs[0]}")" = 0 ] || die "${debs[0]} carries rdmad/dra, rdmad-dra's"
+    [ "$(dra_files "${debs[1]}")" != 0 ] || die "${debs[1]} lacks rdmad/dra"
     echo "$stamp" > "$OUT/.stamp"
 fi
 printf '%s\n' "${debs[@]}"
