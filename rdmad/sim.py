@@ -53,6 +53,7 @@ class _SimDevice:
     uverbs_minor: int = 0
     umad_minor: int = 0
     pci_address: str = ""  # as given: NAME=NETDEV@PCI (selectors and deviceID match on it)
+    node_guid: str = ""  # of its name, hashed once: each look-up and GID read gives it
     # GID table entries past the default pair: (gid, netns inode) -> index of its v1 entry
     gid_slots: dict[tuple[str, int], int] = field(default_factory=dict)
 
@@ -94,7 +95,14 @@ class SimRdma:
         self._by_index: dict[int, _SimDevice] = {}  # a lookup costs O(1), as the kernel's
         for index, (name, bound) in enumerate(devices, start=1):
             netdev, _, pci = bound.partition("@")
-            dev = _SimDevice(index, name, netdev, self._names.index_of(netdev), pci_address=pci)
+            dev = _SimDevice(
+                index,
+                name,
+                netdev,
+                self._names.index_of(netdev),
+                pci_address=pci,
+                node_guid=_node_guid(name),
+            )
             self._recreate_chardevs(dev)
             self._devs[name] = self._by_index[index] = dev
 
@@ -158,7 +166,7 @@ class SimRdma:
         return RdmaDevice(
             index=dev.index,
             name=dev.name,
-            node_guid=_node_guid(dev.name),
+            node_guid=dev.node_guid,
             driver="rdmad_sim",
             link_layer="Ethernet",
             ports=(Port(1, "ACTIVE" if netdev else "DOWN", "LINK_UP", netdev),),
@@ -218,7 +226,7 @@ class SimRdma:
         dev = self._devs.get(device)
         if dev is None:
             raise KernelError(errno.ENODEV, f"GID table of {device}")
-        default = "fe80:0000:0000:0000:" + _node_guid(dev.name)
+        default = "fe80:0000:0000:0000:" + dev.node_guid
         if netdev is None:
             types = ("IB/RoCE v1", ROCE_V2)
             return tuple(Gid(1, i, default, t, dev.netdev) for i, t in enumerate(types))
