@@ -124,15 +124,9 @@ class InventoryTracker:
         """The views of every device, or of those in `names` still known, by index."""
         devices = self._inv.devices
         chosen = devices.values() if names is None else [devices[n] for n in names if n in devices]
-        by_device: dict[str, list[Claim]] = {}
-        for claim in self._book.claims.values():
-            by_device.setdefault(claim.device, []).append(claim)
-        mode = self.netns_mode
-        view, none = self._inv.view, ()
-        return [
-            view(d, by_device.get(d.name, none), mode)
-            for d in sorted(chosen, key=lambda d: d.index)
-        ]
+        # Each device's own claims: the view sync after a claim looks at its device's, not
+        # at every claim on the node.
+        return [self.view(d) for d in sorted(chosen, key=lambda d: d.index)]
 
     def announced_views(self) -> list[DeviceView]:
         """Every device as observers were last told, by index: a listing that agrees with
