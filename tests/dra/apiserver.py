@@ -5,9 +5,10 @@ to prepare them, on 127.0.0.1, in a thread of the test process (http.server).
 Every ResourceClaim a test puts in (`put_claim`) must deserialize into the kubernetes
 client's v1 model (ResourceV1ResourceClaim), so that the plugin is tested on claims the
 real API server could serve. `claims_down` answers claim reads with 503, as an API server
-that is down behind its load balancer does; `stall_claims` holds each claim read unanswered
-until `answer_claims`, as an overloaded API server does (a plugin's read that gave up
-meanwhile finds its connection closed).
+that is down behind its load balancer does, and `unreachable` refuses every connection, as
+one with nothing in front of it does; `stall_claims` holds each claim read unanswered until
+`answer_claims`, as an overloaded API server does (a plugin's read that gave up meanwhile
+finds its connection closed).
 
 Every ResourceSlice it is given is validated as the real API server and the node
 authorizer would: it must deserialize into the kubernetes client's V1ResourceSlice, keep
@@ -314,15 +315,34 @@ class ApiServer:
 
     @contextmanager
     def running(self) -> Iterator[ApiServer]:
-        thread = threading.Thread(target=self._http.serve_forever, daemon=True)
-        thread.start()
+        self._serve()
         try:
             yield self
         finally:
             self.answer_claims()  # a held read's thread must not outlive the server
-            self._http.shutdown()
-            self._http.server_close()
-            thread.join()
+            self._stop()
+
+    @contextmanager
+    def unreachable(self) -> Iterator[None]:
+        """Nothing listens on the server's port meanwhile (connections are refused), as
+        when the API server is down with nothing in front of it; then it listens again, on
+        the same port."""
+        address = self._http.server_address
+        self._stop()
+        try:
+            yield
+        finally:
+            self._http = ThreadingHTTPServer(address, self._handler())
+            self._serve()
+
+    def _serve(self) -> None:
+        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _stop(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+        self._thread.join()
 
 
 def _version(slice_: dict[str, Any]) -> Any:

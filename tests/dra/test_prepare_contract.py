@@ -187,3 +187,15 @@ async def test_a_slow_api_server_is_the_claims_error_within_the_kubelets_bound_a
     again = await prepare(plugin, A)
     assert again[A.uid].error == "" and len(again[A.uid].devices) == 1
     assert await holds(rig) == [("sim0", f"dra/{A.uid}/sim0", "held")]
+
+
+async def test_an_api_server_refusing_connections_is_the_claims_error_and_holds_nothing(
+    api: ApiServer, rig: Rig, plugin: Plugin
+) -> None:
+    serve(api, A, ["sim0"])
+    with api.unreachable():
+        got = await prepare(plugin, A)
+    error = got[A.uid].error
+    assert error.startswith("cannot read ResourceClaim default/pod-a-rdma from the API server: ")
+    assert "Connection refused" in error and got[A.uid].devices == []
+    assert await holds(rig) == []
