@@ -417,7 +417,8 @@ class Scraper:
     async def do(self, action: Action) -> None:
         node = self.world.nodes[action.args["node"]]
         assert node.exporter is not None
-        node.sample(self.world.clock.now())
+        if node.up.is_set():  # an rdmad still starting has not its size yet
+            node.sample(self.world.clock.now())
         try:
             samples = await node.exporter.scrape()
             up = samples.get(("rdmad_up", ()), 0.0)

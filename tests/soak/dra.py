@@ -5,30 +5,29 @@ and what must hold of its slices at each check (slices_settled).
 
 The plugin exits when its bus connection ends (a dbus-daemon restart): that exit (status
 1, "stopped: ..." logged), and the SIGKILLs the killer sent, are expected; any other is a
-violation. Its stderr of every run is kept in <node>/dra/rdmad-dra.log.
+violation. Its stderr of every run is kept in <node>/rdmad-dra.log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import shutil
 import signal
+import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import grpc
+from typing import Any, NamedTuple
 
 from rdmad.dra.device_watch import DeviceWatch
 from rdmad.dra.offer import offered
-from rdmad.dra.plugin import EXIT_FAILED
-from tests.dra import kubelet
 from tests.dra.apiserver import ApiServer
 from tests.dra.claims import DRIVER, claim
-from tests.dra.contract import SERVICE
 from tests.dra.plugin_process import argv
 from tests.soak.actors import HoldActor, Pod, World, present
 from tests.soak.invariants import SETTLE_S, Verdict
@@ -37,8 +36,10 @@ from tests.soak.schedule import DRA_DEVICES, Action
 from tests.support.children import spawn
 from tests.support.daemon import ROOT, Client
 
+EXIT_FAILED = 1  # rdmad.dra.plugin's (not imported: it loads gRPC, see kubelet_calls.py)
 START_S = 120.0  # the plugin's imports (grpc, the kubernetes client) on a loaded host
 SERVING = "serving DRA driver"  # its log line once both sockets serve
+CALL_S = 60.0  # a kubelet call: each of its gRPC calls has 10 s
 STOPPED = "rdmad.dra: stopped: "  # its last word when a task of its ended (the bus lost)
 NAMESPACE = "soak"
 
@@ -49,7 +50,7 @@ class DraPlugin:
 
     node: Node
     api: ApiServer
-    workdir: Path
+    workdir: Path  # its kubelet directories: short, as a socket's path is (107 bytes)
     up: asyncio.Event = field(default_factory=asyncio.Event)
     pid: int | None = None
     kills: int = 0  # SIGKILLs sent that the supervisor has not seen end it yet
@@ -65,7 +66,7 @@ class DraPlugin:
             await self.node.bus.up.wait()
             bus = self.node.bus.process  # a restart of the bus makes another
             code, log = await self.run_once()
-            with (self.workdir / "rdmad-dra.log").open("a") as f:  # kept for a replay
+            with (self.node.workdir / "rdmad-dra.log").open("a") as f:  # kept for a replay
                 f.write("\n".join([*log, f"== exited with {code}", ""]))
             if self.closing:
                 return
@@ -110,18 +111,78 @@ class DraPlugin:
 @contextlib.asynccontextmanager
 async def running_dra(node: Node) -> AsyncIterator[DraPlugin]:
     api = ApiServer(f"soak-{node.name}", DRIVER)
+    workdir = Path(tempfile.mkdtemp(prefix="rdmad-sdra-"))
     with api.running():
-        dra = DraPlugin(node, api, node.workdir / "dra")
+        dra = DraPlugin(node, api, workdir)
         task = asyncio.ensure_future(dra.supervise())
         task.add_done_callback(node.died)
         try:
-            async with asyncio.timeout(START_S):
-                await dra.up.wait()
+            try:
+                async with asyncio.timeout(START_S):
+                    await dra.up.wait()
+            except TimeoutError:
+                raise RuntimeError(
+                    f"rdmad-dra ({node.name}) did not serve in {START_S:g} s: {node.problems}"
+                ) from None
             yield dra
         finally:
             dra.closing = True
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+class Kubelet:
+    """The kubelet's side of the plugins' DRA service, through one
+    `python -m tests.soak.kubelet_calls` process (the soak's own never loads gRPC)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.lock = asyncio.Lock()
+
+    async def call(self, op: str, endpoint: str, ref: ClaimRef) -> dict[str, str]:
+        """{"error": the claim's, "" for none} or {"failed": why no answer came}."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        request = {"op": op, "endpoint": endpoint, "claim": list(ref)}
+        async with self.lock, asyncio.timeout(CALL_S):
+            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+            await self.proc.stdin.drain()
+            line = await self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the kubelet's calls ended (exit {await self.proc.wait()})")
+        reply: dict[str, str] = json.loads(line)
+        return reply
+
+
+@contextlib.asynccontextmanager
+async def running_kubelet() -> AsyncIterator[Kubelet]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.soak.kubelet_calls",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        yield Kubelet(proc)
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()  # its end of input: it exits
+        try:
+            async with asyncio.timeout(10):
+                await proc.wait()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+class ClaimRef(NamedTuple):
+    """A ResourceClaim as the kubelet names it (tests/dra/kubelet.py's Claim)."""
+
+    namespace: str
+    uid: str
+    name: str
 
 
 @dataclass
@@ -130,9 +191,9 @@ class DraPod(Pod):
     prepared: bool = False  # False: its prepare got no answer; unprepare may still end it
 
     @property
-    def ref(self) -> kubelet.Claim:
+    def ref(self) -> ClaimRef:
         """Its ResourceClaim, as the kubelet names it."""
-        return kubelet.Claim(NAMESPACE, f"soakdra-{os.getpid()}-claim-{self.serial}", self.name)
+        return ClaimRef(NAMESPACE, f"soakdra-{os.getpid()}-claim-{self.serial}", self.name)
 
     @property
     def name(self) -> str:
@@ -147,10 +208,13 @@ class DraActor(HoldActor):
     got no answer (the plugin killed or restarting) leaves the pod for an unprepare, as the
     kubelet retries."""
 
-    def __init__(self, world: World, cni_path: str, plugins: dict[str, DraPlugin]) -> None:
+    def __init__(
+        self, world: World, cni_path: str, plugins: dict[str, DraPlugin], kubelet: Kubelet
+    ) -> None:
         super().__init__(world, cni_path)
         self.name = "dra"
         self.plugins = plugins
+        self.kubelet = kubelet
 
     async def do(self, action: Action) -> None:
         self.detail = ""
@@ -203,13 +267,12 @@ class DraActor(HoldActor):
             )
         )
         self.pods.append(pod)
-        try:
-            got = await kubelet.prepare_devices(plugin.endpoint, SERVICE, [pod.ref])
-        except grpc.aio.AioRpcError as exc:
-            self.detail = f"prepare: {exc.code()}: {exc.details()}"
+        got = await self.kubelet.call("prepare", plugin.endpoint, pod.ref)
+        if "failed" in got:
+            self.detail = f"prepare: {got['failed']}"
             return "no-answer"
-        if got[pod.ref.uid].error:
-            self.detail = got[pod.ref.uid].error
+        if got["error"]:
+            self.detail = got["error"]
             self.pods.remove(pod)  # a prepare that fails releases what it held
             return "refused"
         pod.prepared = True
@@ -236,13 +299,12 @@ class DraActor(HoldActor):
                 self.detail = f"DEL: {done.out} {done.stderr.strip()}"
                 return f"del-error-{(done.out or {}).get('code', done.code)}"
             pod.slot = None  # the sandbox is gone: a retried unprepare does not DEL again
-        try:
-            got = await kubelet.unprepare(self.plugins[node.name].endpoint, SERVICE, [pod.ref])
-        except grpc.aio.AioRpcError as exc:
-            self.detail = f"unprepare: {exc.code()}: {exc.details()}"
+        got = await self.kubelet.call("unprepare", self.plugins[node.name].endpoint, pod.ref)
+        if "failed" in got:
+            self.detail = f"unprepare: {got['failed']}"
             return "no-answer"  # the pod stays: a later unprepare retries, as the kubelet
-        if got[pod.ref.uid]:
-            self.detail = got[pod.ref.uid]
+        if got["error"]:
+            self.detail = got["error"]
             return "refused"
         self.pods.remove(pod)
         return "ok" if pod.prepared else "ok-unanswered-prepare"

@@ -46,7 +46,14 @@ from tests.soak.actors import (
     World,
 )
 from tests.soak.clock import Clock
-from tests.soak.dra import DraActor, DraPlugin, PluginKiller, running_dra, slices_settled
+from tests.soak.dra import (
+    DraActor,
+    DraPlugin,
+    PluginKiller,
+    running_dra,
+    running_kubelet,
+    slices_settled,
+)
 from tests.soak.faults import FaultActor, NetnsReaper
 from tests.soak.invariants import Verdict, growth, rules, settled
 from tests.soak.node import Node, Slot, running_node
@@ -259,7 +266,9 @@ async def soak(
             stack.callback(claimer.close)
         path = cni_path()
         cni = {a: CniActor(a, world, path) for a in schedule.actors() if a.startswith("cni")}
-        pods, holds, dra = PodActor(world), HoldActor(world, path), DraActor(world, path, plugins)
+        kubelet = await stack.enter_async_context(running_kubelet())
+        pods, holds = PodActor(world), HoldActor(world, path)
+        dra = DraActor(world, path, plugins, kubelet)
         for user in (pods, holds, dra):
             stack.callback(user.close)
         faults, reaper, scraper = FaultActor(world), NetnsReaper(world), Scraper(world)
