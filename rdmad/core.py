@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import secrets
 import time
@@ -529,7 +530,7 @@ class Core:
             if mine:
                 raise DeviceBusy(f"{dev.name} is held for pod {pod_uid} by claim {mine[0].id}")
             moving = self._netdev_of(dev) if not options.shared and options.netdev else None
-            default_ifname = DEFAULT_SHARED_IFNAME if options.shared else ""
+            default_ifname = self._free_hold_ifname(pod_uid) if options.shared else ""
             claim_id = secrets.token_hex(8)
             claim = Claim(
                 id=claim_id,
@@ -555,6 +556,12 @@ class Core:
                 raise
         self._observers.claimed(claim)
         return claim
+
+    def _free_hold_ifname(self, pod_uid: str) -> str:
+        """A shared hold's default name: the first of net1, net2, ... that none of the pod's
+        other holds has, so that a pod's shares, all attached into one netns, never clash."""
+        taken = {c.ifname for c in self.held_for(pod_uid)}
+        return next(f"net{n}" for n in itertools.count(1) if f"net{n}" not in taken)
 
     def held_for(self, pod_uid: str) -> list[Claim]:
         """The claims held for a pod, attached or not."""

@@ -66,6 +66,19 @@ async def test_a_shared_device_is_held_for_several_pods(rigs: Rigs, tmp_path: Pa
     assert {c.id for c in rig.core.claims()} == {first.id, second.id}
 
 
+async def test_a_pods_shared_holds_without_a_name_get_net1_net2_and_attach_side_by_side(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    first = await rig.core.hold("mlx5_0", POD, SHARED)
+    second = await rig.core.hold("mlx5_1", POD, SHARED)
+    other_pods = await rig.core.hold("mlx5_0", OTHER_POD, SHARED)
+    assert (first.ifname, second.ifname, other_pods.ifname) == ("net1", "net2", "net1")
+    await rig.core.attach(POD, rig.process.resolver.open("pod"), "", ClaimOptions())
+    assert {link.name for link in kernel.links_in("pod")} >= {"net1", "net2"}
+
+
 async def test_a_whole_device_held_for_one_pod_is_refused_to_another(
     rigs: Rigs, tmp_path: Path
 ) -> None:
