@@ -158,7 +158,10 @@ async def run(cfg: Config) -> int:
     await systemd.stop_watchdog(watchdog)
     exit_code = 0
     if disconnected.done():
-        log.error("lost the bus connection; exiting so that systemd restarts rdmad")
+        log.error(
+            "lost the bus connection (%r); exiting so that systemd restarts rdmad",
+            disconnected.result(),
+        )
         exit_code = EXIT_BUS
     else:
         await service.stop()

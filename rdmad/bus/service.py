@@ -14,16 +14,14 @@ sees the name can already call everything.
 
 from __future__ import annotations
 
-import asyncio
-import errno
-import logging
 import socket
 
-from dbus_fast import BusType, Message, MessageType, NameFlag, RequestNameReply, Variant
+from dbus_fast import Message, MessageType, NameFlag, RequestNameReply, Variant
 from dbus_fast.aio import MessageBus
 from dbus_fast.service import ServiceInterface
 
 from rdmad.backend import NetnsResolver
+from rdmad.bus.connection import BusConnection
 from rdmad.bus.credentials import Credentials
 from rdmad.bus.mapping import to_dbus_error
 from rdmad.bus.names import (
@@ -50,8 +48,6 @@ from rdmad.bus.signals import INTERFACES_ADDED, INTERFACES_REMOVED, PROPERTIES_C
 from rdmad.errors import InvalidArgs
 from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver
-
-log = logging.getLogger(__name__)
 
 
 class NameTaken(RuntimeError):
@@ -83,14 +79,7 @@ class _PatientSocket:
         return getattr(self._sock, name)
 
 
-def _dropped() -> asyncio.Future[None]:
-    """What send returns for a message the lost connection will never carry."""
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    done.set_result(None)
-    return done
-
-
-class RdmadMessageBus(MessageBus):
+class RdmadMessageBus(BusConnection):
     """The system bus (or `bus_address`), with unix fd passing on (ClaimFd needs it), and
     dbus-fast bugs worked around through its private members (docs/kernel-notes.md,
     "dbus-fast"; tests/bus/test_dbus_fast_contract.py):
@@ -98,11 +87,11 @@ class RdmadMessageBus(MessageBus):
     - ObjectManager.InterfacesAdded/Removed come from the manager's path, as the D-Bus
       spec says and GDBus/sd-bus clients expect (stock dbus-fast sends them from the
       child object's own path, which ObjectManager clients ignore);
-    - a lost connection (dbus-daemon gone) ends rdmad's use of the bus cleanly (send,
-      wait_for_disconnect; tests/reliability/test_bus_loss.py)."""
+    - a lost connection (dbus-daemon gone) ends rdmad's use of the bus cleanly, as it
+      does its clients' (BusConnection; tests/reliability/test_bus_loss.py)."""
 
     def __init__(self, bus_address: str | None = None) -> None:
-        super().__init__(bus_address=bus_address, bus_type=BusType.SYSTEM, negotiate_unix_fd=True)
+        super().__init__(bus_address, negotiate_unix_fd=True)
 
     async def connect(self) -> MessageBus:
         await super().connect()
@@ -110,38 +99,6 @@ class RdmadMessageBus(MessageBus):
         assert writer is not None and writer.sock is not None
         writer.sock = _PatientSocket(writer.sock)  # type: ignore[assignment]
         return self
-
-    # aio.MessageBus.send returns a Future where BaseMessageBus.send returns None.
-    def send(self, msg: Message) -> asyncio.Future[None]:  # type: ignore[override]
-        """Once the connection is lost, dbus-fast still schedules the write on the closed
-        socket, and the event loop raises KeyError, then EBADF, out of a method's reply or
-        a signal (a traceback per call in flight). A reply or signal then has no one to
-        reach: it is dropped. A call is refused with ENOTCONN."""
-        if self._disconnected:
-            if msg.message_type is MessageType.METHOD_CALL:
-                raise ConnectionError(errno.ENOTCONN, "the bus connection is lost")
-            return _dropped()
-        try:
-            return super().send(msg)
-        except OSError:
-            if not self._disconnected:
-                raise
-            # This very write found the connection lost: dbus-fast closed the socket (and
-            # failed every call awaiting a reply, this one's too), then registered the
-            # closed fd for writing.
-            return _dropped()
-
-    async def wait_for_disconnect(self) -> None:
-        """Return once the connection is lost (its cause logged in one line, not raised:
-        losing the bus is how rdmad's run ends, rdmad.daemon) and the method calls in
-        flight have ended. A Claim's kernel steps are finished, not cut off half-way by
-        the daemon's exit (asyncio.run cancels what is left); their replies are dropped."""
-        try:
-            await super().wait_for_disconnect()  # type: ignore[no-untyped-call]
-        except Exception as exc:  # the reader's or the writer's error: EOFError, OSError
-            log.info("the bus connection ended: %r", exc)
-        while self._pending_futures:
-            await asyncio.wait(set(self._pending_futures))
 
     def _emit_interface_added(self, path: str, interface: ServiceInterface) -> None:
         if not self.connected or not path.startswith(MANAGER_PATH + "/"):

@@ -13,13 +13,12 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from dbus_fast import BusType
-from dbus_fast.aio import MessageBus
 from kubernetes.config.config_exception import ConfigException
 
 from rdmad.argtypes import add_bus_address
 from rdmad.bus.address import bus_address
 from rdmad.bus.client import Client
+from rdmad.bus.connection import BusConnection
 from rdmad.dra.device_watch import DeviceWatch
 from rdmad.dra.kube import KubeClaimApi, KubeSliceApi, api_client
 from rdmad.dra.node_service import dra_handlers
@@ -100,7 +99,8 @@ async def run(args: argparse.Namespace) -> int:
     api = api_client(args.kubeconfig)
     pool = Pool(KubeSliceApi(api), args.driver_name, args.node_name)
     publisher = SlicePublisher(pool)
-    bus = await MessageBus(bus_address=args.bus_address, bus_type=BusType.SYSTEM).connect()
+    bus = BusConnection(args.bus_address)
+    await bus.connect()
     driver = args.driver_name
     preparer = Preparer(KubeClaimApi(api), Client(bus), driver, args.node_name)
     endpoint = os.path.join(args.kubelet_plugins_directory_path, driver, "dra.sock")
@@ -109,12 +109,12 @@ async def run(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    tasks = [
+    work = [
         asyncio.ensure_future(publisher.run()),
         asyncio.ensure_future(follow_rdmad(DeviceWatch(bus), publisher)),
-        asyncio.ensure_future(bus.wait_for_disconnect()),  # type: ignore[no-untyped-call]
-        asyncio.ensure_future(stop.wait()),
     ]
+    stopped = asyncio.ensure_future(stop.wait())
+    lost = asyncio.ensure_future(bus.wait_for_disconnect())
     try:
         # The DRA socket first: the kubelet connects to it as soon as it registers us.
         async with (
@@ -130,21 +130,28 @@ async def run(args: argparse.Namespace) -> int:
                 endpoint,
                 args.bus_address,
             )
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                [*work, stopped, lost], return_when=asyncio.FIRST_COMPLETED
+            )
     finally:
-        for task in tasks:
+        ours = [*work, stopped]
+        for task in ours:
             task.cancel()
-        for task in tasks:
+        for task in ours:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         bus.disconnect()
+        # `lost` is left to end: after a loss (whichever task saw it first) with its cause,
+        # else with None, by our disconnect.
+        cause = await lost
     if stop.is_set():
         return 0
-    for task in done:
-        if task.exception() is not None:
-            log.error("stopped: %s", task.exception())
-            return EXIT_FAILED
-    log.error("stopped: the bus closed the connection")
+    if cause is not None:
+        log.error("stopped: the bus closed the connection (%r)", cause)
+        return EXIT_FAILED
+    for ended in done:  # the plugin's work ends only by failing
+        if not ended.cancelled() and ended.exception() is not None:
+            log.error("stopped: %s", ended.exception())
     return EXIT_FAILED
 
 
