@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO
 
-from dbus_fast import BusType, Message, MessageType, Variant
-from dbus_fast.aio import MessageBus
+from dbus_fast import Message, MessageType, Variant
 from dbus_fast.errors import DBusError
 
 from rdmad import __version__
 from rdmad.argtypes import add_bus_address, positive_seconds
 from rdmad.bus.address import bus_address
 from rdmad.bus.client import Client, Unreachable
+from rdmad.bus.connection import BusConnection
 from rdmad.bus.names import (
     BUS_NAME,
     CLAIM_IFACE,
@@ -501,9 +501,7 @@ async def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run the command, writing to `out` (default: stdout as it is now)."""
     try:
         async with asyncio.timeout(args.timeout):
-            bus = await MessageBus(
-                bus_address=bus_address(args.bus_address), bus_type=BusType.SYSTEM
-            ).connect()
+            bus = await BusConnection(bus_address(args.bus_address)).connect()
     except TimeoutError:
         raise Unreachable(f"cannot connect: no answer within {args.timeout:g} s") from None
     except OSError as exc:

@@ -23,7 +23,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dbus_fast import BusType
 from dbus_fast.aio import MessageBus
 from dbus_fast.errors import DBusError
 from prometheus_client import start_http_server
@@ -38,6 +37,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from rdmad.argtypes import add_bus_address, positive_seconds
 from rdmad.bus.address import bus_address
 from rdmad.bus.client import Client, Unreachable
+from rdmad.bus.connection import BusConnection
 from rdmad.bus.names import (
     CLAIM_IFACE,
     DEVICE_IFACE,
@@ -86,9 +86,7 @@ class RdmadReader:
         self, path: str, interface: str, member: str, signature: str = "", body: Sequence[Any] = ()
     ) -> list[Any]:
         if self._bus is None or not self._bus.connected:
-            self._bus = await MessageBus(
-                bus_address=self._address, bus_type=BusType.SYSTEM
-            ).connect()
+            self._bus = await BusConnection(self._address).connect()
         return await Client(self._bus).call(member, signature, body, path=path, interface=interface)
 
     async def read(self) -> Snapshot:
