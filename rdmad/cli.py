@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -267,8 +266,8 @@ async def cmd_monitor(c: Client, a: argparse.Namespace, out: TextIO) -> None:
 
     output_failed: list[OSError] = []
     c.bus.add_message_handler(on_message)
-    with contextlib.suppress(EOFError, OSError):  # the bus went away (dbus restarted)
-        await c.bus.wait_for_disconnect()  # type: ignore[no-untyped-call]  # unannotated upstream
+    # A BusConnection: returns when the bus went away (dbus restarted) or we left.
+    await c.bus.wait_for_disconnect()  # type: ignore[no-untyped-call]
     if output_failed:
         raise output_failed[0]
     raise Unreachable("the bus closed the connection")

@@ -39,7 +39,8 @@ async def test_a_change_without_answer_says_rdmad_may_still_carry_it_out(member:
 
 
 class GoneBus:
-    """A bus that went away (dbus-daemon restarted): calls and the connection end in EOF."""
+    """A bus that went away (dbus-daemon restarted): calls and the connection end in EOF
+    (rdmactl's BusConnection returns the cause from wait_for_disconnect)."""
 
     async def call(self, msg: Any) -> Any:
         if msg.member == "AddMatch":
@@ -49,8 +50,8 @@ class GoneBus:
     def add_message_handler(self, handler: Any) -> None:
         pass
 
-    async def wait_for_disconnect(self) -> None:
-        raise EOFError
+    async def wait_for_disconnect(self) -> Exception | None:
+        return EOFError()  # the cause, as rdmad's BusConnection gives it
 
 
 def gone_client() -> Client:
