@@ -45,7 +45,11 @@ class Clock:
     @contextlib.asynccontextmanager
     async def acting(self) -> AsyncIterator[None]:
         """One action in flight, started once the gate is open: a check waits for it."""
-        await self._gate.wait()
+        # Open when this task resumes, not only when it was woken: a check whose time is
+        # past shuts the gate again at once, and would stop the clock under an action that
+        # waits on the clock (a SIGSTOP's window: the check then waits on a stopped rdmad).
+        while not self._gate.is_set():
+            await self._gate.wait()
         self.in_flight += 1
         self._idle.clear()
         try:
