@@ -6,15 +6,11 @@ asserted on here; bench/dra.py reports them."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
-from tests.dra.apiserver import ApiServer
-from tests.dra.plugin_process import Plugin, running_plugin
+from tests.dra.plugin_process import Plugin
 from tests.support.net import require_root
-from tests.support.sim_rig import Rig, running_rig
 from tests.support.threads import GRPC_CORE_THREADS, switches, woken
 
 pytestmark = pytest.mark.bus  # a private dbus-daemon
@@ -29,16 +25,10 @@ def _root() -> None:
 
 
 @pytest.fixture
-async def rig(bus_address: str, tmp_path: Path) -> AsyncIterator[Rig]:
-    async with running_rig(bus_address, tmp_path) as r:
-        yield r
-
-
-@pytest.fixture
-async def plugin(api: ApiServer, rig: Rig, tmp_path: Path) -> AsyncIterator[Plugin]:
-    async with running_plugin(api, rig.daemon.bus_address, tmp_path / "dra") as p:
-        await p.wait_log("rdmad.dra: published ")
-        yield p
+async def plugin(plugin: Plugin) -> Plugin:
+    """conftest's plugin, once it has published its first slices."""
+    await plugin.wait_log("rdmad.dra: published ")
+    return plugin
 
 
 async def stays_up(plugin: Plugin, seconds: float) -> None:
