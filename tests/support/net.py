@@ -135,17 +135,23 @@ def netns_nsid(name: str) -> int:
 
 
 @contextlib.contextmanager
-def netns_reusing_inode(inode: int, within: float = 30.0) -> Iterator[str]:
+def netns_reusing_inode(inode: int, within: float = 120.0) -> Iterator[str]:
     """A new named netns that the kernel gave `inode`, the inode of a netns just deleted.
 
-    The kernel hands namespace inodes out lowest free first, and frees a netns's only when
-    its cleanup work has run, after the last reference went: so the next netns made after
-    that takes it, as a container runtime's would. Tries that got another inode are kept
-    until one gets it (each try then takes a new number), and deleted before yielding.
-    Another process on the host may take the inode first: then this fails, saying so.
+    The kernel hands namespace inodes out lowest free first (a netns takes ~69 numbers: its
+    own and its /proc/net entries'), and frees a netns's only when its cleanup work has run,
+    after the last reference went: so a netns made after that takes it, as a container
+    runtime's would. That cleanup is queued behind every netns deleted before it (seconds
+    to minutes after the suite's earlier tests, on 6.18), and frees their numbers too,
+    below `inode` as well: each try takes a new number (the tries are kept until one gets
+    `inode`, and deleted before yielding). A try below `inode` fills such a hole, and the
+    next follows at once; a try above it says `inode` is not free yet, and no event says
+    when it will be: the next waits, 10 ms doubling to 0.5 s. Another process on the host
+    may take the inode first: then this fails, saying so.
     """
     deadline = time.monotonic() + within
     tries: list[str] = []
+    pace = 0.01
     try:
         while True:
             name = unique_name("ri")
@@ -157,6 +163,11 @@ def netns_reusing_inode(inode: int, within: float = 30.0) -> Iterator[str]:
                 pytest.fail(
                     f"no new netns got inode {inode} within {within} s ({len(tries)} tries)"
                 )
+            if netns_inode(name) < inode:
+                pace = 0.01
+                continue
+            time.sleep(pace)  # no event says a netns was freed (see above)
+            pace = min(pace * 2, 0.5)
     finally:
         for other in tries:
             ip("netns", "del", other, check=False)
