@@ -120,14 +120,36 @@ def book() -> ClaimBook:
     return ClaimBook()
 
 
-def test_a_release_rewrites_the_rest_of_the_pod(tmp_path: Path, book: ClaimBook) -> None:
-    writer = CdiWriter(tmp_path, book.in_netns_of)
-    pod = [rail(n, pod="web") for n in range(3)]
+@pytest.fixture
+def writer(tmp_path: Path, book: ClaimBook) -> CdiWriter:
+    return CdiWriter(tmp_path, book.in_netns_of)
+
+
+def claimed_pod(writer: CdiWriter, book: ClaimBook, rails: int) -> list[Claim]:
+    """`rails` claims of the pod "web", made one after the other."""
+    pod = [rail(n, pod="web") for n in range(rails)]
     for c in pod:
         book.add(c)
         writer.claimed(c)
-    book.drop(pod[0])
-    writer.released(pod[0], ReleaseReason.REQUESTED)
+    return pod
+
+
+def end(writer: CdiWriter, book: ClaimBook, claims: list[Claim], reason: ReleaseReason) -> None:
+    for c in claims:
+        book.drop(c)
+        writer.released(c, reason)
+
+
+def inodes(directory: Path) -> dict[str, int]:
+    """Each spec file's inode: a rewrite renames a new file in."""
+    return {p.name: p.stat().st_ino for p in directory.iterdir()}
+
+
+def test_a_release_rewrites_the_rest_of_the_pod(
+    tmp_path: Path, book: ClaimBook, writer: CdiWriter
+) -> None:
+    pod = claimed_pod(writer, book, 3)
+    end(writer, book, pod[:1], ReleaseReason.REQUESTED)
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["rdmad.io-rdma-c1.json", "rdmad.io-rdma-c2.json", "rdmad.io-rdma-pod.web.json"]
     for name in names:
@@ -135,59 +157,40 @@ def test_a_release_rewrites_the_rest_of_the_pod(tmp_path: Path, book: ClaimBook)
         assert keys(spec["devices"][0]["containerEdits"]["env"])["RDMAD_DEVICES"] == "mlx5_1,mlx5_2"
 
 
-def test_the_pod_spec_goes_with_the_pods_last_claim(tmp_path: Path, book: ClaimBook) -> None:
-    writer = CdiWriter(tmp_path, book.in_netns_of)
-    pod = [rail(n, pod="web") for n in range(2)]
-    for c in pod:
-        book.add(c)
-        writer.claimed(c)
-    for c in pod:
-        book.drop(c)
-        writer.released(c, ReleaseReason.REQUESTED)
+def test_the_pod_spec_goes_with_the_pods_last_claim(
+    tmp_path: Path, book: ClaimBook, writer: CdiWriter
+) -> None:
+    pod = claimed_pod(writer, book, 2)
+    end(writer, book, pod, ReleaseReason.REQUESTED)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_dead_pods_specs_are_removed_one_by_one_never_rewritten(
-    tmp_path: Path, book: ClaimBook
+    tmp_path: Path, book: ClaimBook, writer: CdiWriter
 ) -> None:
-    writer = CdiWriter(tmp_path, book.in_netns_of)
-    pod = [rail(n, pod="web") for n in range(3)]
-    for c in pod:
-        book.add(c)
-        writer.claimed(c)
-    written = {p.name: p.stat().st_ino for p in tmp_path.iterdir()}
-    book.drop(pod[0])
-    writer.released(pod[0], ReleaseReason.NETNS_GONE)
+    pod = claimed_pod(writer, book, 3)
+    written = inodes(tmp_path)
+    end(writer, book, pod[:1], ReleaseReason.NETNS_GONE)
     del written["rdmad.io-rdma-c0.json"]
-    assert {p.name: p.stat().st_ino for p in tmp_path.iterdir()} == written  # none renamed in
-    for c in pod[1:]:
-        book.drop(c)
-        writer.released(c, ReleaseReason.NETNS_GONE)
+    assert inodes(tmp_path) == written  # none renamed in
+    end(writer, book, pod[1:], ReleaseReason.NETNS_GONE)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_gid_change_the_env_does_not_show_renames_no_spec_in(
-    tmp_path: Path, book: ClaimBook
+    tmp_path: Path, book: ClaimBook, writer: CdiWriter
 ) -> None:
-    writer = CdiWriter(tmp_path, book.in_netns_of)
-    pod = [rail(n, pod="web") for n in range(2)]
-    for c in pod:
-        book.add(c)
-        writer.claimed(c)
-    written = {p.name: p.stat().st_ino for p in tmp_path.iterdir()}
+    pod = claimed_pod(writer, book, 2)
+    written = inodes(tmp_path)
     pod[1].gids = (*pod[1].gids, Gid(1, 2, MAPPED.format(1), "IB/RoCE v1", "net1"))
     writer.claim_changed(pod[1])
-    assert {p.name: p.stat().st_ino for p in tmp_path.iterdir()} == written
+    assert inodes(tmp_path) == written
 
 
 def test_a_gid_change_the_env_shows_rewrites_every_spec_of_the_pod(
-    tmp_path: Path, book: ClaimBook
+    tmp_path: Path, book: ClaimBook, writer: CdiWriter
 ) -> None:
-    writer = CdiWriter(tmp_path, book.in_netns_of)
-    pod = [rail(n, pod="web") for n in range(2)]
-    for c in pod:
-        book.add(c)
-        writer.claimed(c)
+    pod = claimed_pod(writer, book, 2)
     pod[1].gids = (Gid(1, 5, MAPPED.format(1), "RoCE v2", "net1"),)
     writer.claim_changed(pod[1])
     for path in tmp_path.iterdir():
@@ -195,8 +198,9 @@ def test_a_gid_change_the_env_shows_rewrites_every_spec_of_the_pod(
         assert keys(spec["devices"][0]["containerEdits"]["env"])["RDMAD_GID_INDEXES"] == "3,5"
 
 
-def test_each_pod_cdi_name_of_a_netns_lists_all_its_claims(tmp_path: Path, book: ClaimBook) -> None:
-    writer = CdiWriter(tmp_path, book.in_netns_of)
+def test_each_pod_cdi_name_of_a_netns_lists_all_its_claims(
+    book: ClaimBook, writer: CdiWriter
+) -> None:
     for c in (rail(0, pod="a"), rail(1, pod="b")):
         book.add(c)
         writer.claimed(c)
