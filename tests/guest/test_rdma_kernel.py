@@ -23,6 +23,7 @@ from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rdma import KernelRdma
 from rdmad.kernel.udev import RdmaMonitorEvents
 from rdmad.model import ChardevKind, NetnsMode, RdmaDevice
+from tests.support.net import fixed_mac
 
 pytestmark = pytest.mark.guest
 
@@ -58,7 +59,7 @@ def rdev(st_rdev: int) -> tuple[int, int]:
 
 @pytest.fixture
 def veth() -> Iterator[str]:
-    sh("ip", "link", "add", "vrt0", "type", "veth", "peer", "name", "vrt1")
+    sh("ip", "link", "add", "vrt0", "address", fixed_mac(), "type", "veth", "peer", "name", "vrt1")
     sh("ip", "link", "set", "vrt0", "up")
     sh("ip", "link", "set", "vrt1", "up")
     yield "vrt0"

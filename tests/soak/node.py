@@ -33,7 +33,7 @@ from tests.support.daemon import ROOT, Client, RdmadProcess
 from tests.support.exporter import Exporter, running_exporter
 from tests.support.faulty_rdmad import RCVBUF
 from tests.support.invariants import HostSettings, host_settings
-from tests.support.net import VethPair, eventually, ip, link, unique_name
+from tests.support.net import VethPair, eventually, fixed_mac, ip, link, unique_name
 from tests.support.rdma import sh
 
 # rtnetlink's event socket is this small so that a flood overruns it (as in test_overrun).
@@ -103,7 +103,8 @@ class Device:
     def create(self) -> HostSettings:
         """The veth, configured as the host has it (and its rxe); its settings as the
         kernel has them then, which the device invariant compares against."""
-        ip("link", "add", self.pair.host, "type", "veth", "peer", "name", self.pair.peer)
+        ip("link", "add", self.pair.host, "address", fixed_mac(), "type", "veth",
+           "peer", "name", self.pair.peer, "address", fixed_mac())  # fmt: skip
         ip("addr", "add", self.address, "dev", self.pair.host)
         ip("link", "set", self.pair.host, "up")
         if self.rxe:
