@@ -1,14 +1,12 @@
 """Exclusive mode with a hardware-like (simulated) RDMA device: the netdev and the RDMA device
 move together, the path no kernel available here can show (rxe dies when its netdev moves).
-The simulator follows kernel-facts.md; the guest tests check the same rules on real rxe."""
+The simulator follows docs/kernel-notes.md; the guest tests check the same rules on real rxe."""
 
 from __future__ import annotations
 
-import signal
-
 from dbus_fast import Variant
 
-from tests.support.net import ip, link, netns_inode, netns_reusing_inode
+from tests.support.net import ip, link, netns_inode
 from tests.support.sim_rig import Rig
 
 DEVICE = "io.rdmad1.Device"
@@ -79,30 +77,3 @@ async def test_netns_death_returns_the_rdma_device_without_a_removed_signal(
     assert await device_prop(rig, "sim1", "State") == "available"
     removed = [m for m in rig.client.signals[mark:] if m.member == "DeviceRemoved"]
     assert removed == [], "the device came home: it never left the inventory"
-
-
-async def test_a_netns_given_the_dead_ones_inode_does_not_keep_its_rdma_device(
-    exclusive_rig: Rig, netns: str
-) -> None:
-    # The kernel hands a dead netns's inode to the next one made. rdmad, stopped meanwhile,
-    # finds a netns of that inode when it looks again: the device is home all the same
-    # (rdma_dev_exit_net) at once, as the simulator tells by the netns's cookie.
-    rig = exclusive_rig
-    path = await rig.client.manager(
-        "Claim", "ssa{sv}", "sim1", netns, {"netdev": Variant("b", False)}
-    )
-    cid = await rig.client.prop(path, CLAIM, "Id")
-    inode = netns_inode(netns)
-    assert rig.daemon.proc is not None
-    mark = rig.client.mark()
-    rig.daemon.proc.send_signal(signal.SIGSTOP)
-    try:
-        ip("netns", "del", netns)
-        with netns_reusing_inode(inode):
-            rig.daemon.proc.send_signal(signal.SIGCONT)
-            await rig.client.wait_signal("Released", lambda b: b[0] == cid, since=mark)
-            assert await device_prop(rig, "sim1", "Netns") == "init"
-            assert await device_prop(rig, "sim1", "State") == "available"
-            assert "has not come back" not in rig.daemon.log()  # it waited 5 s, then gave up
-    finally:
-        rig.daemon.proc.send_signal(signal.SIGCONT)

@@ -184,7 +184,7 @@ async def test_a_netns_made_after_another_died_has_a_later_cookie(
 ) -> None:
     """So a netns that the kernel gives a dead one's inode (it reuses inodes, lowest free
     first, once the dead one's cleanup has run: seconds to minutes later, which is why this
-    does not wait for that; tests/e2e/test_exclusive_sim.py does) never has its cookie."""
+    does not wait for that) never has its cookie."""
     with temp_netns() as name, resolver.open(name) as dead:
         cookie = await resolver.cookie(dead)
     with temp_netns() as newer, resolver.open(newer) as reborn:

@@ -23,7 +23,6 @@ import itertools
 import json
 import os
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -132,49 +131,6 @@ def netns_nsid(name: str) -> int:
     found = [n for n in ip_json("netns", "list") if n["name"] == name]
     assert found, f"no netns {name}"
     return int(found[0].get("id", -1))
-
-
-@contextlib.contextmanager
-def netns_reusing_inode(inode: int, within: float = 120.0) -> Iterator[str]:
-    """A new named netns that the kernel gave `inode`, the inode of a netns just deleted.
-
-    The kernel hands namespace inodes out lowest free first (a netns takes ~69 numbers: its
-    own and its /proc/net entries'), and frees a netns's only when its cleanup work has run,
-    after the last reference went: so a netns made after that takes it, as a container
-    runtime's would. That cleanup is queued behind every netns deleted before it (seconds
-    to minutes after the suite's earlier tests, on 6.18), and frees their numbers too,
-    below `inode` as well: each try takes a new number (the tries are kept until one gets
-    `inode`, and deleted before yielding). A try below `inode` fills such a hole, and the
-    next follows at once; a try above it says `inode` is not free yet, and no event says
-    when it will be: the next waits, 10 ms doubling to 0.5 s. Another process on the host
-    may take the inode first: then this fails, saying so.
-    """
-    deadline = time.monotonic() + within
-    tries: list[str] = []
-    pace = 0.01
-    try:
-        while True:
-            name = unique_name("ri")
-            ip("netns", "add", name)
-            if netns_inode(name) == inode:
-                break
-            tries.append(name)
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"no new netns got inode {inode} within {within} s ({len(tries)} tries)"
-                )
-            if netns_inode(name) < inode:
-                pace = 0.01
-                continue
-            time.sleep(pace)  # no event says a netns was freed (see above)
-            pace = min(pace * 2, 0.5)
-    finally:
-        for other in tries:
-            ip("netns", "del", other, check=False)
-    try:
-        yield name
-    finally:
-        ip("netns", "del", name, check=False)
 
 
 @contextlib.contextmanager
