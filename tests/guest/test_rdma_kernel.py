@@ -1,7 +1,7 @@
 """KernelRdma and the RDMA event sources against a real RDMA kernel (inside the QEMU guest).
 
 Each test makes its own soft-RoCE device on a veth it creates, and removes both after.
-Kernel 6.1's rxe cannot change netns; 7.3's can (kernel-facts.md), so the move tests are
+Kernel 6.1's rxe cannot change netns; 7.3's can (docs/kernel-notes.md), so the move tests are
 per kernel. Waits are bounded waits on udev events, re-checking the condition on each.
 """
 
