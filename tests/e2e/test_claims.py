@@ -236,9 +236,9 @@ async def test_a_new_netns_given_a_dead_claims_inode_and_nsid_is_not_the_claims(
 ) -> None:
     # The kernel gives a dead netns's inode and nsid to the next ones made (a container's, on
     # a busy host) and runtimes reuse names: while rdmad is down, all three can come to name
-    # a stranger. When the kernel hands the numbers over is its own timing
-    # (tests/host/test_netns.py shows it does), so the claim's record is given the
-    # stranger's here, as if it had: only the cookie tells them apart.
+    # a stranger. When the kernel hands the numbers over is its own timing (minutes, at
+    # times, on 6.18: docs/kernel-notes.md), so the claim's record is given the stranger's
+    # here, as if it had: only the cookie tells them apart.
     path = await claim(rig, "sim0", netns, shared=Variant("b", True))
     cid = await claim_id(rig, path)
     nsid = netns_nsid(netns)
