@@ -23,10 +23,12 @@ class ClaimBook:
         # Netdevs whose netns died before the kernel handed them back: restore on return.
         self._restores: list[HostConfig] = []
         self._locks: dict[str, asyncio.Lock] = {}
-        # The claims of each netns, by inode, and the inode each claim is filed under: a pod's
-        # claims without a walk over the node's (rdmad.cdi rewrites a pod's specs together).
+        # The claims of each netns, by inode and by the nsid init_net knows it by, and the
+        # (inode, nsid) each claim is filed under: a pod's claims without a walk over the
+        # node's (rdmad.cdi rewrites a pod's specs together; a kernel event names an nsid).
         self._by_netns: dict[int, dict[str, Claim]] = {}
-        self._filed: dict[str, int] = {}
+        self._by_nsid: dict[int, dict[str, Claim]] = {}
+        self._filed: dict[str, tuple[int, int]] = {}
         # The claims of each device and each held-for pod (neither changes for a claim): a
         # claim, a view and a prepare look at theirs, not at every claim on the node.
         self._by_device: dict[str, dict[str, Claim]] = {}
@@ -49,7 +51,7 @@ class ClaimBook:
 
     def add(self, claim: Claim) -> None:
         self._claims[claim.id] = claim
-        self._file(claim)
+        self.refile(claim)
         self._by_device.setdefault(claim.device, {})[claim.id] = claim
         if claim.hold is not None:
             self._by_pod_uid.setdefault(claim.hold.pod_uid, {})[claim.id] = claim
@@ -57,28 +59,38 @@ class ClaimBook:
     def drop(self, claim: Claim) -> None:
         if self._claims.pop(claim.id, None) is None:
             return
-        _unindex(self._by_netns, self._filed.pop(claim.id), claim.id)
+        inode, nsid = self._filed.pop(claim.id)
+        _unindex(self._by_netns, inode, claim.id)
+        _unindex(self._by_nsid, nsid, claim.id)
         _unindex(self._by_device, claim.device, claim.id)
         if claim.hold is not None:
             _unindex(self._by_pod_uid, claim.hold.pod_uid, claim.id)
 
-    def _file(self, claim: Claim) -> None:
-        """File `claim` under its netns's inode, moving it if that changed since."""
-        inode = self._filed.get(claim.id)
-        if inode == claim.netns_inode:
+    def refile(self, claim: Claim) -> None:
+        """File a claim on record under its netns's inode and nsid, moving it if either
+        changed since (an Attach, a placement, a claim held again). The core calls this with
+        each save of a claim, which follows every change to it."""
+        if self._claims.get(claim.id) is not claim:
             return
-        if inode is not None:
-            _unindex(self._by_netns, inode, claim.id)
-        self._filed[claim.id] = claim.netns_inode
+        old = self._filed.get(claim.id)
+        if old == (claim.netns_inode, claim.nsid):
+            return
+        if old is not None:
+            _unindex(self._by_netns, old[0], claim.id)
+            _unindex(self._by_nsid, old[1], claim.id)
+        self._filed[claim.id] = (claim.netns_inode, claim.nsid)
         self._by_netns.setdefault(claim.netns_inode, {})[claim.id] = claim
+        self._by_nsid.setdefault(claim.nsid, {})[claim.id] = claim
 
     def in_netns_of(self, claim: Claim) -> list[Claim]:
         """The claims on record in `claim`'s netns, it included while on record: O(claims in
-        that netns). A claim may get its netns after it is added (a Hold's at Attach): it is
-        filed again here."""
-        if self._claims.get(claim.id) is claim:
-            self._file(claim)
+        that netns)."""
         return list(self._by_netns.get(claim.netns_inode, {}).values())
+
+    def in_nsid(self, nsid: int) -> list[Claim]:
+        """The claims on record in the netns init_net knows as `nsid`, as last filed (see
+        refile): O(claims in that netns). A kernel event names a netns by its nsid."""
+        return list(self._by_nsid.get(nsid, {}).values())
 
     def restore_later(self, host: HostConfig) -> None:
         """`host`'s netdev has not come home yet: restore it when it does."""

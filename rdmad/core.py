@@ -1022,11 +1022,15 @@ class Core:
     # ------------------------------------------------------------------ persistence
     def _save(self, changed: Claim | None = None) -> None:
         """Save the state; `changed`: the one claim changed since the last save, if only
-        one was (every change to a claim is followed by its save), else all of it."""
+        one was (every change to a claim is followed by its save), else all of it. The
+        book files what changed under its netns again first, saved or not."""
         if changed is None:
             claims = list(self._book.claims.values())
+            for claim in claims:
+                self._book.refile(claim)
             self._store.save(State(claims, list(self._book.pending_restores)))
         else:
+            self._book.refile(changed)
             self._store.save_claim(
                 changed,
                 live=self._book.claims.get(changed.id) is changed,

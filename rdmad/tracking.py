@@ -224,7 +224,7 @@ class InventoryTracker:
         if isinstance(event, LinkChanged | LinkRemoved):
             return await self._apply_link(event)
         if isinstance(event, NetnsGone):
-            for claim in [c for c in self._book.claims.values() if c.nsid == event.nsid]:
+            for claim in self._book.in_nsid(event.nsid):
                 self._end(claim, ReleaseReason.NETNS_GONE)
         elif isinstance(event, AddressChanged):
             for claim in self._gids_concerned(event):
@@ -250,13 +250,18 @@ class InventoryTracker:
         return set()
 
     def _gids_concerned(self, event: AddressChanged) -> list[Claim]:
-        """The claims whose GIDs an address change may touch: the one whose interface it is
-        on, if any (its device's GID table holds it, no other's: without this, each address
-        event of a pod's rail re-read every whole-device rail's table); else every claim,
-        as an interface of no claim may be an upper device of a whole-device claim's."""
-        claims = list(self._book.claims.values())
-        owner = [c for c in claims if c.nsid == event.nsid and c.ns_ifindex == event.ifindex]
-        return owner or claims
+        """The claims whose GIDs an address change may touch, found by index (a node's
+        other claims cost nothing): at home, those of the devices on that netdev; in a
+        netns, the claim whose interface it is on, if any (its device's GID table holds it,
+        no other's: without this, each address event of a pod's rail re-read every
+        whole-device rail's table), else every claim there, as an interface of no claim may
+        be an upper device of a whole-device claim's."""
+        if event.nsid is None:  # an address event names no netdev: by ifindex alone
+            devices = self._inv.devices_on(event.ifindex, "")
+            return [c for device in devices for c in self._book.of(device)]
+        in_netns = self._book.in_nsid(event.nsid)
+        owner = [c for c in in_netns if c.ns_ifindex == event.ifindex]
+        return owner or in_netns
 
     def _gids_follow(self, claim: Claim, event: AddressChanged) -> bool:
         """Whether an address change may touch a claim's GIDs: one on a netdev in the

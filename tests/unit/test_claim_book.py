@@ -48,7 +48,34 @@ def test_a_claim_given_its_netns_later_is_filed_under_it() -> None:
     book = ClaimBook()
     held = claim(0, "a", pod_uid="p1")
     book.add(held)
-    held.netns_inode = 4026532001  # as Attach does
+    held.netns_inode = 4026532001  # as Attach does, then saves it
+    book.refile(held)
     assert book.in_netns_of(held) == [held]
     book.drop(held)
     assert book.in_netns_of(claim(1, "b", netns=4026532001)) == []
+
+
+def test_a_claims_nsid_finds_it_once_filed_until_it_moves_or_is_dropped() -> None:
+    book = ClaimBook()
+    rail, mate, stranger = claim(0, "a"), claim(1, "b"), claim(2, "c")
+    for c in (rail, mate, stranger):
+        book.add(c)
+    for c in (rail, mate):
+        c.nsid = 7  # as a placement does, then saves it
+        book.refile(c)
+    assert book.in_nsid(7) == [rail, mate]
+    rail.nsid = -1  # held again
+    book.refile(rail)
+    book.drop(mate)
+    assert book.in_nsid(7) == []
+    assert book.in_nsid(-1) == [stranger, rail]
+
+
+def test_a_dropped_claim_is_not_filed_again() -> None:
+    book = ClaimBook()
+    gone = claim(0, "a")
+    book.add(gone)
+    book.drop(gone)
+    gone.nsid = 7
+    book.refile(gone)
+    assert book.in_nsid(7) == []

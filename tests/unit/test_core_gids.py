@@ -15,6 +15,7 @@ from rdmad.logfields import MESSAGE_JOB_FAILED
 from rdmad.model import ClaimOptions, Gid, NetnsMode, gid_of
 from rdmad.store import Store
 from tests.support.core_rig import FlakyStore, Rig, Rigs, two_nics
+from tests.support.fake_kernel import FakeKernel
 
 SHARED = ClaimOptions(
     shared=True, ifname="net1", addresses=(ipaddress.ip_interface("198.51.100.5/24"),)
@@ -87,6 +88,56 @@ async def test_an_address_on_one_rail_of_a_pod_reads_that_rails_gids_only(
     kernel.set_addresses("eth1", ("192.0.2.2/24", "203.0.113.9/24"), netns="pod")
     await rig.quiesce()
     assert kernel.calls["gids"] == reads + 1
+
+
+def pods_of_rails(pods: int, rails: int) -> FakeKernel:
+    """A node of `pods` netns pod0, pod1, ..., each to take `rails` whole-device and `rails`
+    shared claims, and a NIC with an RDMA device for each of those claims."""
+    kernel = FakeKernel(NetnsMode.SHARED)
+    for n in range(pods * rails * 2):
+        kernel.add_nic(f"eth{n}", addresses=(f"192.0.{n // 250}.{n % 250 + 1}/16",))
+        kernel.add_rdma(f"mlx5_{n}", f"eth{n}")
+    for p in range(pods):
+        kernel.add_netns(f"pod{p}")
+    return kernel
+
+
+@pytest.mark.parametrize("kind", ["whole", "shared"])
+async def test_an_address_on_one_claims_interface_reads_its_gids_and_no_others_of_many(
+    rigs: Rigs, tmp_path: Path, kind: str
+) -> None:
+    pods, rails = 4, 3
+    kernel = pods_of_rails(pods, rails)
+    rig = await rigs.start(kernel, Store(tmp_path))
+    devices = iter(range(pods * rails * 2))
+    for p in range(pods):
+        for r in range(rails):
+            whole = ClaimOptions(ifname=f"rail{r}")
+            shared = ClaimOptions(shared=True, ifname=f"share{r}")
+            for options in (whole, shared):
+                pod = rig.process.resolver.open(f"pod{p}")
+                await rig.core.claim(f"mlx5_{next(devices)}", pod, options)
+    await rig.quiesce()
+    ifname, inode = ("rail1" if kind == "whole" else "share1"), kernel.netns("pod2").inode
+    [mine] = [c for c in rig.core.claims() if c.ifname == ifname and c.netns_inode == inode]
+    reads, changed = kernel.calls["gids"], len(rig.seen.changed)
+    kernel.set_addresses(ifname, ("203.0.113.9/24",), netns="pod2")
+    await rig.quiesce()
+    assert kernel.calls["gids"] == reads + 1
+    assert rig.seen.changed[changed:] == [mine.id]
+    assert [g.gid for g in mine.gids] == [v4_gid("203.0.113.9")]
+
+
+async def test_a_held_claim_attached_to_a_pod_follows_its_interfaces_addresses(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    await rig.core.hold("mlx5_0", "pod-uid", ClaimOptions(shared=True))
+    [claim] = await rig.core.attach("pod-uid", rig.process.resolver.open("pod"), "", SHARED)
+    kernel.set_addresses("net1", ("198.51.100.5/24", "203.0.113.7/24"), netns="pod")
+    await changed_once_more(rig, len(rig.seen.changed))
+    assert [g.gid for g in claim.gids] == [v4_gid("198.51.100.5"), v4_gid("203.0.113.7")]
 
 
 async def test_an_address_on_no_claims_interface_reads_the_whole_device_claims_gids(
