@@ -45,6 +45,7 @@ RTA_DST = 1
 RTA_OIF = 4
 RTA_GATEWAY = 5
 RTA_TABLE = 15
+RT_TABLE_COMPAT = 252  # a dump's header table for an id of 256 or more
 RTN_UNICAST = 1
 RTPROT_STATIC = 4
 RT_SCOPE_UNIVERSE = 0
@@ -124,8 +125,12 @@ async def add_rule(ch: NlChannel, address: Cidr, table: int) -> None:
 
 async def rules(ch: NlChannel) -> list[Rule]:
     """Every FIB rule of the channel's netns, both families."""
+    return [rule_from(m) for m in await _rule_dump(ch)]
+
+
+async def _rule_dump(ch: NlChannel) -> list[Message]:
     body = _FIB_RULE_HDR.pack(socket.AF_UNSPEC, 0, 0, 0, 0, 0, 0, 0, 0)
-    return [rule_from(m) for m in await ch.request(_request(RTM_GETRULE, body, NLM_F_DUMP))]
+    return await ch.request(_request(RTM_GETRULE, body, NLM_F_DUMP))
 
 
 async def del_rule(ch: NlChannel, rule: Rule) -> None:
@@ -158,9 +163,15 @@ async def add_route(ch: NlChannel, ifindex: int, table: int, route: Route) -> No
     await ch.request(_request(RTM_NEWROUTE, body, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL))
 
 
-def _table_of(msg: Message) -> int:
+def _table_of(msg: Message, table_attr: int) -> int:
+    """The table a dumped route (RTA_TABLE) or rule (FRA_TABLE; fib_rule_hdr has its table
+    where rtmsg has) names. The header gives an id below 256 itself, any other as
+    RT_TABLE_COMPAT, and only then are the attributes parsed: most of a netns's routes are
+    in local and main (a pod's claims with tables parsed every route of it)."""
     table: int = _RTMSG.unpack_from(msg.payload)[4]
-    return Attrs.parse(msg.payload[_RTMSG.size :]).u32(RTA_TABLE, table)
+    if table != RT_TABLE_COMPAT:
+        return table
+    return Attrs.parse(msg.payload[_RTMSG.size :]).u32(table_attr, table)
 
 
 async def routes(ch: NlChannel, table: int = 0) -> list[Message]:
@@ -174,7 +185,8 @@ async def routes(ch: NlChannel, table: int = 0) -> list[Message]:
 
 async def tables_in_use(ch: NlChannel) -> set[int]:
     """Every table that holds a route or that a rule looks up, in the channel's netns."""
-    return {_table_of(m) for m in await routes(ch)} | {r.table for r in await rules(ch)}
+    in_routes = {_table_of(m, RTA_TABLE) for m in await routes(ch)}
+    return in_routes | {_table_of(m, FRA_TABLE) for m in await _rule_dump(ch)}
 
 
 async def del_route(ch: NlChannel, msg: Message) -> None:

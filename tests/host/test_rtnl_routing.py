@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from ipaddress import ip_interface
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +45,21 @@ async def test_a_table_holds_the_connected_routes_and_the_routes_and_rules_look_
     assert await rtnl.tables_in_use(target) == KERNEL_TABLES | {1000}
     await rtnl.remove_policy_routing(target, 1000)
     assert await rtnl.tables_in_use(target) == KERNEL_TABLES
+
+
+@pytest.mark.parametrize("table", [42, 252, 70000])
+@pytest.mark.parametrize("what", ["route", "rule"])
+async def test_a_table_that_only_a_route_is_in_or_only_a_rule_looks_up_is_in_use(
+    rtnl: RtnlBackend, pod: tuple[NetnsHandle, int], what: str, table: int
+) -> None:
+    # Below 256 a dump's header names the table; from 256 only its attribute does.
+    target, _ = pod
+    netns = Path(target.path).name
+    if what == "route":
+        ip("route", "add", "blackhole", "10.7.0.0/16", "table", str(table), netns=netns)
+    else:
+        ip("rule", "add", "from", "10.7.0.2", "lookup", str(table), netns=netns)
+    assert await rtnl.tables_in_use(target) == KERNEL_TABLES | {table}
 
 
 async def test_a_route_the_kernel_refuses_leaves_nothing_of_the_table(
