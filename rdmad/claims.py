@@ -14,9 +14,9 @@ K = TypeVar("K")
 
 class ClaimBook:
     """Plain records and queries: nothing here touches the kernel. Changed only through the
-    methods below: the claims by the core (add, drop, load), the netdevs still to restore
-    by GiveBack (restore_later, restored), which is the one to restore them. Everything
-    else only reads it."""
+    methods below: the claims by the core (add, refile, drop, load), the netdevs still to
+    restore by GiveBack (restore_later, restored), which is the one to restore them.
+    Everything else only reads it."""
 
     def __init__(self) -> None:
         self._claims: dict[str, Claim] = {}
