@@ -1,4 +1,5 @@
-"""The dbus-fast internals RdmadMessageBus (rdmad/bus/service.py) relies on, one test each.
+"""The dbus-fast internals RdmadMessageBus (rdmad/bus/service.py) and BusConnection
+(rdmad/bus/connection.py) rely on, one test each.
 
 RdmadMessageBus works around two dbus-fast bugs (docs/kernel-notes.md, "dbus-fast 5.2.0")
 through members dbus-fast does not promise to keep: it overrides `_emit_interface_added`
@@ -9,10 +10,15 @@ fail quietly in production (ObjectManager signals from the wrong path, a full so
 as a lost connection), so these tests fail loudly first. What each workaround does is
 tested with the behaviour: tests/bus/test_service_objects.py (the signals' path) and
 tests/bus/test_backpressure.py (a full socket).
+
+BusConnection reads `_disconnected`, `_writer.fut`, `_disconnect_future` and
+`_pending_futures`, and overrides `_finalize(err)`; its behaviour on a lost connection is
+tested in tests/bus/test_connection_loss.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import inspect
 import socket
@@ -24,6 +30,7 @@ from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 from dbus_fast.service import ServiceInterface
 
+from rdmad.bus.connection import BusConnection
 from rdmad.bus.names import MANAGER_PATH, OBJECT_MANAGER_IFACE
 from rdmad.bus.service import RdmadMessageBus, _PatientSocket
 from tests.support.bus import PrivateBus
@@ -48,6 +55,7 @@ def test_dbus_fast_is_the_release_the_overrides_were_checked_against() -> None:
     [
         ("_emit_interface_added", ["self", "path", "interface"]),
         ("_emit_interface_removed", ["self", "path", "removed_interfaces"]),
+        ("_finalize", ["self", "err"]),
     ],
 )
 def test_overridden_members_keep_their_arguments(member: str, parameters: list[str]) -> None:
@@ -130,3 +138,34 @@ async def test_the_writer_sends_through_a_socket_we_can_wrap(bus: _Recording) ->
     # The writer sends with sock.send (sendmsg only with fds): the method _PatientSocket wraps.
     source = inspect.getsource(type(writer).write_callback)
     assert "sock.send(" in source
+
+
+async def test_a_connection_keeps_the_state_bus_connection_reads(private_bus: PrivateBus) -> None:
+    conn = BusConnection(private_bus.address)
+    await conn.connect()
+    try:
+        assert conn._disconnected is False
+        assert conn._writer is not None and hasattr(conn._writer, "fut")
+        assert isinstance(conn._disconnect_future, asyncio.Future)
+        assert isinstance(conn._pending_futures, set)
+    finally:
+        conn.disconnect()
+    await conn.wait_for_disconnect()
+    assert conn._disconnected is True
+
+
+async def test_a_lost_connection_is_finalized_through_the_python_override(
+    private_bus: PrivateBus,
+) -> None:
+    finalized: list[Exception | None] = []
+
+    class Recording(BusConnection):
+        def _finalize(self, err: Exception | None = None) -> None:
+            finalized.append(err)
+            super()._finalize(err)
+
+    conn = Recording(private_bus.address)
+    await conn.connect()
+    conn.disconnect()
+    await conn.wait_for_disconnect()
+    assert len(finalized) == 1
