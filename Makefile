@@ -86,14 +86,19 @@ bench-smoke: setup
 # tests/soak/test_soak.py). A violation prints the seed and the schedule: replay with it.
 SOAK_SECONDS ?= 600
 soak: setup
-	$(PY) -m tests.soak.runner --seconds $(SOAK_SECONDS) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
+	$(PY) -m tests.soak.runner --seconds $(SOAK_SECONDS) $(if $(SOAK_SEED),--seed $(SOAK_SEED)) \
+		$(if $(SOAK_PACE),--pace $(SOAK_PACE))
 
 # The soak in the 7.3 guest (QEMU, TCG where there is no KVM), on real rxe devices: one rdmad
 # on its kernel backend in RDMA netns mode SOAK_MODE (shared or exclusive; by default chosen
 # by the seed, printed first). Not in `make test`: CI has no room for it (docs/reliability.md).
-# SOAK_SECONDS as given, 180 s unless given (the guest's pace is emulation's).
+# SOAK_SECONDS as given, 180 s unless given; the schedule played SOAK_PACE (4) times slower
+# than the host's, at emulation's pace (docs/reliability.md).
 GUEST_SOAK_SECONDS = $(if $(filter file,$(origin SOAK_SECONDS)),180,$(SOAK_SECONDS))
+GUEST_SOAK_PACE = $(or $(SOAK_PACE),4)
 soak-guest: kernels
-	$(GUEST)/run-in-guest.sh --kernel 7.3 --mem 2G --timeout $$(( $(GUEST_SOAK_SECONDS) * 4 + 1500 )) -- \
+	$(GUEST)/run-in-guest.sh --kernel 7.3 --mem 2G \
+		--timeout $$(( $(GUEST_SOAK_SECONDS) * ($(GUEST_SOAK_PACE) + 4) + 1500 )) -- \
 		env PYTHONDONTWRITEBYTECODE=1 $(PY) -m tests.soak.runner --seconds $(GUEST_SOAK_SECONDS) \
-		--rxe $(or $(SOAK_MODE),seed) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
+		--rxe $(or $(SOAK_MODE),seed) $(if $(SOAK_SEED),--seed $(SOAK_SEED)) \
+		--pace $(GUEST_SOAK_PACE)

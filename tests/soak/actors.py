@@ -44,6 +44,13 @@ class Tally:
     outcomes: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # kind, op, result
     acks: dict[str, dict[str, float]] = field(default_factory=dict)  # node -> claim id -> when
     details: dict[tuple[str, str, str], str] = field(default_factory=dict)  # the first of each
+    behind: dict[str, float] = field(default_factory=dict)  # actor kind -> most seconds late
+
+    def started(self, actor: str, late: float) -> None:
+        """An action started `late` seconds after its time (an actor whose actions take
+        longer than their spacing falls behind, then plays its backlog back to back)."""
+        kind = actor.rstrip("0123456789")
+        self.behind[kind] = max(self.behind.get(kind, 0.0), late)
 
     def count(self, actor: str, op: str, result: str, detail: str = "") -> None:
         key = (actor.rstrip("0123456789"), op, result)
@@ -64,11 +71,13 @@ class World:
     workdir: Path
 
 
-def outcome_of(exc: BaseException) -> str:
+def outcome_of(exc: BaseException, node: Node) -> str:
     if isinstance(exc, DBusCallError):
         return exc.name.rsplit(".", 1)[-1]
     if isinstance(exc, TimeoutError):
         return "no-answer"
+    if not node.bus.up.is_set():  # the bus-restart fault's window: its socket is gone
+        return "bus-down"
     return f"bus-error:{type(exc).__name__}"
 
 
@@ -118,7 +127,7 @@ class BusUser:
             self.detail = self.detail or f"{member}: {exc}"
             if not isinstance(exc, DBusCallError):
                 self.clients.pop(node.name, None)
-            return outcome_of(exc), None
+            return outcome_of(exc, node), None
 
     async def release_all(self, node: Node, claims: list[str]) -> str:
         """Each claim released; "ok" if all were, else the first other outcome."""
@@ -155,7 +164,7 @@ class BusClaimer(BusUser):
                 client = await self.client(node)
                 result = await getattr(self, action.op)(client, args)
         except (DBusCallError, TimeoutError, OSError, EOFError, ConnectionError) as exc:
-            result, detail = outcome_of(exc), str(exc)
+            result, detail = outcome_of(exc, node), str(exc)
             if not isinstance(exc, DBusCallError):
                 self.clients.pop(node.name, None)
         else:
@@ -416,17 +425,23 @@ class Scraper:
 
     async def do(self, action: Action) -> None:
         node = self.world.nodes[action.args["node"]]
-        assert node.exporter is not None
-        if node.up.is_set():  # an rdmad still starting has not its size yet
+        exporter = node.exporter
+        assert exporter is not None
+        was_up = node.up.is_set()
+        if was_up:  # an rdmad still starting has not its size yet
             node.sample(self.world.clock.now())
+        detail = ""
         try:
-            samples = await node.exporter.scrape()
-            up = samples.get(("rdmad_up", ()), 0.0)
-            result = "up" if up == 1.0 else "rdmad_up-0"
+            samples = await exporter.scrape()
+            if samples.get(("rdmad_up", ()), 0.0) == 1.0:
+                result = "up"
+            else:  # whether rdmad was up (ready, not restarting) all the scrape long
+                result = "rdmad_up-0 " + ("rdmad-up" if was_up and node.up.is_set() else "restart")
+                detail = exporter.log[-1] if exporter.log else ""
         except (OSError, AssertionError) as exc:
             result = f"failed:{type(exc).__name__}"
             node.problems.append(f"exporter ({node.name}) scrape failed: {exc!r}")
-        self.world.tally.count("scraper", "scrape", result)
+        self.world.tally.count("scraper", "scrape", result, detail)
 
 
 class PodActor(BusUser):

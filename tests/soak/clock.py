@@ -1,7 +1,9 @@
 """The soak's clock and gate: the only place that waits for time.
 
 Actors ask `until(at)` for their next action's time; the clock stands still while a check
-runs, so the schedule is played out in full however long the checks take. The gate closes
+runs, so the schedule is played out in full however long the checks take. At pace k a soak
+second is k wall seconds: the guest's emulated CPU plays the host's schedule k times slower,
+so that its actors keep to it instead of playing a backlog back to back. The gate closes
 for a check: no new action starts, and the check waits until those in flight are done.
 """
 
@@ -14,7 +16,8 @@ from collections.abc import AsyncIterator
 
 
 class Clock:
-    def __init__(self) -> None:
+    def __init__(self, pace: float = 1.0) -> None:
+        self.pace = pace
         self._start = time.monotonic()
         self._paused_at: float | None = None
         self._paused_total = 0.0
@@ -27,10 +30,14 @@ class Clock:
         self._idle.set()
         self.in_flight = 0
 
+    def start(self) -> None:
+        """Soak time 0 is now: the actors start (the world's setup is not their time)."""
+        self._start = time.monotonic()
+
     def now(self) -> float:
         """Soak seconds: wall time since the start, less the time the checks stood it still."""
         end = self._paused_at if self._paused_at is not None else time.monotonic()
-        return end - self._start - self._paused_total
+        return (end - self._start - self._paused_total) / self.pace
 
     async def until(self, at: float) -> None:
         """Return at soak time `at`, at once when it is past."""
@@ -40,7 +47,7 @@ class Clock:
             if left <= 0:
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._paused.wait(), left)
+                await asyncio.wait_for(self._paused.wait(), left * self.pace)
 
     @contextlib.asynccontextmanager
     async def acting(self) -> AsyncIterator[None]:

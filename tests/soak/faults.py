@@ -31,7 +31,6 @@ from tests.soak.schedule import Action
 from tests.support.net import eventually, ip_json
 
 FLOOD = 300
-RESTART_WAIT_S = 120.0
 
 
 class FaultActor:
@@ -55,7 +54,7 @@ class FaultActor:
         self.world.tally.count("fault", action.op, result)
 
     async def restarted(self, node: Node, exits_before: int) -> str:
-        async with asyncio.timeout(RESTART_WAIT_S):
+        async with asyncio.timeout(node.restart_wait):
             while len(node.exits) == exits_before or not node.up.is_set():  # noqa: ASYNC110
                 await asyncio.sleep(0.05)  # the supervisor's restart: nothing announces it
         return "restarted"

@@ -20,7 +20,7 @@ open, every rdmad back up), per node. The device invariant is tests/support/inva
   first device name is its claim id); a pod's spec (a pod CDI name: its one device is the
   name) is named by a listed claim's PodCdiName and injects only device nodes of live
   claims; the specs of one netns's claims and their pod specs agree on every env key;
-- the exporter's rdmad_claim_info series are the listed claims;
+- the exporter read rdmad (rdmad_up 1) and its rdmad_claim_info series are the listed claims;
 - rdmad logged no traceback (every fault the soak makes has a one-line log by design);
 - no claim lost: every claim acknowledged to a caller (a Claim reply) or seen in a Claimed
   signal is still listed, or `rdmactl monitor` printed its Released with a reason. When the
@@ -353,6 +353,27 @@ async def claim_props(client: Client, view: DaemonView) -> dict[str, dict[str, A
     return out
 
 
+async def check_exporter(node: Node, listed: set[str], verdict: Verdict) -> set[str]:
+    """The exporter read rdmad (rdmad_up 1: rdmad is up at a check, so 0 is the exporter's
+    failure, and would leave no claim series to compare) and its rdmad_claim_info series
+    are ListClaims'; the claims it exported."""
+    exporter = node.exporter
+    assert exporter is not None
+    samples = await exporter.scrape()
+    exported = {dict(k[1])["claim"] for k in samples if k[0] == "rdmad_claim_info"}
+    up = samples.get(("rdmad_up", ()))
+    if up != 1.0:
+        said = "; ".join(exporter.log[-3:]) or "nothing"
+        verdict.problems.append(
+            f"exporter ({node.name}) says rdmad_up {up} with rdmad up; its stderr ends: {said}"
+        )
+    elif exported != listed:
+        verdict.problems.append(
+            f"exporter's claims {sorted(exported)} are not ListClaims' {sorted(listed)}"
+        )
+    return exported
+
+
 async def check_node(
     node: Node, slots: list[Slot], acks: dict[str, float]
 ) -> tuple[Verdict, DaemonView, dict[str, dict[str, Any]]]:
@@ -380,13 +401,7 @@ async def check_node(
     check_init_macvlans(node, verdict)
     check_log(node, verdict)
     specs = check_specs(node, view, props, verdict)
-    assert node.exporter is not None
-    samples = await node.exporter.scrape()
-    exported = {dict(k[1])["claim"] for k in samples if k[0] == "rdmad_claim_info"}
-    if exported != listed:
-        verdict.problems.append(
-            f"exporter's claims {sorted(exported)} are not ListClaims' {sorted(listed)}"
-        )
+    exported = await check_exporter(node, listed, verdict)
     monitor = node.monitor
     acked = {**{c: t for c, t in monitor.claimed.items()}, **acks}
     for cid, when in acked.items():

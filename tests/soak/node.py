@@ -40,6 +40,9 @@ from tests.support.rdma import sh
 SOAK_RCVBUF = "32768"
 MONITOR_MARGIN_S = 3.0  # a restarted monitor may miss signals until it has subscribed
 RXE_START_S = 180.0  # rdmad's start in the guest: its imports over 9p under TCG
+# A scrape's budget in the guest: under TCG, with the actors at work, rdmad's answers to a
+# scrape (a GetCounters per device) take longer than the exporter's default 5 s.
+RXE_SCRAPE_S = 30.0
 
 
 class SoakBus:
@@ -178,6 +181,12 @@ class Node:
     closing: bool = False
     samples: list[tuple[float, int, int, int]] = field(default_factory=list)  # t, pid, rss, fds
     start_timeout: float = 60.0
+
+    @property
+    def restart_wait(self) -> float:
+        """How long rdmad may take to be back after an exit: a start, and a second one if
+        the first failed (the state disk full)."""
+        return 2 * self.start_timeout
 
     @property
     def pid(self) -> int | None:
@@ -323,7 +332,7 @@ async def running_node(
             ]
             for task in tasks:
                 task.add_done_callback(node.died)
-            async with running_exporter(bus.address) as exporter:
+            async with running_exporter(bus.address, RXE_SCRAPE_S if rxe else None) as exporter:
                 node.exporter = exporter
                 yield node
                 node.closing = True

@@ -61,8 +61,6 @@ from tests.soak.schedule import NODES, SLOTS, Action, Schedule, generate
 from tests.support.daemon import Client
 from tests.support.net import ip
 
-UP_WAIT_S = 120.0
-
 
 class Violation(Exception):
     pass
@@ -97,6 +95,10 @@ class Result:
         for (kind, op), results in sorted(by_op.items()):
             detail = ", ".join(f"{r} {n}" for r, n in results.most_common())
             lines.append(f"  {kind:<8} {op:<16} {sum(results.values()):5d}: {detail}")
+        lines.append(
+            "  most seconds an action started after its time, by actor: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in sorted(self.tally.behind.items()))
+        )
         lines.append("  the first message of each refusal or failure:")
         for (kind, op, result), detail in sorted(self.tally.details.items()):
             lines.append(f"    {kind} {op} {result}: {' '.join(detail.split())[:240]}")
@@ -130,20 +132,21 @@ def on_nodes(actions: list[Action], nodes: Collection[str]) -> list[Action]:
     return [a for a in actions if "node" not in a.args or a.args["node"] in nodes]
 
 
-def replay(seconds: float, seed: int, rxe: str | None) -> str:
-    if rxe is None:
-        return f"make soak SOAK_SECONDS={seconds:g} SOAK_SEED={seed}"
-    return f"make soak-guest SOAK_SECONDS={seconds:g} SOAK_SEED={seed} SOAK_MODE={rxe}"
+def replay(seconds: float, seed: int, rxe: str | None, pace: float) -> str:
+    target = "soak" if rxe is None else f"soak-guest SOAK_MODE={rxe}"
+    return f"make {target} SOAK_SECONDS={seconds:g} SOAK_SEED={seed} SOAK_PACE={pace:g}"
 
 
 async def play(
-    actions: list[Action], do: Callable[[Action], Awaitable[None]], clock: Clock
+    actions: list[Action], do: Callable[[Action], Awaitable[None]], world: World
 ) -> None:
     """An actor: each action at its time, once the gate is open; an exception an actor did
     not expect stops the soak."""
+    clock = world.clock
     for action in actions:
         await clock.until(action.at)
         async with clock.acting():
+            world.tally.started(action.actor, clock.now() - action.at)
             try:
                 await do(action)
             except Exception as exc:
@@ -157,8 +160,8 @@ async def check(
     result: Result,
     keep_going: bool,
 ) -> None:
-    async with asyncio.timeout(UP_WAIT_S):
-        for node in world.nodes.values():
+    for node in world.nodes.values():
+        async with asyncio.timeout(node.restart_wait):
             await node.up.wait()
     result.last = await settled(world.nodes, world.slots, init_rules, world.tally.acks)
     result.last |= await slices_settled(plugins)
@@ -217,6 +220,8 @@ async def state_of(world: World) -> str:
         out += ["  | " + line for line in node.daemon.log().splitlines()[-30:]]
         bus_log = node.bus.log_path.read_text(errors="replace").splitlines()
         out += [f"  dbus-daemon: {line}" for line in bus_log[-10:]]
+        if node.exporter is not None:
+            out += [f"  exporter: {line}" for line in node.exporter.log[-10:]]
     for slot in world.slots:
         if slot.alive():
             out.append(
@@ -233,8 +238,10 @@ async def soak(
     podman: bool,
     keep_going: bool = False,
     rxe: str | None = None,
+    pace: float = 1.0,
 ) -> Result:
-    """`rxe`: one node in that mode on real rxe devices (the guest), or None: the two sim nodes."""
+    """`rxe`: one node in that mode on real rxe devices (the guest), or None: the two sim nodes;
+    `pace`: wall seconds per soak second (tests/soak/clock.py)."""
     schedule = generate(seed, seconds, podman)
     names = [rxe] if rxe else sorted(NODES)
     podman = podman and "shared" in names  # its network is the shared node's
@@ -251,7 +258,7 @@ async def soak(
             nodes[name] = await stack.enter_async_context(
                 running_node(name, index, workdir / name, rxe is not None)
             )
-        world = World(nodes, slots, tally, Clock(), workdir)
+        world = World(nodes, slots, tally, Clock(pace), workdir)
         # Not in the guest: rdmad-dra's start there (grpc, the kubernetes client, under TCG)
         # outlasts START_S, and a plugin SIGKILL every few seconds would keep it down.
         plugins = (
@@ -289,9 +296,10 @@ async def soak(
         print(f"soak: {len(schedule.actions)} actions for {len(players) + 1} actors", flush=True)
         mine = {actor: on_nodes(schedule.of(actor), nodes) for actor in [*players, "checker"]}
         result.played = sum(len(actions) for actions in mine.values())
+        print(f"soak: the actors start after {world.clock.now():.1f} s of setup", flush=True)
+        world.clock.start()
         tasks = [
-            asyncio.ensure_future(play(mine[actor], do, world.clock))
-            for actor, do in players.items()
+            asyncio.ensure_future(play(mine[actor], do, world)) for actor, do in players.items()
         ]
         tasks.append(
             asyncio.ensure_future(
@@ -310,7 +318,7 @@ async def soak(
             what = "INVARIANT VIOLATED" if isinstance(exc, Violation) else "SOAK FAILED"
             raise Violation(
                 f"{what} at soak time {world.clock.now():.1f} s:\n{str(exc) or repr(exc)}\n\n"
-                f"seed {seed}; replay: {replay(seconds, seed, rxe)}\n\n"
+                f"seed {seed}; replay: {replay(seconds, seed, rxe, pace)}\n\n"
                 f"== state\n{state}\n\n== schedule\n{schedule.dump()}"
             ) from None
         problems = []
@@ -340,6 +348,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="default: a random one")
     parser.add_argument("--no-podman", action="store_true", help="leave the podman actor out")
     parser.add_argument(
+        "--pace",
+        type=float,
+        default=1.0,
+        help="wall seconds per second of schedule (the guest's: an emulated CPU's pace)",
+    )
+    parser.add_argument(
         "--rxe",
         choices=[*sorted(NODES), "seed"],
         help="in the RDMA guest: one node in this RDMA netns mode (seed: chosen by the seed) "
@@ -360,11 +374,11 @@ def main(argv: list[str] | None = None) -> int:
     where = f"one {rxe} node on real rxe devices" if rxe else "two sim nodes"
     print(
         f"soak: seed {seed}, {args.seconds:g} s, {where} "
-        f"(replay: {replay(args.seconds, seed, rxe)})",
+        f"(replay: {replay(args.seconds, seed, rxe, args.pace)})",
         flush=True,
     )
     workdir = Path(tempfile.mkdtemp(prefix="rdmad-soak-"))
-    run = soak(args.seconds, seed, workdir, podman, args.keep_going, rxe)
+    run = soak(args.seconds, seed, workdir, podman, args.keep_going, rxe, args.pace)
     try:
         result = asyncio.run(stoppable(run))
     except Violation as exc:

@@ -1,8 +1,11 @@
-"""The soak's clock stands still only while no action is in flight."""
+"""The soak's clock: it stands still only while no action is in flight, and runs at its pace."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+
+import pytest
 
 from tests.soak.clock import Clock
 
@@ -25,3 +28,11 @@ async def test_an_action_woken_by_the_gate_waits_again_when_a_check_shut_it_firs
         assert clock.in_flight == 0
     await waiting
     assert len(started) == 1
+
+
+def test_at_pace_k_a_soak_second_is_k_wall_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    wall = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: wall[0])
+    clock = Clock(pace=4.0)
+    wall[0] += 8.0
+    assert clock.now() == 2.0

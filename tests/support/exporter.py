@@ -32,6 +32,7 @@ class Exporter:
         self.proc = proc
         self.port = port
         self.url = f"http://127.0.0.1:{port}/metrics"
+        self.log: list[str] = []  # its stderr since it served: why a scrape said rdmad_up 0
 
     async def scrape_text(self) -> str:
         def get() -> str:
@@ -72,9 +73,13 @@ class Exporter:
 
 
 @contextlib.asynccontextmanager
-async def running_exporter(bus_address: str) -> AsyncIterator[Exporter]:
-    """Started, and serving once it has said so on stderr."""
+async def running_exporter(
+    bus_address: str, timeout: float | None = None
+) -> AsyncIterator[Exporter]:
+    """Started, and serving once it has said so on stderr; `timeout`: its --timeout, how
+    long a scrape waits for rdmad (its default unless given)."""
     port = free_port()
+    options = ["--timeout", str(timeout)] if timeout is not None else []
     proc = await spawn(
         sys.executable,
         "-m",
@@ -83,6 +88,7 @@ async def running_exporter(bus_address: str) -> AsyncIterator[Exporter]:
         f"127.0.0.1:{port}",
         "--bus-address",
         bus_address,
+        *options,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
@@ -95,13 +101,15 @@ async def running_exporter(bus_address: str) -> AsyncIterator[Exporter]:
             while b"serving /metrics" not in (line := await proc.stderr.readline()):
                 assert line, "rdmad-exporter exited before serving"
 
-        async def drain_stderr() -> None:  # a full pipe would block its logging
-            assert proc.stderr is not None
-            while await proc.stderr.readline():
-                pass
+        exporter = Exporter(proc, port)
 
-        drain = asyncio.ensure_future(drain_stderr())
-        yield Exporter(proc, port)
+        async def keep_stderr() -> None:  # read on: a full pipe would block its logging
+            assert proc.stderr is not None
+            while line := await proc.stderr.readline():
+                exporter.log.append(line.decode(errors="replace").rstrip())
+
+        drain = asyncio.ensure_future(keep_stderr())
+        yield exporter
     finally:
         if proc.returncode is None:
             proc.terminate()
