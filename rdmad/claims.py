@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from rdmad.model import Claim, HostConfig
 
 K = TypeVar("K")
+
+
+class _Filing(NamedTuple):
+    """Where the book has a claim filed: what its indexes by netns and host read."""
+
+    inode: int
+    nsid: int
+    host: HostConfig | None
 
 
 class ClaimBook:
@@ -24,11 +32,17 @@ class ClaimBook:
         self._restores: list[HostConfig] = []
         self._locks: dict[str, asyncio.Lock] = {}
         # The claims of each netns, by inode and by the nsid init_net knows it by, and the
-        # (inode, nsid) each claim is filed under: a pod's claims without a walk over the
-        # node's (rdmad.cdi rewrites a pod's specs together; a kernel event names an nsid).
+        # (inode, nsid, host) each claim is filed under: a pod's claims without a walk over
+        # the node's (rdmad.cdi rewrites a pod's specs together; a kernel event names an
+        # nsid; a table is free in a netns if none of its claims has it).
         self._by_netns: dict[int, dict[str, Claim]] = {}
         self._by_nsid: dict[int, dict[str, Claim]] = {}
-        self._filed: dict[str, tuple[int, int]] = {}
+        self._filed: dict[str, _Filing] = {}
+        # The claims that took a netdev from init_net, by its ifindex and name there and by
+        # device: a link event finds the claims of its netdev, not every claim on the node.
+        self._by_host_ifindex: dict[int, dict[str, Claim]] = {}
+        self._by_host_name: dict[str, dict[str, Claim]] = {}
+        self._hosted: dict[str, dict[str, Claim]] = {}
         # The claims of each device and each held-for pod (neither changes for a claim): a
         # claim, a view and a prepare look at theirs, not at every claim on the node.
         self._by_device: dict[str, dict[str, Claim]] = {}
@@ -59,38 +73,64 @@ class ClaimBook:
     def drop(self, claim: Claim) -> None:
         if self._claims.pop(claim.id, None) is None:
             return
-        inode, nsid = self._filed.pop(claim.id)
-        _unindex(self._by_netns, inode, claim.id)
-        _unindex(self._by_nsid, nsid, claim.id)
+        self._unfile(claim, self._filed.pop(claim.id))
         _unindex(self._by_device, claim.device, claim.id)
         if claim.hold is not None:
             _unindex(self._by_pod_uid, claim.hold.pod_uid, claim.id)
 
     def refile(self, claim: Claim) -> None:
-        """File a claim on record under its netns's inode and nsid, moving it if either
-        changed since (an Attach, a placement, a claim held again). The core calls this with
-        each save of a claim, which follows every change to it."""
+        """File a claim on record under its netns's inode and nsid and its host netdev,
+        moving it if any changed since. The core calls this wherever it changes them (an
+        Attach, a placement, a claim held again), before its next await: a claim is never
+        filed where it no longer is, nor missing where it is."""
         if self._claims.get(claim.id) is not claim:
             return
+        now = _Filing(claim.netns_inode, claim.nsid, claim.host)
         old = self._filed.get(claim.id)
-        if old == (claim.netns_inode, claim.nsid):
+        if old == now:
             return
         if old is not None:
-            _unindex(self._by_netns, old[0], claim.id)
-            _unindex(self._by_nsid, old[1], claim.id)
-        self._filed[claim.id] = (claim.netns_inode, claim.nsid)
-        self._by_netns.setdefault(claim.netns_inode, {})[claim.id] = claim
-        self._by_nsid.setdefault(claim.nsid, {})[claim.id] = claim
+            self._unfile(claim, old)
+        self._filed[claim.id] = now
+        self._by_netns.setdefault(now.inode, {})[claim.id] = claim
+        self._by_nsid.setdefault(now.nsid, {})[claim.id] = claim
+        if now.host is not None:
+            self._by_host_ifindex.setdefault(now.host.ifindex, {})[claim.id] = claim
+            self._by_host_name.setdefault(now.host.name, {})[claim.id] = claim
+            self._hosted.setdefault(claim.device, {})[claim.id] = claim
+
+    def _unfile(self, claim: Claim, filed: _Filing) -> None:
+        _unindex(self._by_netns, filed.inode, claim.id)
+        _unindex(self._by_nsid, filed.nsid, claim.id)
+        if filed.host is not None:
+            _unindex(self._by_host_ifindex, filed.host.ifindex, claim.id)
+            _unindex(self._by_host_name, filed.host.name, claim.id)
+            _unindex(self._hosted, claim.device, claim.id)
+
+    def in_netns(self, inode: int) -> list[Claim]:
+        """The claims on record in the netns of this inode: O(claims in that netns)."""
+        return list(self._by_netns.get(inode, {}).values())
 
     def in_netns_of(self, claim: Claim) -> list[Claim]:
         """The claims on record in `claim`'s netns, it included while on record: O(claims in
         that netns)."""
-        return list(self._by_netns.get(claim.netns_inode, {}).values())
+        return self.in_netns(claim.netns_inode)
 
     def in_nsid(self, nsid: int) -> list[Claim]:
         """The claims on record in the netns init_net knows as `nsid`, as last filed (see
         refile): O(claims in that netns). A kernel event names a netns by its nsid."""
         return list(self._by_nsid.get(nsid, {}).values())
+
+    def on_host_netdev(self, ifindex: int, name: str) -> list[Claim]:
+        """The claims that took the init_net netdev of this ifindex or name (their host), as
+        last filed: O(claims on that netdev)."""
+        found = self._by_host_ifindex.get(ifindex, {}) | self._by_host_name.get(name, {})
+        return list(found.values())
+
+    def took_netdev(self, device: str) -> bool:
+        """Whether a claim of `device` took its netdev from init_net (has a host): its
+        netdev is away on purpose."""
+        return device in self._hosted
 
     def restore_later(self, host: HostConfig) -> None:
         """`host`'s netdev has not come home yet: restore it when it does."""

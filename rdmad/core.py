@@ -321,7 +321,7 @@ class Core:
             if claim.hold is not None and claim.phase in (ClaimPhase.PENDING, ClaimPhase.ACTIVE):
                 # An interrupted Attach, or the netns of an attached one died: held again, for
                 # the pod's next ADD.
-                _back_to_held(claim)
+                _back_to_held(claim, self._book)
                 dev = self._inv.devices.get(claim.device)
                 # In init_net now (exclusive mode: uverbs made anew). Unread, they stay stale
                 # until the pod's next Attach reads them.
@@ -610,6 +610,8 @@ class Core:
             self._host_config(moving), self._net.nsid(target), self._resolver.cookie(target)
         )
         claim.netns_inode, claim.netns_path = target.inode, target.path
+        # Filed in `target` now: another claim's table choice there must see it from here on.
+        self._book.refile(claim)
         taken = replace(
             opts,
             ifname=claim.ifname,
@@ -659,7 +661,7 @@ class Core:
             if netns_alive:
                 raise  # a Detach: the claim stays where it is, for the caller to retry
         log.info("claim %s of %s is held for pod %s again", claim.id, claim.device, hold.pod_uid)
-        _back_to_held(claim)
+        _back_to_held(claim, self._book)
         dev = self._inv.devices.get(claim.device)
         if dev is not None:
             claim.chardevs = await self._rdma.chardevs(dev, hold.chardevs, None)
@@ -704,6 +706,7 @@ class Core:
             else:
                 placed = Placement(claim.nsid, 0, "")
             claim.nsid, claim.ns_ifindex = placed.nsid, placed.ifindex
+            self._book.refile(claim)  # under the nsid the kernel reports it placed in
             step("netdev-placed", f"claim {claim.id}")
             if claim.route_table:
                 await self._net.add_policy_routing(
@@ -727,10 +730,11 @@ class Core:
         route and no rule there. Tables are per netns: other pods' do not count."""
         in_kernel = await self._net.tables_in_use(target)
         # Read after the await: a claim of this netns booked meanwhile has its table set.
+        # The book files a claim in its netns as soon as it has one (refile), an Attach's too.
         taken = {
             c.route_table: c
-            for c in self._book.claims.values()
-            if c.route_table and c.netns_inode == target.inode and c is not claim
+            for c in self._book.in_netns(target.inode)
+            if c.route_table and c is not claim
         }
         where = netns_label(target.inode)
         if asked != TABLE_AUTO:
@@ -813,7 +817,7 @@ class Core:
             )
             return
         if claim.hold is not None:
-            _back_to_held(claim)  # a failed Attach: still held for the pod
+            _back_to_held(claim, self._book)  # a failed Attach: still held for the pod
         else:
             self._book.drop(claim)
         with contextlib.suppress(RdmadError):
@@ -1022,15 +1026,11 @@ class Core:
     # ------------------------------------------------------------------ persistence
     def _save(self, changed: Claim | None = None) -> None:
         """Save the state; `changed`: the one claim changed since the last save, if only
-        one was (every change to a claim is followed by its save), else all of it. The
-        book files what changed under its netns again first, saved or not."""
+        one was (every change to a claim is followed by its save), else all of it."""
         if changed is None:
             claims = list(self._book.claims.values())
-            for claim in claims:
-                self._book.refile(claim)
             self._store.save(State(claims, list(self._book.pending_restores)))
         else:
-            self._book.refile(changed)
             self._store.save_claim(
                 changed,
                 live=self._book.claims.get(changed.id) is changed,
@@ -1038,9 +1038,11 @@ class Core:
             )
 
 
-def _back_to_held(claim: Claim) -> None:
-    """A held claim whose Attach was undone: as Hold left it, waiting for its pod."""
+def _back_to_held(claim: Claim, book: ClaimBook) -> None:
+    """A held claim whose Attach was undone: as Hold left it, waiting for its pod, and
+    filed so in `book`."""
     claim.phase = ClaimPhase.HELD
     claim.netns_inode, claim.netns_path, claim.nsid, claim.ns_ifindex = 0, "", -1, 0
-    claim.netns_cookie = 0
+    claim.netns_cookie, claim.route_table = 0, 0
     claim.host, claim.netdev_moved, claim.rdma_moved, claim.gids = None, False, False, ()
+    book.refile(claim)

@@ -341,13 +341,9 @@ class InventoryTracker:
         """The RDMA devices a change to this netdev can concern; None if it could be any
         (a device without a netdev may be about to get this one)."""
         hit = self._inv.devices_on(ifindex, name)
-        held = set()
-        for claim in self._book.claims.values():
-            if claim.host is not None:
-                held.add(claim.device)  # its netdev is away on purpose
-                if claim.host.ifindex == ifindex or claim.host.name == name:
-                    hit.add(claim.device)
-        if not hit and self._inv.unbound - held:
+        hit.update(c.device for c in self._book.on_host_netdev(ifindex, name))
+        # A device whose claim took its netdev is without one on purpose.
+        if not hit and any(not self._book.took_netdev(d) for d in self._inv.unbound):
             return None
         return hit
 

@@ -4,7 +4,7 @@ view or a prepare costs does not grow with the claims on the node."""
 from __future__ import annotations
 
 from rdmad.claims import ClaimBook
-from rdmad.model import Claim, HoldSpec
+from rdmad.model import Claim, HoldSpec, HostConfig
 
 
 def claim(n: int, device: str, *, netns: int = 0, pod_uid: str = "") -> Claim:
@@ -79,3 +79,37 @@ def test_a_dropped_claim_is_not_filed_again() -> None:
     gone.nsid = 7
     book.refile(gone)
     assert book.in_nsid(7) == []
+
+
+def test_a_netns_finds_its_claims_by_inode_once_filed_there() -> None:
+    book = ClaimBook()
+    rail, held, stranger = claim(0, "a", netns=11), claim(1, "b", pod_uid="p1"), claim(2, "c")
+    for c in (rail, held, stranger):
+        book.add(c)
+    held.netns_inode = 11  # as Attach does, then refiles it
+    book.refile(held)
+    assert book.in_netns(11) == [rail, held]
+    held.netns_inode = 0  # held again
+    book.refile(held)
+    assert book.in_netns(11) == [rail]
+
+
+def test_a_claim_that_took_a_netdev_is_found_by_its_ifindex_or_name_until_it_gives_it_back() -> (
+    None
+):
+    book = ClaimBook()
+    whole, held, stranger = claim(0, "a"), claim(1, "b", pod_uid="p1"), claim(2, "c")
+    whole.host = HostConfig(5, "eth0", 1500, True, ())
+    for c in (whole, held, stranger):
+        book.add(c)
+    held.host = HostConfig(6, "eth1", 1500, True, ())  # as Attach does, then refiles it
+    book.refile(held)
+    assert book.on_host_netdev(5, "") == [whole]
+    assert book.on_host_netdev(99, "eth0") == [whole]
+    assert book.on_host_netdev(6, "eth0") == [held, whole]
+    assert [book.took_netdev(d) for d in ("a", "b", "c")] == [True, True, False]
+    held.host = None  # held again
+    book.refile(held)
+    book.drop(whole)
+    assert book.on_host_netdev(5, "eth1") == [] and book.on_host_netdev(6, "") == []
+    assert not book.took_netdev("a") and not book.took_netdev("b")

@@ -5,6 +5,7 @@ of it goes with the claim, and nothing is left of a claim that failed."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 from dataclasses import replace
 from ipaddress import ip_interface
@@ -14,7 +15,7 @@ import pytest
 
 from rdmad.core import Core
 from rdmad.errors import InvalidArgs, KernelError
-from rdmad.model import TABLE_AUTO, ClaimOptions
+from rdmad.model import TABLE_AUTO, Claim, ClaimOptions
 from rdmad.options import parse_route
 from rdmad.store import Store
 from tests.support.core_rig import Rig, Rigs, two_nics
@@ -185,3 +186,79 @@ async def test_a_pending_routed_claim_found_at_start_is_undone_rules_and_all(
     await restarted.quiesce()
     assert restarted.core.claims() == [] and in_pod(kernel) == (set(), set())
     assert kernel.links_in("pod") == []
+
+
+# -- a table booked by one claim while another of its netns chooses -------------------------
+
+
+async def test_two_claims_whose_table_choices_interleave_get_different_tables(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    choosing = kernel.pause("tables_in_use")
+    first = asyncio.create_task(claim(rig, "mlx5_0", ROUTED))
+    await choosing.reached.wait()
+    # The second books its table and stops before it is in the kernel.
+    installing = kernel.pause("add_policy_routing")
+    second = asyncio.create_task(claim(rig, "mlx5_1", replace(ROUTED, ifname="rail1")))
+    await installing.reached.wait()
+    choosing.go.set()
+    first_id = await first
+    installing.go.set()
+    tables = [rig.core.get_claim(c).route_table for c in (first_id, await second)]
+    assert tables == [1001, 1000]
+
+
+async def test_a_held_claim_attached_meanwhile_has_its_table_seen_by_another_claims_choice(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    await rig.core.hold("mlx5_1", POD_UID, HELD)
+    choosing = kernel.pause("tables_in_use")
+    first = asyncio.create_task(claim(rig, "mlx5_0", ROUTED))
+    await choosing.reached.wait()
+    # The Attach books its table and stops before its netdev is in the netns.
+    placing = kernel.pause("add_macvlan")
+    attached = asyncio.create_task(attach_routed(rig))
+    await placing.reached.wait()
+    choosing.go.set()
+    first_id = await first
+    placing.go.set()
+    (held,) = await attached
+    assert [rig.core.get_claim(first_id).route_table, held.route_table] == [1001, 1000]
+
+
+async def test_a_held_claim_held_again_leaves_its_table_to_the_next_claim_of_its_netns(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    await rig.core.hold("mlx5_1", POD_UID, HELD)
+    (held,) = await attach_routed(rig)
+    await rig.core.detach(held.id)
+    cid = await claim(rig, "mlx5_0", ROUTED)
+    assert (held.route_table, rig.core.get_claim(cid).route_table) == (0, 1000)
+
+
+async def test_a_held_claim_attached_again_without_a_table_has_none(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    await rig.core.hold("mlx5_1", POD_UID, HELD)
+    (held,) = await attach_routed(rig)
+    await rig.core.detach(held.id)
+    await rig.core.attach(POD_UID, rig.process.resolver.open("pod"), "", ClaimOptions())
+    assert held.route_table == 0 and in_pod(kernel) == (set(), set())
+
+
+POD_UID = "pod-uid-1"
+HELD = ClaimOptions(shared=True, ifname="rail1")  # a Hold takes no addresses, nor a table
+
+
+async def attach_routed(rig: Rig) -> list[Claim]:
+    """The pod's holds attached into `pod` with ROUTED's addresses and table."""
+    options = ClaimOptions(addresses=ROUTED.addresses, table=TABLE_AUTO)
+    return await rig.core.attach(POD_UID, rig.process.resolver.open("pod"), "", options)
