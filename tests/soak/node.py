@@ -39,7 +39,7 @@ from tests.support.rdma import sh
 # rtnetlink's event socket is this small so that a flood overruns it (as in test_overrun).
 SOAK_RCVBUF = "32768"
 MONITOR_MARGIN_S = 3.0  # a restarted monitor may miss signals until it has subscribed
-RXE_START_S = 180.0  # rdmad's start in the guest: its imports over 9p under TCG
+RXE_START_S = 180.0  # rdmad's and the exporter's start in the guest: imports over 9p, TCG
 # A scrape's budget in the guest: under TCG, with the actors at work, rdmad's answers to a
 # scrape (a GetCounters per device) take longer than the exporter's default 5 s.
 RXE_SCRAPE_S = 30.0
@@ -332,7 +332,8 @@ async def running_node(
             ]
             for task in tasks:
                 task.add_done_callback(node.died)
-            async with running_exporter(bus.address, RXE_SCRAPE_S if rxe else None) as exporter:
+            guest = (RXE_SCRAPE_S, RXE_START_S) if rxe else (None, node.start_timeout)
+            async with running_exporter(bus.address, *guest) as exporter:
                 node.exporter = exporter
                 yield node
                 node.closing = True

@@ -74,10 +74,10 @@ class Exporter:
 
 @contextlib.asynccontextmanager
 async def running_exporter(
-    bus_address: str, timeout: float | None = None
+    bus_address: str, timeout: float | None = None, start_wait: float = WAIT
 ) -> AsyncIterator[Exporter]:
-    """Started, and serving once it has said so on stderr; `timeout`: its --timeout, how
-    long a scrape waits for rdmad (its default unless given)."""
+    """Started, and serving once it has said so on stderr (within `start_wait`); `timeout`:
+    its --timeout, how long a scrape waits for rdmad (its default unless given)."""
     port = free_port()
     options = ["--timeout", str(timeout)] if timeout is not None else []
     proc = await spawn(
@@ -97,7 +97,7 @@ async def running_exporter(
     assert proc.stderr is not None
     drain: asyncio.Task[None] | None = None
     try:
-        async with asyncio.timeout(WAIT):
+        async with asyncio.timeout(start_wait):
             while b"serving /metrics" not in (line := await proc.stderr.readline()):
                 assert line, "rdmad-exporter exited before serving"
 
