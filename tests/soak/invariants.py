@@ -425,10 +425,12 @@ async def settled(
     nodes: dict[str, Node], slots: list[Slot], init_rules: Any, acks: dict[str, dict[str, float]]
 ) -> dict[str, Verdict]:
     """Each node's verdict (and "routing", over both) once they hold, or the last ones after
-    SETTLE_S seconds: rdmad learns of netns deaths and netdev moves from kernel events, a
-    moment after them."""
-    deadline = time.monotonic() + SETTLE_S
+    SETTLE_S seconds and a second pass: rdmad learns of netns deaths and netdev moves from
+    kernel events, a moment after them; and under TCG one pass outlasts SETTLE_S, while
+    what changed during it (podman's own CNI DEL after a kill -9) must be read again."""
+    deadline, passes = time.monotonic() + SETTLE_S, 0
     while True:
+        passes += 1
         verdicts: dict[str, Verdict] = {}
         views = []
         props: dict[str, dict[str, Any]] = {}
@@ -443,7 +445,9 @@ async def settled(
             views.append(view)
             props |= mine
         verdicts["routing"] = check_routing(views, props, slots, init_rules)
-        if not any(v.problems for v in verdicts.values()) or time.monotonic() > deadline:
+        if not any(v.problems for v in verdicts.values()):
+            return verdicts
+        if time.monotonic() > deadline and passes > 1:
             return verdicts
         await asyncio.sleep(0.5)
 
