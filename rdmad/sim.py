@@ -184,8 +184,10 @@ class SimRdma:
             )
         if dev is None or dev.netns_inode != 0:
             raise from_errno(errno.EINVAL, f"move RDMA device {index}: not in init_net")
-        dev.netns_inode, dev.netns_path = target.inode, target.path
-        dev.netns_cookie = await self._resolver.cookie(target)
+        # The cookie first: a look-up while it is read must not find the device in a netns
+        # whose cookie it lacks, and send it home as orphaned (the kernel's move is atomic).
+        cookie = await self._resolver.cookie(target)
+        dev.netns_inode, dev.netns_path, dev.netns_cookie = target.inode, target.path, cookie
         self._recreate_chardevs(dev)
 
     async def move_home(self, name: str, source: NetnsTarget) -> None:

@@ -4,6 +4,7 @@ device's (its cookie differs)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 
@@ -12,7 +13,7 @@ import pytest
 from rdmad.backend import NetnsTarget
 from rdmad.kernel.netns import KernelNetnsResolver, NetnsHandle
 from rdmad.kernel.nlsocket import NlChannel
-from rdmad.model import NetnsMode
+from rdmad.model import ChardevKind, NetnsMode
 from rdmad.sim import SimRdma
 from tests.support.net import VethPair, ip, netns_inode, temp_netns
 
@@ -30,6 +31,8 @@ class KernelHandingOnInodes:
     def __init__(self, kernel: KernelNetnsResolver) -> None:
         self._kernel = kernel
         self._handed_on: dict[int, str] = {}
+        self.cookie_read: asyncio.Event | None = None  # when set: each cookie read waits
+        self.reading_cookie = asyncio.Event()
 
     def hand_on(self, inode: int, netns: str) -> None:
         """The kernel has given `inode`, a dead netns's, to the named `netns`."""
@@ -49,6 +52,11 @@ class KernelHandingOnInodes:
         return NetnsHandle(os.open(path, os.O_RDONLY | os.O_CLOEXEC), inode, path)
 
     async def cookie(self, target: NetnsTarget) -> int:
+        """The kernel's, read once `cookie_read` is set if the test holds it: the test
+        looks the device up while a move is reading its cookie."""
+        if self.cookie_read is not None:
+            self.reading_cookie.set()
+            await self.cookie_read.wait()
         return await self._kernel.cookie(target)
 
     def other_netns_exist(self) -> bool:
@@ -106,3 +114,22 @@ async def test_a_netns_given_the_dead_ones_inode_does_not_keep_its_device(
         assert [d.name for d in await sim.list_devices()] == [DEVICE]
         home = await sim.get_device(INDEX)
         assert home is not None and home.netdev == veth.host
+
+
+async def test_a_look_up_while_the_device_moves_does_not_send_it_home(
+    sim: SimRdma, kernel: KernelHandingOnInodes, netns: str
+) -> None:
+    # The soak found it: a resync listed the devices while a claim's move read the netns's
+    # cookie, the device was taken for an orphan and sent home, and the claim failed.
+    gate = kernel.cookie_read = asyncio.Event()
+    with kernel.open(netns) as target:
+        moving = asyncio.create_task(sim.move(INDEX, target))
+        await kernel.reading_cookie.wait()
+        kernel.cookie_read = None  # the look-up's own reads go straight to the kernel
+        looked = await sim.get_device(INDEX)
+        gate.set()
+        await moving
+        assert looked is not None, "until the move is done the device is home"
+        assert await sim.get_device(INDEX) is None, "exclusive mode: init_net does not see it"
+        (uverbs,) = await sim.chardevs(looked, (ChardevKind.UVERBS,), target)
+        assert uverbs.path == "/dev/infiniband/uverbs0"
