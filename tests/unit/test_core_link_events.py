@@ -8,7 +8,7 @@ from collections import Counter
 from ipaddress import ip_interface
 from pathlib import Path
 
-from rdmad.model import ClaimOptions
+from rdmad.model import Claim, ClaimOptions
 from rdmad.store import Store
 from tests.support.core_rig import Rig, Rigs, two_nics
 from tests.support.fake_kernel import FakeKernel
@@ -26,6 +26,13 @@ async def rereads_of_a_new_netdev(rig: Rig, kernel: FakeKernel) -> Counter[str]:
     return Counter({op: kernel.calls[op] - before[op] for op in ("list_devices", "get_device")})
 
 
+async def attached_hold(rig: Rig) -> Claim:
+    """mlx5_0 held for the pod, its netdev attached into `pod` as net0."""
+    held = await rig.core.hold("mlx5_0", POD_UID, ClaimOptions(ifname="net0"))
+    await rig.core.attach(POD_UID, rig.process.resolver.open("pod"), "", ClaimOptions())
+    return held
+
+
 async def test_a_new_netdev_rereads_nothing_while_a_claim_has_the_only_device_without_one(
     rigs: Rigs, tmp_path: Path
 ) -> None:
@@ -40,8 +47,7 @@ async def test_a_new_netdev_rereads_nothing_while_an_attached_hold_has_its_devic
 ) -> None:
     kernel = two_nics()
     rig = await rigs.start(kernel, Store(tmp_path))
-    await rig.core.hold("mlx5_0", POD_UID, ClaimOptions(ifname="net0"))
-    await rig.core.attach(POD_UID, rig.process.resolver.open("pod"), "", ClaimOptions())
+    await attached_hold(rig)
     assert await rereads_of_a_new_netdev(rig, kernel) == Counter()
 
 
@@ -51,8 +57,7 @@ async def test_a_new_netdev_rereads_everything_once_a_detached_holds_netdev_is_m
     kernel = two_nics()
     kernel.add_netns("elsewhere")
     rig = await rigs.start(kernel, Store(tmp_path))
-    held = await rig.core.hold("mlx5_0", POD_UID, ClaimOptions(ifname="net0"))
-    await rig.core.attach(POD_UID, rig.process.resolver.open("pod"), "", ClaimOptions())
+    held = await attached_hold(rig)
     await rig.core.detach(held.id)
     kernel.move_link("eth0", "elsewhere")  # someone else's move: not the hold's doing
     assert (await rereads_of_a_new_netdev(rig, kernel))["list_devices"] == 1

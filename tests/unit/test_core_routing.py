@@ -233,11 +233,8 @@ async def test_a_held_claim_attached_meanwhile_has_its_table_seen_by_another_cla
 async def test_a_held_claim_held_again_leaves_its_table_to_the_next_claim_of_its_netns(
     rigs: Rigs, tmp_path: Path
 ) -> None:
-    kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
-    await rig.core.hold("mlx5_1", POD_UID, HELD)
-    (held,) = await attach_routed(rig)
-    await rig.core.detach(held.id)
+    rig = await rigs.start(two_nics(), Store(tmp_path))
+    held = await detached_routed_hold(rig)
     cid = await claim(rig, "mlx5_0", ROUTED)
     assert (held.route_table, rig.core.get_claim(cid).route_table) == (0, 1000)
 
@@ -247,9 +244,7 @@ async def test_a_held_claim_attached_again_without_a_table_has_none(
 ) -> None:
     kernel = two_nics()
     rig = await rigs.start(kernel, Store(tmp_path))
-    await rig.core.hold("mlx5_1", POD_UID, HELD)
-    (held,) = await attach_routed(rig)
-    await rig.core.detach(held.id)
+    held = await detached_routed_hold(rig)
     await rig.core.attach(POD_UID, rig.process.resolver.open("pod"), "", ClaimOptions())
     assert held.route_table == 0 and in_pod(kernel) == (set(), set())
 
@@ -262,3 +257,11 @@ async def attach_routed(rig: Rig) -> list[Claim]:
     """The pod's holds attached into `pod` with ROUTED's addresses and table."""
     options = ClaimOptions(addresses=ROUTED.addresses, table=TABLE_AUTO)
     return await rig.core.attach(POD_UID, rig.process.resolver.open("pod"), "", options)
+
+
+async def detached_routed_hold(rig: Rig) -> Claim:
+    """mlx5_1 held for the pod, attached with a table, then detached: held again."""
+    await rig.core.hold("mlx5_1", POD_UID, HELD)
+    (held,) = await attach_routed(rig)
+    await rig.core.detach(held.id)
+    return held
