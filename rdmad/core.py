@@ -262,7 +262,12 @@ class Core:
             visible = {d.name for d in listed}
         self._assume_pending_moved(visible)
         if visible is not None:
-            self._inv.replace_devices(listed, keep=self._book.moved_devices())
+            hidden = [
+                c.moved_device
+                for c in self._book.claims.values()
+                if c.rdma_moved and c.moved_device and c.device not in visible
+            ]
+            self._inv.replace_devices(listed + hidden, keep=set())
         await self._reconcile()
         self._tracker.start()
 
@@ -683,6 +688,8 @@ class Core:
         try:
             if opts.table is not None:  # booked before the save: the undo finds it
                 claim.route_table = await self._table_for(claim, target, opts.table)
+            if not opts.shared and exclusive:
+                claim.moved_device = dev
             self._save(claim)
             step("pending-written", f"claim {claim.id}")
             if not opts.shared and exclusive:
@@ -1043,6 +1050,6 @@ def _back_to_held(claim: Claim, book: ClaimBook) -> None:
     filed so in `book`."""
     claim.phase = ClaimPhase.HELD
     claim.netns_inode, claim.netns_path, claim.nsid, claim.ns_ifindex = 0, "", -1, 0
-    claim.netns_cookie, claim.route_table = 0, 0
+    claim.netns_cookie, claim.route_table, claim.moved_device = 0, 0, None
     claim.host, claim.netdev_moved, claim.rdma_moved, claim.gids = None, False, False, ()
     book.refile(claim)

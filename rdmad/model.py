@@ -244,6 +244,9 @@ class Claim:
     netns_cookie: int = 0
     route_table: int = 0  # its policy-routing table in its netns, 0 if none
     hold: HoldSpec | None = None  # made by Hold: the pod it is for, what Attach applies
+    # exclusive mode: the device as init_net listed it before the claim moved it, which the
+    # next start lists again while the move hides it (None: not moving it, or an older rdmad)
+    moved_device: RdmaDevice | None = None
 
     @property
     def netns(self) -> str:

@@ -29,7 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from rdmad.errors import KernelError
-from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, Gid, HoldSpec, HostConfig
+from rdmad.model import (
+    CharDev,
+    ChardevKind,
+    Claim,
+    ClaimPhase,
+    Gid,
+    HoldSpec,
+    HostConfig,
+    Port,
+    RdmaDevice,
+)
 from rdmad.swapfile import remove, write_new, write_swapped
 
 SCHEMA_VERSION = 2
@@ -286,4 +296,9 @@ def _claim_from(raw: dict[str, Any]) -> Claim:
     if hold is not None:
         hold["chardevs"] = tuple(ChardevKind(k) for k in hold["chardevs"])
         raw["hold"] = HoldSpec(**hold)
+    moved = raw.get("moved_device")  # absent before it was kept
+    if moved is not None:
+        moved["ports"] = tuple(Port(**p) for p in moved["ports"])
+        moved["chardevs"] = tuple(moved["chardevs"])
+        raw["moved_device"] = RdmaDevice(**moved)
     return Claim(**raw)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 
 import pytest
 
@@ -74,6 +74,17 @@ async def rdmad(
             await daemon.stop()
         finally:
             await daemon.kill()
+
+
+@pytest.fixture
+def crash_rdmad(rdmad: RdmadProcess) -> Callable[[], Awaitable[None]]:
+    """SIGKILL the module's daemon and start it again on the same state, as after a crash."""
+
+    async def crash() -> None:
+        await rdmad.kill()
+        await rdmad.start(timeout=DAEMON_START)
+
+    return crash
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ refuses the switch otherwise), and back to shared after every test netns is gone
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from dbus_fast import Variant
@@ -153,6 +153,18 @@ async def test_netns_deletion_brings_the_device_home_and_ends_the_claim(
     await until(home_and_available, udev_events)
     unchanged(exclusive_rxe)
     assert await client.manager("ListClaims") == []
+
+
+@only_73
+async def test_a_restarted_rdmad_lists_the_device_its_claim_moved_as_before(
+    client: Client, crash_rdmad: Callable[[], Awaitable[None]], netns: str, exclusive_rxe: Rxe
+) -> None:
+    claim = await claim_rdma_only(client, exclusive_rxe, netns)
+    before = await device_props(client, exclusive_rxe.name)
+    await crash_rdmad()  # the device stays in the netns, and init_net no longer lists it
+    assert (await listed(client))[exclusive_rxe.name][0] == "claimed"
+    after = await device_props(client, exclusive_rxe.name)
+    assert after == before and (after["State"], after["Netns"]) == ("claimed", claim["Netns"])
 
 
 async def test_claim_with_its_netdev_is_not_supported_and_moves_nothing(

@@ -145,6 +145,19 @@ async def test_a_live_claim_survives_a_restart_as_it_was(rigs: Rigs, tmp_path: P
     assert fresh.state("mlx5_0") == DeviceState.CLAIMED and fresh.seen.ended == []
 
 
+@pytest.mark.parametrize("options", [WHOLE, ClaimOptions(netdev=False)], ids=["whole", "rdma-only"])
+async def test_a_device_an_exclusive_claim_moved_is_listed_as_before_after_a_restart(
+    rigs: Rigs, tmp_path: Path, options: ClaimOptions
+) -> None:
+    rig = await rigs.start(two_nics(NetnsMode.EXCLUSIVE), Store(tmp_path))
+    before = rig.core.device("mlx5_0").device
+    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), options)
+    fresh = await rig.restart()  # init_net no longer lists the device: the claim must
+    await fresh.quiesce()
+    view = fresh.core.device("mlx5_0")
+    assert (view.device, view.state, view.netns) == (before, DeviceState.CLAIMED, claim.netns)
+
+
 async def test_a_netns_deleted_while_the_daemon_was_down_ends_its_claim_at_start(
     rigs: Rigs,
     tmp_path: Path,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rdmad.errors import KernelError
-from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, HostConfig
+from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, HostConfig, Port, RdmaDevice
 from rdmad.store import SCHEMA_VERSION, State, Store, plain
 
 
@@ -45,6 +45,20 @@ def test_saved_state_loads_back_equal(tmp_path: Path) -> None:
     store = Store(tmp_path)
     state = State([a_claim()], [RETURNED])
     store.save(state)
+    assert Store(tmp_path).load() == state
+
+
+def test_the_device_an_exclusive_claim_moved_loads_back_equal(tmp_path: Path) -> None:
+    moved = RdmaDevice(
+        index=1,
+        name="mlx5_0",
+        ports=(Port(1, "ACTIVE", "LINK_UP", "eth1"),),
+        netdev="eth1",
+        netdev_ifindex=7,
+        chardevs=("/dev/infiniband/uverbs0",),
+    )
+    state = State([replace(a_claim(), rdma_moved=True, moved_device=moved)], [])
+    Store(tmp_path).save(state)
     assert Store(tmp_path).load() == state
 
 
