@@ -27,6 +27,7 @@ from rdmad.bus.mapping import to_dbus_error
 from rdmad.bus.names import (
     BUS_NAME,
     CLAIM_IFACE,
+    CLAIM_PREFIX,
     DEVICE_IFACE,
     MANAGER_IFACE,
     MANAGER_PATH,
@@ -45,7 +46,7 @@ from rdmad.bus.objects import (
     ManagerInterface,
 )
 from rdmad.bus.signals import INTERFACES_ADDED, INTERFACES_REMOVED, PROPERTIES_CHANGED
-from rdmad.errors import InvalidArgs
+from rdmad.errors import InvalidArgs, NoSuchClaim
 from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
 from rdmad.observer import CoreObserver
 
@@ -121,6 +122,9 @@ async def connect_bus(address: str | None = None) -> RdmadMessageBus:
     return bus
 
 
+_CLAIM_PATHS = CLAIM_PREFIX + "/"  # a claim's path is this and its id (ids need no escape)
+
+
 def _refuse_claim_fd_without_its_fd(msg: Message) -> None:
     """A ClaimFd call must carry its netns fd. Without one, dbus-fast hands the `h`
     argument to the method as a bare number, and ClaimFd would adopt, then close, rdmad's
@@ -178,6 +182,17 @@ class Service(CoreObserver):
         changed = obj.update(view)
         if changed:
             self._properties_changed(device_path(view.device.name), DEVICE_IFACE, changed)
+
+    def _refuse_calls_on_ended_claims(self, msg: Message) -> None:
+        """A claim's object goes when the claim ends: a call on its path after that (a
+        Release that raced the netns's death) gets NoSuchClaim, not dbus-fast's
+        UnknownMethod. (A bus message handler: it sees the call before dispatch.)"""
+        if (
+            msg.message_type is MessageType.METHOD_CALL
+            and msg.path.startswith(_CLAIM_PATHS)
+            and msg.path[len(_CLAIM_PATHS) :] not in self._claims
+        ):
+            raise to_dbus_error(NoSuchClaim(f"no claim at {msg.path}: it has ended"))
 
     def _export_claim(self, claim: Claim) -> str:
         path = claim_path(claim.id)
@@ -237,6 +252,7 @@ class Service(CoreObserver):
             self.bus.unexport(device_path(name))
         self.bus.unexport(MANAGER_PATH)
         self.bus.remove_message_handler(_refuse_claim_fd_without_its_fd)
+        self.bus.remove_message_handler(self._refuse_calls_on_ended_claims)
         self._claims.clear()
         self._devices.clear()
         self.credentials.stop()
@@ -256,6 +272,7 @@ async def start_service(
     service = Service(bus, core, resolver, allowed_gid)
     await service.credentials.start()
     bus.add_message_handler(_refuse_claim_fd_without_its_fd)
+    bus.add_message_handler(service._refuse_calls_on_ended_claims)
     bus.export(MANAGER_PATH, service.manager)
     # Subscribe, then enumerate: nothing awaits in between, and exports are idempotent.
     core.add_observer(service)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from dbus_fast import Variant
 
+from rdmad.bus.names import BUS_NAME, CLAIM_IFACE
 from tests.support.daemon import Client, DBusCallError, RdmadProcess
 from tests.support.net import ip, link
 from tests.support.sim_rig import Rig, running_rig
@@ -39,6 +40,15 @@ async def test_get_device_of_unknown_name_is_no_such_device(rig: Rig) -> None:
 
 async def test_no_such_claim(rig: Rig) -> None:
     await expect_error(rig, E + "NoSuchClaim", "Release", "s", "0123456789abcdef")
+
+
+async def test_release_on_an_ended_claims_object_is_no_such_claim(rig: Rig, netns: str) -> None:
+    path = await rig.client.manager("Claim", "ssa{sv}", "sim0", netns, {})
+    await rig.client.call_raw(BUS_NAME, path, CLAIM_IFACE, "Release")
+    with pytest.raises(DBusCallError) as info:
+        await rig.client.call_raw(BUS_NAME, path, CLAIM_IFACE, "Release")
+    assert info.value.name == E + "NoSuchClaim", info.value
+    assert path in info.value.message
 
 
 async def test_device_busy(rig: Rig, netns: str) -> None:
