@@ -187,12 +187,13 @@ class Service(CoreObserver):
         """A claim's object goes when the claim ends: a call on its path after that (a
         Release that raced the netns's death) gets NoSuchClaim, not dbus-fast's
         UnknownMethod. (A bus message handler: it sees the call before dispatch.)"""
+        path = msg.path or ""  # every call has one; dbus-fast types it optional
         if (
             msg.message_type is MessageType.METHOD_CALL
-            and msg.path.startswith(_CLAIM_PATHS)
-            and msg.path[len(_CLAIM_PATHS) :] not in self._claims
+            and path.startswith(_CLAIM_PATHS)
+            and path[len(_CLAIM_PATHS) :] not in self._claims
         ):
-            raise to_dbus_error(NoSuchClaim(f"no claim at {msg.path}: it has ended"))
+            raise to_dbus_error(NoSuchClaim(f"no claim at {path}: it has ended"))
 
     def _export_claim(self, claim: Claim) -> str:
         path = claim_path(claim.id)
