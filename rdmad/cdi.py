@@ -8,10 +8,11 @@ describes all the pod's rails (pod_env): a runtime that injects several of them 
 value per key whatever their order. So a claim made or ended, or a change to its GIDs,
 rewrites every spec of its pod: O(claims in the netns).
 
-Written to a temp file beside the spec and renamed over it (rdmad.swapfile.write_renamed),
-as the CDI library's own producer does: runtimes read only the directory's *.json and *.yaml
-files (container-device-interface, scanSpecDirs), and the temp file is a dot-name ending in
-.tmp, there only while a spec is written; one a crash left is removed at the next start."""
+Written as rdmad's state files are (rdmad.swapfile.write_swapped): a rewrite is swapped in
+from one spare, `.rdmad.io-rdma.spare`, and frees no inode, as renaming a temp file over the
+spec would, right before the pod's next claim moves a netdev. Runtimes read only the
+directory's *.json and *.yaml files (container-device-interface, scanSpecDirs), never the
+spare."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ from pathlib import Path
 
 from rdmad.model import ROCE_V2, Claim, Gid, ReleaseReason
 from rdmad.observer import CoreObserver
-from rdmad.swapfile import write_renamed
+from rdmad.swapfile import write_swapped
 
 CDI_KIND = "rdmad.io/rdma"
+SPARE = ".rdmad.io-rdma.spare"  # not *.json nor *.yaml: no runtime reads it
 # podman 4.3 and containerd 1.6 read CDI specs up to 0.5.0 and refuse newer ones; 0.6.0
 # would add per-device annotations, which rdmad does not need.
 CDI_VERSION = "0.5.0"
@@ -137,6 +139,7 @@ class CdiWriter(CoreObserver):
 
     def __init__(self, directory: Path, pod_of: PodOf) -> None:
         self.directory = directory
+        self._spare = directory / SPARE
         self._pod_of = pod_of
         # What each spec file holds, as this process last wrote it: a pod's rewrite skips
         # the specs it would not change (a GID change the env does not show rewrote all).
@@ -155,7 +158,7 @@ class CdiWriter(CoreObserver):
             return
         try:
             # Readable by every runtime, as a spec written by a plain open() would be.
-            write_renamed(path, data, path.with_name(f".{path.name}.tmp"), mode=0o644)
+            write_swapped(path, data, self._spare, mode=0o644)
         except OSError as exc:
             # The claim stands (the kernel part is done); runtimes can still use CharDevices.
             log.error("cannot write CDI spec %s: %s", path, exc)
@@ -198,8 +201,8 @@ class CdiWriter(CoreObserver):
         keep = {self.path_for(c.id) for c in live}
         keep |= {self.pod_path_for(c.pod_cdi_name) for c in live if c.pod_cdi_name}
         if self.directory.is_dir():
-            # Specs of claims gone, temp files a crash left, and the spares (`.json.next`)
-            # rdmad kept beside specs before it renamed them in.
+            # Specs of claims gone, and what older rdmads left: temp files (`.json.tmp`)
+            # and spares (`.json.next`) beside each spec.
             for pattern in ("rdmad.io-rdma-*.json*", ".rdmad.io-rdma-*.json.tmp"):
                 for stale in self.directory.glob(pattern):
                     if stale not in keep:

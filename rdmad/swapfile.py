@@ -15,9 +15,9 @@ docs/performance.md, "What rdmad does because of the move"). So:
   nothing reads, and a crash can tear only it. Where the filesystem cannot swap, a plain
   rename.
 
-Files other programs read (CDI specs) are written to a temp file and renamed over
-(`write_renamed`), so that no spare sits beside them; they are written after a claim's
-kernel steps, not before.
+Files other programs read (CDI specs) are swapped in the same way, through a spare of a
+mode they can read: a pod's rewrite of its other specs comes right before its next claim's
+move.
 """
 
 from __future__ import annotations
@@ -61,24 +61,15 @@ def write_new(path: Path, data: bytes) -> None:
     _sync_dirs(name)
 
 
-def write_swapped(path: Path, data: bytes, spare: Path) -> None:
+def write_swapped(path: Path, data: bytes, spare: Path, mode: int = 0o600) -> None:
     """Make `data` the content of `path` (created if missing) through `spare`, on the same
-    filesystem. OSError on failure, with `path` as it was."""
+    filesystem. `mode`: of a new spare, before the umask. OSError on failure, with `path`
+    as it was."""
     name, spare_name = os.fspath(path), os.fspath(spare)
-    _write(spare_name, _TRUNC, 0o600, data)
+    _write(spare_name, _TRUNC, mode, data)
     if not _exchange(spare_name, name):
         os.rename(spare_name, name)  # no file to swap with, or a filesystem that cannot swap
     _sync_dirs(name, spare_name)
-
-
-def write_renamed(path: Path, data: bytes, temp: Path, mode: int) -> None:
-    """Make `data` the content of `path` through `temp` (in the same directory), renamed
-    over it. `mode`: of a new file, before the umask. OSError on failure, with `path` as it
-    was and no `temp` left."""
-    name, temp_name = os.fspath(path), os.fspath(temp)
-    _write(temp_name, _TRUNC, mode, data)
-    os.rename(temp_name, name)
-    _sync_dirs(name)
 
 
 def remove(path: Path) -> None:

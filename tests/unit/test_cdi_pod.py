@@ -141,8 +141,13 @@ def end(writer: CdiWriter, book: ClaimBook, claims: list[Claim], reason: Release
 
 
 def inodes(directory: Path) -> dict[str, int]:
-    """Each spec file's inode: a rewrite renames a new file in."""
+    """Each file's inode: a rewrite swaps the spare's in."""
     return {p.name: p.stat().st_ino for p in directory.iterdir()}
+
+
+def specs(directory: Path) -> list[Path]:
+    """The spec files, as a runtime reads the directory (not the spare)."""
+    return sorted(directory.glob("*.json"))
 
 
 def test_a_release_rewrites_the_rest_of_the_pod(
@@ -150,7 +155,7 @@ def test_a_release_rewrites_the_rest_of_the_pod(
 ) -> None:
     pod = claimed_pod(writer, book, 3)
     end(writer, book, pod[:1], ReleaseReason.REQUESTED)
-    names = sorted(p.name for p in tmp_path.iterdir())
+    names = [p.name for p in specs(tmp_path)]
     assert names == ["rdmad.io-rdma-c1.json", "rdmad.io-rdma-c2.json", "rdmad.io-rdma-pod.web.json"]
     for name in names:
         spec: Any = json.loads((tmp_path / name).read_text())
@@ -162,7 +167,7 @@ def test_the_pod_spec_goes_with_the_pods_last_claim(
 ) -> None:
     pod = claimed_pod(writer, book, 2)
     end(writer, book, pod, ReleaseReason.REQUESTED)
-    assert list(tmp_path.iterdir()) == []
+    assert specs(tmp_path) == []
 
 
 def test_a_dead_pods_specs_are_removed_one_by_one_never_rewritten(
@@ -174,7 +179,7 @@ def test_a_dead_pods_specs_are_removed_one_by_one_never_rewritten(
     del written["rdmad.io-rdma-c0.json"]
     assert inodes(tmp_path) == written  # none renamed in
     end(writer, book, pod[1:], ReleaseReason.NETNS_GONE)
-    assert list(tmp_path.iterdir()) == []
+    assert specs(tmp_path) == []
 
 
 def test_a_gid_change_the_env_does_not_show_renames_no_spec_in(
@@ -193,7 +198,7 @@ def test_a_gid_change_the_env_shows_rewrites_every_spec_of_the_pod(
     pod = claimed_pod(writer, book, 2)
     pod[1].gids = (Gid(1, 5, MAPPED.format(1), "RoCE v2", "net1"),)
     writer.claim_changed(pod[1])
-    for path in tmp_path.iterdir():
+    for path in specs(tmp_path):
         spec: Any = json.loads(path.read_text())
         assert keys(spec["devices"][0]["containerEdits"]["env"])["RDMAD_GID_INDEXES"] == "3,5"
 

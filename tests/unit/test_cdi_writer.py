@@ -1,5 +1,5 @@
 """rdmad.cdi.CdiWriter: one CDI spec file per live claim, and no other file in the CDI
-directory."""
+directory but the spare its rewrites swap through."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import stat
 from pathlib import Path
 
-from rdmad.cdi import CDI_KIND, CdiWriter
+from rdmad.cdi import CDI_KIND, SPARE, CdiWriter
 from rdmad.claims import ClaimBook
 from rdmad.model import CharDev, ChardevKind, Claim, ReleaseReason
 
@@ -55,11 +55,28 @@ def test_a_claim_gets_a_spec_every_runtime_can_read(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044
 
 
-def test_a_rewritten_spec_leaves_no_other_file(tmp_path: Path) -> None:
+def test_a_pods_rewrites_leave_only_the_spare_no_runtime_reads(tmp_path: Path) -> None:
     node = Node(tmp_path)
     node.claim(claim("c1"))
+    c2 = claim("c2")
+    node.claim(c2)
+    node.release(c2)  # c1's spec rewritten: one rail again
+    assert sorted(p.name for p in tmp_path.iterdir()) == [SPARE, "rdmad.io-rdma-c1.json"]
+    assert not SPARE.endswith((".json", ".yaml"))
+
+
+def test_a_rewrite_swaps_the_spare_in_and_frees_no_inode(tmp_path: Path) -> None:
+    """A spec renamed over would free its old inode through RCU, right before the pod's next
+    claim moves a netdev (rdmad.swapfile)."""
+    node = Node(tmp_path)
     node.claim(claim("c1"))
-    assert [p.name for p in tmp_path.iterdir()] == ["rdmad.io-rdma-c1.json"]
+    c2 = claim("c2")
+    node.claim(c2)
+    before = {p.stat().st_ino for p in tmp_path.iterdir()}
+    gone = node.writer.path_for("c2").stat().st_ino
+    node.release(c2)  # c1's spec rewritten: one rail again
+    assert before - {gone} <= {p.stat().st_ino for p in tmp_path.iterdir()}
+    assert "c2" not in node.writer.path_for("c1").read_text()
 
 
 def test_release_removes_the_spec(tmp_path: Path) -> None:
@@ -77,4 +94,4 @@ def test_sync_at_start_keeps_exactly_the_live_claims_specs(tmp_path: Path) -> No
     (tmp_path / ".rdmad.io-rdma-live.json.tmp").write_text("{torn")  # left by a crash
     (tmp_path / "rdmad.io-rdma-live.json.next").write_text("{}")  # rdmad's spares before
     node.writer.sync([claim("live")])
-    assert [p.name for p in tmp_path.iterdir()] == ["rdmad.io-rdma-live.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [SPARE, "rdmad.io-rdma-live.json"]

@@ -18,7 +18,7 @@ import rdmad.cdi
 from rdmad.cdi import CdiWriter
 from rdmad.model import Claim, ClaimOptions, NetnsMode
 from rdmad.store import Store
-from rdmad.swapfile import write_renamed
+from rdmad.swapfile import write_swapped
 from tests.support.core_rig import Rig, Rigs
 from tests.support.fake_kernel import FakeKernel
 
@@ -50,11 +50,11 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     """The spec files the writer writes, by name, each time it writes one."""
     counted: Counter[str] = Counter()
 
-    def counting(path: Path, data: bytes, temp: Path, *, mode: int) -> None:
+    def counting(path: Path, data: bytes, spare: Path, mode: int) -> None:
         counted[path.name] += 1
-        write_renamed(path, data, temp, mode=mode)
+        write_swapped(path, data, spare, mode)
 
-    monkeypatch.setattr(rdmad.cdi, "write_renamed", counting)
+    monkeypatch.setattr(rdmad.cdi, "write_swapped", counting)
     yield counted
 
 

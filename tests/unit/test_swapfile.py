@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rdmad import swapfile
-from rdmad.swapfile import remove, write_new, write_renamed, write_swapped
+from rdmad.swapfile import remove, write_new, write_swapped
 
 
 def failing_fsync(_fd: int) -> None:
@@ -43,16 +43,23 @@ def test_a_new_file_that_cannot_be_written_whole_is_not_left(
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("write", ["new", "swapped", "renamed"])
+@pytest.mark.parametrize("write", ["new", "swapped"])
 def test_a_missing_directory_is_made(tmp_path: Path, write: str) -> None:
     path = tmp_path / "run" / "rdmad" / "a.json"
     if write == "new":
         write_new(path, b"one")
-    elif write == "swapped":
-        write_swapped(path, b"one", path.with_name(".spare"))
     else:
-        write_renamed(path, b"one", path.with_name(".a.tmp"), 0o644)
+        write_swapped(path, b"one", path.with_name(".spare"))
     assert path.read_bytes() == b"one"
+
+
+def test_a_swapped_file_has_the_mode_asked_for_and_keeps_it_through_rewrites(
+    tmp_path: Path,
+) -> None:
+    path, spare = tmp_path / "spec.json", tmp_path / ".spare"
+    for data in (b"one", b"two", b"three"):
+        write_swapped(path, data, spare, mode=0o644)
+        assert stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044, "readable by others"
 
 
 def test_a_swapped_write_replaces_the_content(tmp_path: Path) -> None:
@@ -111,26 +118,6 @@ def test_a_filesystem_that_cannot_swap_gets_a_plain_rename(
     write_swapped(path, b"two", spare)
     assert path.read_bytes() == b"two"
     assert not spare.exists()  # renamed over, as before
-
-
-def test_a_renamed_write_leaves_only_the_file(tmp_path: Path) -> None:
-    path, temp = tmp_path / "spec.json", tmp_path / ".spec.json.tmp"
-    write_renamed(path, b"one", temp, 0o644)
-    write_renamed(path, b"two", temp, 0o644)
-    assert path.read_bytes() == b"two"
-    assert list(tmp_path.iterdir()) == [path]
-
-
-def test_a_failed_renamed_write_leaves_the_file_as_it_was_and_no_temp(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path, temp = tmp_path / "spec.json", tmp_path / ".spec.json.tmp"
-    write_renamed(path, b"kept", temp, 0o644)
-    monkeypatch.setattr(os, "fsync", failing_fsync)
-    with pytest.raises(OSError, match="I/O error"):
-        write_renamed(path, b"lost", temp, 0o644)
-    assert path.read_bytes() == b"kept"
-    assert list(tmp_path.iterdir()) == [path]
 
 
 def test_remove_takes_the_file_away_and_a_missing_one_is_no_error(tmp_path: Path) -> None:
