@@ -1,14 +1,25 @@
-"""A grpc.aio server on a Unix socket that replaces a stale socket file of an earlier run
-and removes its own when it stops (the kubelet watches these paths)."""
+"""A gRPC service on a Unix socket the kubelet dials, with a gRPC server behind it only
+while the kubelet calls (rdmad/dra/on_demand.py): the event loop owns the socket and
+relays each connection to the server's own socket in a private directory. It replaces a
+stale socket file of an earlier run and removes its own when it stops (the kubelet
+watches these paths)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import shutil
 import stat
+import tempfile
 from collections.abc import AsyncIterator, Sequence
 
 import grpc
+
+from rdmad.dra.on_demand import OnDemandServer
+from rdmad.dra.relay import relay
+
+EXIT_GRACE_S = 1.0  # for calls in flight when the plugin stops
 
 
 def _remove_stale(path: str) -> None:
@@ -26,14 +37,23 @@ async def serving(path: str, handlers: Sequence[grpc.GenericRpcHandler]) -> Asyn
     """Serve `handlers` on `path` while the context lasts."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     _remove_stale(path)
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers(tuple(handlers))
-    server.add_insecure_port(f"unix:{path}")
-    await server.start()
+    # 0700, root's: only the relay reaches the server, as only root reaches `path`.
+    private = tempfile.mkdtemp(prefix="rdmad-dra-")
+    server = OnDemandServer(path, os.path.join(private, "grpc.sock"), handlers)
+
+    async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.running()
+        await relay(reader, writer, server.path)
+
     try:
-        yield
+        listener = await asyncio.start_unix_server(connected, path)
+        try:
+            yield
+        finally:
+            listener.close()
+            # The file first: the kubelet's watcher sees the plugin go before calls fail.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            await server.close(EXIT_GRACE_S)
     finally:
-        # The file first: the kubelet's watcher sees the plugin go before calls fail.
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        await server.stop(grace=1.0)
+        shutil.rmtree(private, ignore_errors=True)

@@ -1,7 +1,8 @@
-"""rdmad-dra when nothing changes: its own threads (the event loop, its API worker, grpc.aio's
-completion-queue poller) sleep until something happens. gRPC's C-core threads do not: they
-poll on timers compiled into grpcio (docs/kubernetes.md, "Performance"), so they are not
-asserted on here; bench/dra.py reports them."""
+"""rdmad-dra when nothing changes: no thread of it wakes. Its own threads (the event loop, its
+API worker, its claim reads' worker) sleep until something happens, and gRPC's threads,
+which wake on timers of their own while a gRPC server exists (docs/kubernetes.md,
+"Performance"), exist only while the kubelet calls: none before its first call, and none
+left once no call has come for the idle time."""
 
 from __future__ import annotations
 
@@ -9,14 +10,19 @@ import asyncio
 
 import pytest
 
+from rdmad.dra.on_demand import IDLE_S
+from tests.dra import kubelet
+from tests.dra.apiserver import ApiServer
+from tests.dra.contract import SERVICE, prepare, serve
 from tests.dra.plugin_process import Plugin
 from tests.support.net import require_root
-from tests.support.threads import GRPC_CORE_THREADS, switches, woken
+from tests.support.threads import GRPC_CORE_THREADS, polling, switches, woken
 
 pytestmark = pytest.mark.bus  # a private dbus-daemon
 
 SETTLE_S = 1.0  # the last slice write's reply reaching the loop, after its log line
 WINDOW_S = 3.0
+A = kubelet.Claim("default", "0b9f2c1e-1111-4c3e-9a6e-000000000001", "pod-a-rdma")
 
 
 @pytest.fixture(autouse=True)
@@ -37,11 +43,38 @@ async def stays_up(plugin: Plugin, seconds: float) -> None:
         await asyncio.wait_for(plugin.proc.wait(), seconds)
 
 
-async def test_an_idle_plugins_own_threads_do_not_wake(plugin: Plugin) -> None:
+async def idle_stops(plugin: Plugin) -> None:
+    """Both of its gRPC servers stopped, IDLE_S after the kubelet's last call."""
+    for socket in (plugin.registration_socket, plugin.endpoint):
+        await plugin.wait_log(f"stopped the gRPC server for {socket} ", timeout=IDLE_S + 30)
+
+
+async def assert_nothing_wakes(plugin: Plugin) -> None:
+    pid = plugin.proc.pid
     await stays_up(plugin, SETTLE_S)
-    before = switches(plugin.proc.pid)
+    before = switches(pid)
     await stays_up(plugin, WINDOW_S)
-    after = switches(plugin.proc.pid)
-    ours = {t for t in after if t.name not in GRPC_CORE_THREADS}
-    assert any(t.tid == plugin.proc.pid for t in ours), "the event loop's thread is measured"
-    assert {t: n for t, n in woken(before, after).items() if t in ours} == {}
+    after = switches(pid)
+    assert any(t.tid == pid for t in after), "the event loop's thread is measured"
+    assert woken(before, after) == {}
+    assert {t.name for t in after} & GRPC_CORE_THREADS == set()
+    assert polling(pid) <= {pid}, "no thread but the event loop polls (none of grpc.aio's)"
+
+
+async def test_an_idle_plugin_that_the_kubelet_never_called_wakes_no_thread(
+    plugin: Plugin,
+) -> None:
+    await assert_nothing_wakes(plugin)
+
+
+async def test_an_idle_plugin_wakes_no_thread_once_the_kubelets_calls_are_idle_time_past(
+    api: ApiServer, plugin: Plugin
+) -> None:
+    serve(api, A, ["sim0"])
+    registration = str(plugin.registration_socket)
+    await kubelet.get_info(registration)
+    await kubelet.notify_registration_status(registration, True)
+    assert (await prepare(plugin, A))[A.uid].error == ""
+    assert await kubelet.unprepare(str(plugin.endpoint), SERVICE, [A]) == {A.uid: ""}
+    await idle_stops(plugin)
+    await assert_nothing_wakes(plugin)

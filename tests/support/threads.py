@@ -1,5 +1,5 @@
-"""A process's threads and how often each woke, from /proc/<pid>/task/<tid>/status: what
-rdmad-dra's idle test and its benchmark (bench/dra.py) count."""
+"""A process's threads, how often each woke and where each sleeps, from /proc/<pid>/task:
+what rdmad-dra's idle test and its benchmark (bench/dra.py) count."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 # The threads gRPC's C core starts and names (comm is cut to 15 bytes): its EventEngine's
-# work-stealing pool and that pool's lifeguard, and iomgr's timer manager.
+# work-stealing pool and that pool's lifeguard, and iomgr's timer manager. grpc.aio's
+# completion-queue poller is a Python thread, named `python` as the others.
 GRPC_CORE_THREADS = frozenset({"event_engine", "lifeguard", "grpc_global_tim"})
 
 
@@ -38,3 +39,14 @@ def woken(before: dict[Thread, int], after: dict[Thread, int]) -> dict[Thread, i
     born meanwhile counts all its switches."""
     out = {t: n - before.get(t, 0) for t, n in after.items()}
     return {t: n for t, n in sorted(out.items()) if n}
+
+
+def polling(pid: int) -> set[int]:
+    """The threads of `pid` asleep in epoll_wait (an asyncio loop, grpc.aio's poller, the
+    EventEngine's poller), by the kernel function each sleeps in."""
+    out = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            if "epoll" in (task / "wchan").read_text():
+                out.add(int(task.name))
+    return out
