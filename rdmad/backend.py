@@ -42,6 +42,11 @@ class NetnsTarget(Protocol):
     @property
     def path(self) -> str: ...  # what the caller named, "" for an fd
 
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call `callback` when the handle closes: what an adapter opened in the netns for
+        this operation (a socket, which pins the netns too) goes with it."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -52,6 +52,7 @@ class NetnsHandle:
         self._fd = fd
         self._inode = inode
         self._path = path
+        self._on_close: list[Callable[[], None]] = []
 
     @property
     def fd(self) -> int:
@@ -67,10 +68,16 @@ class NetnsHandle:
     def path(self) -> str:
         return self._path
 
+    def on_close(self, callback: Callable[[], None]) -> None:
+        self._on_close.append(callback)
+
     def close(self) -> None:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             os.close(fd)
+            for callback in self._on_close:
+                callback()
+            self._on_close.clear()
 
     def __enter__(self) -> NetnsHandle:
         return self

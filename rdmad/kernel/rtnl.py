@@ -31,7 +31,7 @@ import functools
 import logging
 import socket
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 
 from rdmad.backend import NetnsTarget, Placement
@@ -107,8 +107,11 @@ def _is_link_local(iface: Cidr) -> bool:
 
 
 class _Opening:
-    """An in-netns socket being opened (by a worker thread) and wrapped, for use after a
-    netns move or a macvlan's creation: both happen while the kernel does that, not after."""
+    """A handle's in-netns socket, opened by a worker thread on its first use and closed with
+    the handle: a routed claim reads the netns's tables, places its netdev and installs its
+    routes through one. A socket closed frees itself through RCU, and a netns move soon
+    after waits for that (docs/performance.md): one close per claim, after its move, not
+    one before it. Opened while the kernel moves a netdev or makes a macvlan, not after."""
 
     def __init__(self, netns_fd: int, where: str) -> None:
         # a worker starts on it now
@@ -126,21 +129,17 @@ class _Opening:
         except OSError as e:  # setns() or socket() on the worker
             raise kernel_error(e, f"opening rtnetlink in {self._where}") from e
 
-    async def close(self) -> None:
-        try:
-            ns = await self._ns
-        except Exception:  # the operation's own error is the one to report
-            return
-        ns.close()
+    def close(self) -> None:
+        """Close the socket now, or once the worker has made it."""
+        if self._ns.done():
+            _close_opened(self._ns)
+        else:
+            self._ns.add_done_callback(_close_opened)
 
 
-@contextlib.asynccontextmanager
-async def _opening_in_netns(netns_fd: int, where: str) -> AsyncIterator[_Opening]:
-    opening = _Opening(netns_fd, where)
-    try:
-        yield opening
-    finally:
-        await opening.close()
+def _close_opened(opened: asyncio.Future[NlChannel]) -> None:
+    if not opened.cancelled() and opened.exception() is None:
+        opened.result().close()  # a failed open: the operation reports its error
 
 
 class RtnlBackend:
@@ -152,6 +151,9 @@ class RtnlBackend:
         # A netns's nsid cannot change while a handle of ours holds the netns: ask once per
         # handle (a claim needs it before and after the move).
         self._nsids: weakref.WeakKeyDictionary[NetnsTarget, int] = weakref.WeakKeyDictionary()
+        self._openings: weakref.WeakKeyDictionary[NetnsTarget, _Opening] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @classmethod
     async def create(cls, resolver: KernelNetnsResolver) -> RtnlBackend:
@@ -164,6 +166,14 @@ class RtnlBackend:
 
     async def close(self) -> None:
         self._nl.close()
+
+    def _in_netns(self, target: NetnsTarget) -> _Opening:
+        """`target`'s rtnetlink socket, from its first use until the handle closes."""
+        opening = self._openings.get(target)
+        if opening is None:
+            opening = self._openings[target] = _Opening(target.fd, netns_label(target.inode))
+            target.on_close(opening.close)
+        return opening
 
     # -- reading init_net -----------------------------------------------------------------
 
@@ -212,32 +222,32 @@ class RtnlBackend:
         host = host or await self.host_config(ifindex)
         where = netns_label(target.inode)
         what = f"moving {host.name} into {where} as {ifname}" + (f" with MTU {mtu}" if mtu else "")
-        async with _opening_in_netns(target.fd, where) as opening:
-            try:
-                # One message: the netdev arrives with its name, MTU and admin state.
-                await self._move(
-                    self._resolver.init_fd,
-                    ifindex,
-                    net_ns_fd=target.fd,
-                    ifname=ifname,
-                    mtu=mtu,
-                    up=True,
-                )
-            except OSError as e:  # the kernel's refusal, or setns() on the mover thread
-                # Not atomic: the kernel moves first, then sets MTU, name and state (and
-                # renames after the move unless the old name is taken in the target), so
-                # a failed step leaves the netdev in the target as host.name or ifname.
-                if not await self._is_home(ifindex, host.name):
-                    ns = await opening.channel()
-                    await self._rollback_place(ns, 0, host.name, host, ifname)
-                raise self._name_error(e, what, ifname, where) from e
-            step("netdev-moved", host.name)
-            ns = await opening.channel()
+        opening = self._in_netns(target)
+        try:
+            # One message: the netdev arrives with its name, MTU and admin state.
+            await self._move(
+                self._resolver.init_fd,
+                ifindex,
+                net_ns_fd=target.fd,
+                ifname=ifname,
+                mtu=mtu,
+                up=True,
+            )
+        except OSError as e:  # the kernel's refusal, or setns() on the mover thread
+            # Not atomic: the kernel moves first, then sets MTU, name and state (and
+            # renames after the move unless the old name is taken in the target), so
+            # a failed step leaves the netdev in the target as host.name or ifname.
+            if not await self._is_home(ifindex, host.name):
+                ns = await opening.channel()
+                await self._rollback_place(ns, 0, host.name, host, ifname)
+            raise self._name_error(e, what, ifname, where) from e
+        step("netdev-moved", host.name)
+        ns = await opening.channel()
 
-            async def undo(ns_index: int) -> None:
-                await self._rollback_place(ns, ns_index, ifname, host)
+        async def undo(ns_index: int) -> None:
+            await self._rollback_place(ns, ns_index, ifname, host)
 
-            ns_index = await _configure_placed(ns, ifname, addresses, where, undo)
+        ns_index = await _configure_placed(ns, ifname, addresses, where, undo)
         nsid = await self.nsid(target)
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
@@ -272,19 +282,19 @@ class RtnlBackend:
         what = f"creating macvlan {ifname} of netdev {parent_ifindex} in {where}"
         # The in-netns socket is made (by a worker) while the kernel makes the macvlan, as
         # for a move, instead of after it (docs/performance.md, "Shared claim").
-        async with _opening_in_netns(target.fd, where) as opening:
-            try:
-                await new_macvlan(self._nl, parent_ifindex, ifname, net_ns_fd=target.fd, mtu=mtu)
-            except NetlinkError as e:
-                raise self._name_error(e, what, ifname, where) from e
-            step("macvlan-created", ifname)
-            ns = await opening.channel()
+        opening = self._in_netns(target)
+        try:
+            await new_macvlan(self._nl, parent_ifindex, ifname, net_ns_fd=target.fd, mtu=mtu)
+        except NetlinkError as e:
+            raise self._name_error(e, what, ifname, where) from e
+        step("macvlan-created", ifname)
+        ns = await opening.channel()
 
-            async def undo(ns_index: int) -> None:
-                with contextlib.suppress(NetlinkError):
-                    await dellink(ns, ns_index, name=ifname)
+        async def undo(ns_index: int) -> None:
+            with contextlib.suppress(NetlinkError):
+                await dellink(ns, ns_index, name=ifname)
 
-            ns_index = await _configure_placed(ns, ifname, addresses, where, undo)
+        ns_index = await _configure_placed(ns, ifname, addresses, where, undo)
         nsid = await self.nsid(target)
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
@@ -411,10 +421,10 @@ class RtnlBackend:
 
     async def tables_in_use(self, target: NetnsTarget) -> set[int]:
         where = netns_label(target.inode)
-        async with _opening_in_netns(target.fd, where) as opening:
-            ns = await opening.channel()
-            with _op(f"reading the routing tables and rules of {where}"):
-                return await tables_in_use(ns)
+        opening = self._in_netns(target)
+        ns = await opening.channel()
+        with _op(f"reading the routing tables and rules of {where}"):
+            return await tables_in_use(ns)
 
     async def add_policy_routing(
         self,
@@ -426,30 +436,30 @@ class RtnlBackend:
     ) -> None:
         where = netns_label(target.inode)
         connected = list(dict.fromkeys(Route(a.network) for a in addresses))
-        async with _opening_in_netns(target.fd, where) as opening:
-            ns = await opening.channel()
+        opening = self._in_netns(target)
+        ns = await opening.channel()
+        try:
+            with _op(f"setting arp_ignore, arp_announce and rp_filter of {ifindex} in {where}"):
+                await set_rail_devconf(ns, ifindex)
+            for r in (*connected, *extra):
+                via = f" via {r.via}" if r.via is not None else ""
+                with _op(f"adding the route to {r.dst}{via} to table {table} in {where}"):
+                    await add_route(ns, ifindex, table, r)
+            for a in addresses:
+                with _op(f"adding the rule from {a.ip} lookup {table} in {where}"):
+                    await add_rule(ns, a, table)
+        except BaseException:
+            # All or nothing: the table was free, so whatever is in it now is ours.
             try:
-                with _op(f"setting arp_ignore, arp_announce and rp_filter of {ifindex} in {where}"):
-                    await set_rail_devconf(ns, ifindex)
-                for r in (*connected, *extra):
-                    via = f" via {r.via}" if r.via is not None else ""
-                    with _op(f"adding the route to {r.dst}{via} to table {table} in {where}"):
-                        await add_route(ns, ifindex, table, r)
-                for a in addresses:
-                    with _op(f"adding the rule from {a.ip} lookup {table} in {where}"):
-                        await add_rule(ns, a, table)
-            except BaseException:
-                # All or nothing: the table was free, so whatever is in it now is ours.
-                try:
-                    await _remove_policy(ns, table, where)
-                except RdmadError as exc:
-                    log.error("rolling back table %d in %s failed: %s", table, where, exc)
-                raise
+                await _remove_policy(ns, table, where)
+            except RdmadError as exc:
+                log.error("rolling back table %d in %s failed: %s", table, where, exc)
+            raise
 
     async def remove_policy_routing(self, target: NetnsTarget, table: int) -> None:
         where = netns_label(target.inode)
-        async with _opening_in_netns(target.fd, where) as opening:
-            await _remove_policy(await opening.channel(), table, where)
+        opening = self._in_netns(target)
+        await _remove_policy(await opening.channel(), table, where)
 
     async def nsid(self, target: NetnsTarget) -> int:
         _ = target.fd  # raises once the handle is closed: never answer for a stale one

@@ -3,6 +3,10 @@ of rdmad/kernel/rtnl_routing.py, all or nothing, and removal by table."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import stat
 from collections.abc import Iterator
 from ipaddress import ip_interface
 from pathlib import Path
@@ -80,3 +84,37 @@ async def test_removing_a_table_twice_is_no_error(
     await rtnl.remove_policy_routing(target, 1000)
     await rtnl.remove_policy_routing(target, 1000)
     assert await rtnl.tables_in_use(target) == KERNEL_TABLES
+
+
+SIOCGSKNS = 0x894C  # linux/sockios.h: a socket's netns, as a new fd
+
+
+def sockets_in(inode: int) -> int:
+    """How many of this process's open sockets were made in the netns of `inode`."""
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        with contextlib.suppress(OSError):  # not a socket, or closed since the listing
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
+            ns = fcntl.ioctl(fd, SIOCGSKNS)
+            try:
+                count += os.fstat(ns).st_ino == inode
+            finally:
+                os.close(ns)
+    return count
+
+
+async def test_a_handles_operations_share_one_socket_in_its_netns_closed_with_it(
+    rtnl: RtnlBackend, resolver: KernelNetnsResolver, pod: tuple[NetnsHandle, int]
+) -> None:
+    """A socket closed frees itself through RCU, which a netns move soon after waits for:
+    a routed claim's reads and writes in the netns go through one, closed after its move."""
+    target, index = pod
+    handle = resolver.open(target.path)
+    await rtnl.tables_in_use(handle)
+    await rtnl.add_policy_routing(handle, index, 1000, ADDRS, ())
+    await rtnl.remove_policy_routing(handle, 1000)
+    assert sockets_in(handle.inode) == 1
+    handle.close()
+    assert sockets_in(target.inode) == 0

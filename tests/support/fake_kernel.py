@@ -24,7 +24,7 @@ import errno
 import ipaddress
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from rdmad.backend import EventSink, NetnsTarget, Placement
@@ -428,6 +428,7 @@ class FakeHandle:
         self._kernel, self._process, self._ns = kernel, process, ns
         self._fd = kernel.new_fd()
         self._path = path
+        self._on_close: list[Callable[[], None]] = []
         kernel.open_ref(ns)
         process.handles.append(self)
 
@@ -455,11 +456,16 @@ class FakeHandle:
             raise ValueError(f"netns handle for {self._ns.name} is closed")
         return self._ns
 
+    def on_close(self, callback: Callable[[], None]) -> None:
+        self._on_close.append(callback)
+
     def close(self) -> None:
         if self._fd >= 0:
             self._fd = -1
             self._process.handles.remove(self)
             self._kernel.close_ref(self._ns)
+            for callback in self._on_close:
+                callback()
 
 
 def _ns_of(target: NetnsTarget) -> FakeNetns:
