@@ -20,8 +20,9 @@ and the plugin as its own process.
             sim) to the ResourceSlice write that shows it at the API server double. Target:
             p99 <= 1 s, over its whole 95% interval.
   RSS and idle: the plugin's VmRSS after start and after the runs; its CPU ticks and
-            context switches (wake-ups) over an idle window, by thread name, so that the
-            report says whose they are (gRPC's C core names its threads). Target: 0 and 0.
+            context switches (wake-ups) over an idle window once its gRPC servers' idle
+            stops came (rdmad/dra/on_demand.py), by thread name, so that the report says
+            whose they are (gRPC's C core names its threads). Target: 0 and 0.
 
 The three prepare/ADD columns take turns in bench.columns' cycle of orders, each operation
 settled (bench.common.Settler); after each change of the offer, the plugin's slice write is
@@ -310,6 +311,15 @@ class Idle:
         return dict(sorted(out.items()))
 
 
+async def idle_stops(plugin: Plugin, endpoint: str) -> None:
+    """Both of the plugin's gRPC servers stopped for want of calls: the registration's
+    (called once, at the start) and the DRA service's after its last call."""
+    stop = "stopped the gRPC server for {} "
+    dra_stops = sum(stop.format(endpoint) in line for line in plugin.log)
+    await plugin.wait_log(stop.format(plugin.registration_socket))
+    await plugin.wait_log(stop.format(endpoint), nth=dra_stops + 1)
+
+
 async def idle(pid: int, seconds: float) -> Idle:
     cpu0, sw0 = cpu_seconds(pid), switches(pid)
     await asyncio.sleep(seconds)
@@ -380,6 +390,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                 noop = await noop_adds(node, reps, p.warmup)
                 connects = await channel_connects(endpoint, reps, settle)
                 rss_after = rss_mb(pid)
+                await idle_stops(plugin, endpoint)
                 await asyncio.sleep(1.0)  # the last slice write's aftermath
                 quiet = await idle(pid, p.idle_seconds)
             devices = [("sim0", nics.hosts[0]), ("sim1", nics.hosts[1])]

@@ -104,6 +104,9 @@ async def run(args: argparse.Namespace) -> int:
     driver = args.driver_name
     preparer = Preparer(KubeClaimApi(api), Client(bus), driver, args.node_name)
     endpoint = os.path.join(args.kubelet_plugins_directory_path, driver, "dra.sock")
+    # The gRPC servers' own sockets, behind the two the kubelet dials (unix_server.py): in
+    # the endpoint's directory, which is the plugin's alone and which no watcher scans.
+    private = os.path.join(os.path.dirname(endpoint), "grpc")
     reg_socket = os.path.join(args.kubelet_registrar_directory_path, f"{driver}-reg.sock")
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -118,8 +121,12 @@ async def run(args: argparse.Namespace) -> int:
     try:
         # The DRA socket first: the kubelet connects to it as soon as it registers us.
         async with (
-            serving(endpoint, dra_handlers(preparer)),
-            serving(reg_socket, [registration_handler(driver, endpoint, publisher.recheck)]),
+            serving(endpoint, dra_handlers(preparer), os.path.join(private, "dra.sock")),
+            serving(
+                reg_socket,
+                [registration_handler(driver, endpoint, publisher.recheck)],
+                os.path.join(private, "reg.sock"),
+            ),
         ):
             log.info(
                 "serving DRA driver %s for node %s: registration %s, DRA service %s; "

@@ -1,7 +1,7 @@
 """A gRPC service on a Unix socket the kubelet dials, with a gRPC server behind it only
 while the kubelet calls (rdmad/dra/on_demand.py): the event loop owns the socket and
-relays each connection to the server's own socket in a private directory. It replaces a
-stale socket file of an earlier run and removes its own when it stops (the kubelet
+relays each connection to the server's own socket in a private directory. It replaces
+stale socket files of an earlier run and removes its own when it stops (the kubelet
 watches these paths)."""
 
 from __future__ import annotations
@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import AsyncIterator, Sequence
 
 import grpc
@@ -33,27 +31,29 @@ def _remove_stale(path: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def serving(path: str, handlers: Sequence[grpc.GenericRpcHandler]) -> AsyncIterator[None]:
-    """Serve `handlers` on `path` while the context lasts."""
+async def serving(
+    path: str, handlers: Sequence[grpc.GenericRpcHandler], private: str
+) -> AsyncIterator[None]:
+    """Serve `handlers` on `path` while the context lasts, their gRPC server on the socket
+    `private`, in a directory only its owner may enter."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     _remove_stale(path)
-    # 0700, root's: only the relay reaches the server, as only root reaches `path`.
-    private = tempfile.mkdtemp(prefix="rdmad-dra-")
-    server = OnDemandServer(path, os.path.join(private, "grpc.sock"), handlers)
+    # 0700: none but the relay (and root) reaches the server, as none but root reaches `path`.
+    os.makedirs(os.path.dirname(private), mode=0o700, exist_ok=True)
+    os.chmod(os.path.dirname(private), 0o700)
+    _remove_stale(private)
+    server = OnDemandServer(path, private, handlers)
 
     async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.running()
         await relay(reader, writer, server.path)
 
+    listener = await asyncio.start_unix_server(connected, path)
     try:
-        listener = await asyncio.start_unix_server(connected, path)
-        try:
-            yield
-        finally:
-            listener.close()
-            # The file first: the kubelet's watcher sees the plugin go before calls fail.
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            await server.close(EXIT_GRACE_S)
+        yield
     finally:
-        shutil.rmtree(private, ignore_errors=True)
+        listener.close()
+        # The file first: the kubelet's watcher sees the plugin go before calls fail.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        await server.close(EXIT_GRACE_S)
