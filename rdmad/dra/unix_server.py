@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import stat
 from collections.abc import AsyncIterator, Sequence
@@ -16,6 +17,8 @@ import grpc
 
 from rdmad.dra.on_demand import OnDemandServer
 from rdmad.dra.relay import relay
+
+log = logging.getLogger("rdmad.dra")
 
 EXIT_GRACE_S = 1.0  # for calls in flight when the plugin stops
 
@@ -45,7 +48,12 @@ async def serving(
     server = OnDemandServer(path, private, handlers)
 
     async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.running()
+        try:
+            await server.running()
+        except RuntimeError as e:  # gRPC could not bind its socket
+            log.error("cannot start the gRPC server for %s: %s", path, e)
+            writer.close()  # the call fails UNAVAILABLE; the kubelet calls again later
+            return
         await relay(reader, writer, server.path)
 
     listener = await asyncio.start_unix_server(connected, path)

@@ -9,6 +9,7 @@ import os
 import stat
 from pathlib import Path
 
+import grpc
 import pytest
 
 from tests.dra import kubelet
@@ -64,3 +65,14 @@ async def test_sigterm_removes_the_grpc_servers_sockets(
         await call_both(plugin)
         assert await plugin.stop() == 0
     assert list(private_dir(plugin).iterdir()) == []
+
+
+async def test_a_server_that_cannot_bind_its_socket_fails_the_call_and_says_why(
+    api: ApiServer, bus_address: str, tmp_path: Path
+) -> None:
+    async with running_plugin(api, bus_address, tmp_path) as plugin:
+        (private_dir(plugin) / "reg.sock").mkdir()  # what gRPC cannot bind over
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await kubelet.get_info(str(plugin.registration_socket))
+        await plugin.wait_log("cannot start the gRPC server for ")
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
