@@ -118,7 +118,8 @@ class OnDemandServer:
 
     def _count_idle_from_now(self) -> None:
         self._cancel_idle_timer()
-        if self._in_flight == 0 and not self._closed:
+        # None while a stop is under way: a call it let finish arms no timer.
+        if self._in_flight == 0 and self._server is not None:
             self._idle_timer = asyncio.get_running_loop().call_later(IDLE_S, self._idled)
 
     def _cancel_idle_timer(self) -> None:
