@@ -109,7 +109,8 @@ class DraPlugin:
 
 
 @contextlib.asynccontextmanager
-async def running_dra(node: Node) -> AsyncIterator[DraPlugin]:
+async def running_dra(node: Node, start_s: float = START_S) -> AsyncIterator[DraPlugin]:
+    """`start_s`: how long its first start may take (the guest's TCG needs more)."""
     api = ApiServer(f"soak-{node.name}", DRIVER)
     workdir = Path(tempfile.mkdtemp(prefix="rdmad-sdra-"))
     with api.running():
@@ -118,11 +119,11 @@ async def running_dra(node: Node) -> AsyncIterator[DraPlugin]:
         task.add_done_callback(node.died)
         try:
             try:
-                async with asyncio.timeout(START_S):
+                async with asyncio.timeout(start_s):
                     await dra.up.wait()
             except TimeoutError:
                 raise RuntimeError(
-                    f"rdmad-dra ({node.name}) did not serve in {START_S:g} s: {node.problems}"
+                    f"rdmad-dra ({node.name}) did not serve in {start_s:g} s: {node.problems}"
                 ) from None
             yield dra
         finally:

@@ -12,7 +12,8 @@ operations and faults of each kind and their outcomes, checks passed, rdmad's RS
 
 With --rxe MODE (in the RDMA guest: `make soak-guest`) the world is one node in that RDMA
 netns mode, rdmad on its kernel backend over real rxe devices; the same seed's schedule is
-played but for the other node's actions (and podman's, unless the node is shared).
+played but for the other node's actions (and podman's, unless the node is shared), and
+rdmad-dra runs without its SIGKILL fault, which the host soak plays.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from tests.soak.actors import (
 )
 from tests.soak.clock import Clock
 from tests.soak.dra import (
+    START_S,
     DraActor,
     DraPlugin,
     PluginKiller,
@@ -259,13 +261,11 @@ async def soak(
                 running_node(name, index, workdir / name, rxe is not None)
             )
         world = World(nodes, slots, tally, Clock(pace), workdir)
-        # Not in the guest: rdmad-dra's start there (grpc, the kubernetes client, under TCG)
-        # outlasts START_S, and a plugin SIGKILL every few seconds would keep it down.
-        plugins = (
-            {}
-            if rxe
-            else {n: await stack.enter_async_context(running_dra(nodes[n])) for n in nodes}
-        )
+        # In the guest, rdmad-dra's start (grpc, the kubernetes client, under TCG) takes
+        # minutes: it gets `pace` times the host's allowance.
+        plugins = {
+            n: await stack.enter_async_context(running_dra(nodes[n], START_S * pace)) for n in nodes
+        }
         for slot in slots:
             stack.push_async_callback(slot.close)
         bus = {a: BusClaimer(a, world) for a in schedule.actors() if a.startswith("bus")}
@@ -288,8 +288,9 @@ async def soak(
             "pods": pods.do,
             "holds": holds.do,
         }
-        if plugins:
-            players |= {"dra": dra.do, "faults-dra": PluginKiller(world, plugins).do}
+        players["dra"] = dra.do
+        if not rxe:  # in the guest a SIGKILL every 40-100 s would keep the plugin down
+            players["faults-dra"] = PluginKiller(world, plugins).do
         if podman:
             pm = await stack.enter_async_context(podman_home(rxe is not None))
             players["podman"] = PodmanActor(world, pm).do
