@@ -109,6 +109,7 @@ def run_plugin(
     ifname: str = "net1",
     args: str = "",
     overrides: dict[str, str | None] | None = None,
+    timeout: float = 60.0,
 ) -> Outcome:
     """One plugin process, with the environment a runtime gives it and nothing else."""
     env: dict[str, str | None] = {
@@ -127,7 +128,7 @@ def run_plugin(
         input=stdin,
         env={k: v for k, v in env.items() if v is not None},
         capture_output=True,
-        timeout=60,
+        timeout=timeout,
     )
     text = done.stdout.decode().strip()
     return Outcome(done.returncode, json.loads(text) if text else None, done.stderr.decode())

@@ -37,6 +37,8 @@ from tests.soak.schedule import FD_FORM, PODMAN_DEVICE, Action
 from tests.support.daemon import BUS_NAME, MANAGER_IFACE, MANAGER_PATH, Client, DBusCallError
 
 CALL_TIMEOUT = 40.0  # longer than any fault's window: an unanswered call is an outcome
+# One rdmad-cni run, times the clock's pace: the guest's TCG runs everything slower.
+PLUGIN_S = 60.0
 
 
 @dataclass
@@ -271,7 +273,14 @@ class CniActor:
         self, verb: str, conf: dict[str, Any], netns: str, container: str, ifname: str
     ) -> Any:
         return await asyncio.to_thread(
-            run_plugin, verb, conf, self.cni_path, netns, container, ifname
+            run_plugin,
+            verb,
+            conf,
+            self.cni_path,
+            netns,
+            container,
+            ifname,
+            timeout=PLUGIN_S * self.world.clock.pace,
         )
 
     def result_of(self, done: Any) -> str:
@@ -608,6 +617,7 @@ class HoldActor(BusUser):
             pod.container,
             "eth0",
             self.cni_args(pod),
+            timeout=PLUGIN_S * self.world.clock.pace,
         )
 
     async def unprepare(self, node: Node, args: dict[str, Any]) -> str:

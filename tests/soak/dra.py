@@ -39,7 +39,7 @@ from tests.support.daemon import ROOT, Client
 EXIT_FAILED = 1  # rdmad.dra.plugin's (not imported: it loads gRPC, see kubelet_calls.py)
 START_S = 120.0  # the plugin's imports (grpc, the kubernetes client) on a loaded host
 SERVING = "serving DRA driver"  # its log line once both sockets serve
-CALL_S = 60.0  # a kubelet call: each of its gRPC calls has 10 s
+CALL_S = 60.0  # a kubelet call, times the clock's pace: each of its gRPC calls has 10 s
 STOPPED = "rdmad.dra: stopped: "  # its last word when a task of its ended (the bus lost)
 NAMESPACE = "soak"
 
@@ -137,15 +137,16 @@ class Kubelet:
     """The kubelet's side of the plugins' DRA service, through one
     `python -m tests.soak.kubelet_calls` process (the soak's own never loads gRPC)."""
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, pace: float) -> None:
         self.proc = proc
         self.lock = asyncio.Lock()
+        self.call_s = CALL_S * pace
 
     async def call(self, op: str, endpoint: str, ref: ClaimRef) -> dict[str, str]:
         """{"error": the claim's, "" for none} or {"failed": why no answer came}."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         request = {"op": op, "endpoint": endpoint, "claim": list(ref)}
-        async with self.lock, asyncio.timeout(CALL_S):
+        async with self.lock, asyncio.timeout(self.call_s):
             self.proc.stdin.write(json.dumps(request).encode() + b"\n")
             await self.proc.stdin.drain()
             line = await self.proc.stdout.readline()
@@ -156,7 +157,7 @@ class Kubelet:
 
 
 @contextlib.asynccontextmanager
-async def running_kubelet() -> AsyncIterator[Kubelet]:
+async def running_kubelet(pace: float) -> AsyncIterator[Kubelet]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -166,7 +167,7 @@ async def running_kubelet() -> AsyncIterator[Kubelet]:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
-        yield Kubelet(proc)
+        yield Kubelet(proc, pace)
     finally:
         assert proc.stdin is not None
         proc.stdin.close()  # its end of input: it exits

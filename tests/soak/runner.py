@@ -273,7 +273,7 @@ async def soak(
             stack.callback(claimer.close)
         path = cni_path()
         cni = {a: CniActor(a, world, path) for a in schedule.actors() if a.startswith("cni")}
-        kubelet = await stack.enter_async_context(running_kubelet())
+        kubelet = await stack.enter_async_context(running_kubelet(pace))
         pods, holds = PodActor(world), HoldActor(world, path)
         dra = DraActor(world, path, plugins, kubelet)
         for user in (pods, holds, dra):
