@@ -169,9 +169,10 @@ class RtnlBackend:
 
     def _in_netns(self, target: NetnsTarget) -> _Opening:
         """`target`'s rtnetlink socket, from its first use until the handle closes."""
+        fd = target.fd  # raises once the handle is closed: never its closed socket
         opening = self._openings.get(target)
         if opening is None:
-            opening = self._openings[target] = _Opening(target.fd, netns_label(target.inode))
+            opening = self._openings[target] = _Opening(fd, netns_label(target.inode))
             target.on_close(opening.close)
         return opening
 
