@@ -153,11 +153,18 @@ class GiveBack:
                 source.close()
 
     async def _restore_returned(self, claim: Claim) -> None:
-        """The netns is dead: a physical netdev comes back by itself; wait, then restore it."""
+        """The netns is dead: a physical netdev comes back by itself; wait, then restore it.
+        A virtual one (a bond, a VLAN) died with the netns, unless a release moved it home
+        before the netns died and was cut short before it restored it: then it is home,
+        under its host name, down and without its addresses."""
         host = claim.host
-        if host is None or host.kind:
-            return  # virtual netdevs are destroyed with their netns
-        if host.ifindex not in self._inv.netdevs and not await self._tracker.wait_for_link(
+        if host is None:
+            return
+        if host.kind:
+            home = self._inv.netdevs.get(host.ifindex)
+            if home is None or (home.name, home.kind) != (host.name, host.kind):
+                return
+        elif host.ifindex not in self._inv.netdevs and not await self._tracker.wait_for_link(
             host.ifindex, RETURN_TIMEOUT_S
         ):
             log_claim_event(

@@ -170,3 +170,22 @@ async def test_a_give_back_the_kernel_refuses_at_restart_leaves_rdmad_serving_th
         assert released[2] == "requested"
         assert await rig.client.manager("ListClaims") == []
         await assert_invariants(rig.client, rig.nics, settings, [netns])
+
+
+async def test_a_netdev_a_killed_release_brought_home_is_restored_though_its_netns_then_died(
+    bus_address: str, tmp_path: Path
+) -> None:
+    """Killed right after the release's move home (the netdev arrives down, without its
+    addresses), then the claim's netns deleted while rdmad is down: the netdev is a virtual
+    one (a veth here; a bond or a VLAN under RoCE on hardware), which would have died with
+    the netns had it still been there, but it is home. The restart gives it its host
+    settings back (found by the chaos soak: it stayed down, without its address)."""
+    env = {CRASH_AT: "netdev-moved-home"}
+    async with reliability_rig(bus_address, tmp_path, 1, env=env) as rig:
+        prepare_host(rig)
+        settings = settings_of(rig.nics)
+        with temp_netns("dying") as netns:
+            await crash_once(rig, netns, "release", WHOLE)
+        await restart(rig)
+        assert await rig.client.manager("ListClaims") == []
+        await assert_invariants(rig.client, rig.nics, settings)

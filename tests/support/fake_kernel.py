@@ -592,10 +592,13 @@ class FakeNetdevs:
         if link is None or link.netns != ns.inode:
             raise KernelError(errno.ENODEV, f"no netdev {placement.ifindex} in {ns.name}")
         self._k.check_free(host.name, INIT)
-        link.name, link.mtu, link.up = host.name, host.mtu, host.up
+        # As the kernel has it: the netdev arrives down and without addresses (under the name
+        # and MTU the move set); the backend then adds the host's addresses and sets it up.
+        link.name, link.mtu, link.up, link.addresses = host.name, host.mtu, False, ()
         self._k.change_netns(link, INIT)
-        link.addresses = host.addresses
-        return link.as_netdev()
+        await self._k.enter("configure_home", self._p)
+        link.addresses, link.up = host.addresses, host.up
+        return link.as_netdev()  # the caller takes the inventory's view from this
 
     async def restore(self, ifindex: int, host: HostConfig) -> None:
         await self._k.enter("restore", self._p)

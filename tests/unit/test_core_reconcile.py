@@ -83,7 +83,7 @@ async def test_a_claim_interrupted_by_a_crash_is_undone_at_the_next_start(
     ("mode", "options", "step"),
     [
         (NetnsMode.SHARED, WHOLE, "bring_home"),
-        (NetnsMode.SHARED, WHOLE, "get_device"),  # netdev home, the device not re-read
+        (NetnsMode.SHARED, WHOLE, "configure_home"),  # netdev home, down, no addresses
         (NetnsMode.EXCLUSIVE, WHOLE, "move_home"),  # netdev home, RDMA device not
         (NetnsMode.SHARED, SHARED, "delete"),
     ],
@@ -461,3 +461,29 @@ async def test_a_netns_death_on_a_full_disk_ends_its_claim_and_the_next_start_re
     await fresh.quiesce()
     assert host_side(kernel) == before
     assert fresh.core.claims() == [] and phases(fresh) == []
+
+
+async def test_a_bond_a_killed_release_brought_home_gets_its_settings_when_its_netns_died(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    # RoCE LAG: the RDMA device's netdev is a bond, a virtual netdev, which dies with a netns.
+    # A release killed between the move home and the restore, then the netns deleted before
+    # the next start: the bond is home (it did not die), down and without its addresses.
+    kernel = FakeKernel(NetnsMode.SHARED)
+    kernel.add_nic("bond0", mtu=1500, addresses=("192.0.2.1/24",), kind="bond")
+    kernel.add_rdma("mlx5_bond_0", "bond0")
+    kernel.add_netns("pod")
+    before = host_side(kernel)
+    rig = await rigs.start(kernel, Store(tmp_path))
+    claim = await rig.core.claim("mlx5_bond_0", rig.process.resolver.open("pod"), WHOLE)
+    await rig.quiesce()
+    gate = kernel.pause("configure_home")
+    async with abandoned(rig.core.release(claim.id)):
+        await asyncio.wait_for(gate.reached.wait(), WAIT)
+        await rig.crash()
+    kernel.delete_netns("pod")
+    fresh = await rigs.start(kernel, rig.store)
+    await fresh.quiesce()
+    assert host_side(kernel) == before
+    assert fresh.seen.ended == [(claim.id, ReleaseReason.RECONCILED)]
+    assert fresh.state("mlx5_bond_0") == DeviceState.AVAILABLE
