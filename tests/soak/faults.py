@@ -80,8 +80,7 @@ class FaultActor:
     async def bus_restart(self, node: Node, _action: Action) -> str:
         before = len(node.exits)
         node.expected_exits.append(EXIT_BUS)
-        await asyncio.to_thread(node.bus.stop)
-        await asyncio.to_thread(node.bus.start)
+        await node.bus.restart()
         return await self.restarted(node, before)
 
     def new_overruns(self, node: Node) -> int:

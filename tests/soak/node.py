@@ -83,13 +83,19 @@ class SoakBus:
             proc.kill()
             raise RuntimeError("dbus-daemon did not start")
         self.process = proc
-        self.up.set()
 
     def stop(self) -> None:
-        self.up.clear()
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=10)
+
+    async def restart(self) -> None:
+        """Stopped, then started on the same socket; the blocking parts on a worker thread,
+        `up` in the loop's own (an asyncio.Event set from another thread wakes no waiter)."""
+        self.up.clear()
+        await asyncio.to_thread(self.stop)
+        await asyncio.to_thread(self.start)
+        self.up.set()
 
     def close(self) -> None:
         self.stop()
@@ -317,6 +323,7 @@ async def running_node(
     node: Node | None = None
     try:
         bus.start()
+        bus.up.set()
         if rxe:
             sh("rdma", "system", "set", "netns", name)
         spec = "" if rxe else ",".join(f"{n}={d.pair.host}" for n, d in devices.items())

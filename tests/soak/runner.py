@@ -60,6 +60,7 @@ from tests.soak.faults import FaultActor, NetnsReaper
 from tests.soak.invariants import Verdict, growth, rules, settled
 from tests.soak.node import Node, Slot, running_node
 from tests.soak.schedule import NODES, SLOTS, Action, Schedule, generate
+from tests.soak.stalls import STALL_S, stalls, watched_loop
 from tests.support.daemon import Client
 from tests.support.net import ip
 
@@ -80,6 +81,7 @@ class Result:
     podman: bool = False
     played: int = 0  # the schedule's actions of the actors and nodes that exist
     nodes: str = "both nodes"
+    stalls: str = ""  # the stacks of the soak's own loop when it stalled (tests/soak/stalls.py)
 
     def summary(self) -> str:
         lines = [
@@ -108,6 +110,9 @@ class Result:
             figures = ", ".join(f"{k} {v}" for k, v in sorted(verdict.figures.items()))
             lines.append(f"  final state {name}: {figures}")
         lines += [f"  {g}" for g in self.growth]
+        if self.stalls:
+            lines.append(f"the soak's own event loop stalled {STALL_S:g} s or more:")
+            lines += [f"  {x}" for x in self.stalls.splitlines()]
         return "\n".join(lines)
 
 
@@ -254,7 +259,10 @@ async def soak(
     started = time.monotonic()
     init_rules = (rules(4), rules(6))
     slots = [Slot(i) for i in range(SLOTS)]
+    stall_log = workdir / "stalls.txt"
     async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(watched_loop(stall_log))
+        stack.callback(lambda: setattr(result, "stalls", stalls(stall_log)))
         nodes: dict[str, Node] = {}
         for index, name in enumerate(names):
             nodes[name] = await stack.enter_async_context(
@@ -320,7 +328,8 @@ async def soak(
             raise Violation(
                 f"{what} at soak time {world.clock.now():.1f} s:\n{str(exc) or repr(exc)}\n\n"
                 f"seed {seed}; replay: {replay(seconds, seed, rxe, pace)}\n\n"
-                f"== state\n{state}\n\n== schedule\n{schedule.dump()}"
+                f"== state\n{state}\n\n== the soak's loop stalled\n{stalls(stall_log)}\n\n"
+                f"== schedule\n{schedule.dump()}"
             ) from None
         problems = []
         for node in nodes.values():
