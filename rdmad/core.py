@@ -8,9 +8,11 @@ observers (rdmad.observer) what changed.
 
 Crash safety: a claim is written as PENDING before the kernel is touched and as RELEASING
 before it is given back, so a daemon killed at any step finds out at start what to undo or
-finish. A device is always either free in init_net or held by a claim that is listed: one
-whose give-back the kernel refuses at start stays listed, NOT_RETURNED, and the daemon
-starts anyway (a start that failed on it would be restarted into it, forever).
+finish; an ended claim stays on file as ENDED until its observers are told (its Released),
+so that a kill in between leaves the next start to tell them. A device is always either
+free in init_net or held by a claim that is listed: one whose give-back the kernel refuses
+at start stays listed, NOT_RETURNED, and the daemon starts anyway (a start that failed on
+it would be restarted into it, forever).
 """
 
 from __future__ import annotations
@@ -135,6 +137,8 @@ class Core:
         # is taken), told to the observers by announce_startup: a Released sent earlier
         # would not come from io.rdmad1, and monitors match on that name.
         self._startup_releases: list[tuple[Claim, ReleaseReason]] | None = []
+        # Ended claims whose Released is not sent yet: their ENDED files stay until it is.
+        self._ending: dict[str, Claim] = {}
         self.startup_notes: list[str] = []
         # NOT_RETURNED claims, by id (kept apart from the book so that an event costs
         # nothing while none is owed), and those whose give-back is being retried.
@@ -160,12 +164,16 @@ class Core:
     def add_observer(self, observer: CoreObserver) -> None:
         self._observers.add(observer)
 
+    def _startup_release(self, claim: Claim, reason: ReleaseReason) -> None:
+        if self._startup_releases is not None:
+            self._startup_releases.append((claim, reason))
+
     def announce_startup(self) -> None:
         """Once every observer is attached and the bus name taken: tell them of the claims
         ended since start, and of every later one as it ends."""
         ended, self._startup_releases = self._startup_releases or [], None
         for claim, reason in ended:
-            self._observers.released(claim, reason)
+            self._announce_end(claim, reason)
 
     # ------------------------------------------------------------------ queries
     def devices(self) -> list[DeviceView]:
@@ -255,7 +263,13 @@ class Core:
                 f"state file unreadable: {len(state.set_aside)} set aside in "
                 f"{state.set_aside[0].parent} (see the log)"
             )
-        self._book.load(state.claims, state.pending_restores)
+        ended = [c for c in state.claims if c.phase == ClaimPhase.ENDED]
+        self._book.load(
+            [c for c in state.claims if c.phase != ClaimPhase.ENDED], state.pending_restores
+        )
+        for claim in ended:  # the last run saved their end, and was killed before telling it
+            self._ending[claim.id] = claim
+            self._startup_release(claim, claim.end_reason or ReleaseReason.RECONCILED)
         visible: set[str] | None = None
         if self.netns_mode != NetnsMode.UNAVAILABLE:  # else picked up when ib_core appears
             listed = await self._rdma.list_devices()
@@ -334,9 +348,11 @@ class Core:
                     if dev is not None:
                         claim.chardevs = await self._rdma.chardevs(dev, claim.hold.chardevs, None)
                 continue
-            self._drop(claim)
-            if announced and self._startup_releases is not None:
-                self._startup_releases.append((claim, ReleaseReason.RECONCILED))
+            if announced:
+                self._end(claim, ReleaseReason.RECONCILED)  # saved by start's full save
+                self._startup_release(claim, ReleaseReason.RECONCILED)
+            else:
+                self._drop(claim)
         # From here on, a change to the device or netns of one of these retries it (`handle`).
         owed = [c for c in self._book.claims.values() if c.phase == ClaimPhase.NOT_RETURNED]
         self._owed = {c.id: c for c in owed}
@@ -857,7 +873,7 @@ class Core:
                 self._save(claim)
                 step("releasing-written", f"claim {claim.id}")
             await self._giveback.give_back(claim, netns_alive=alive)
-            self._drop(claim)
+            self._end(claim, ReleaseReason.REQUESTED)
             self._save(claim)
             step("released-written", f"claim {claim.id}")
         self._finish_release(claim, ReleaseReason.REQUESTED)
@@ -867,10 +883,27 @@ class Core:
         if self._startup_releases is not None:
             self._startup_releases.append((claim, reason))
         else:
-            self._observers.released(claim, reason)
+            self._announce_end(claim, reason)
         dev = self._inv.devices.get(claim.device)
         if dev is not None:
             self._tracker.announce(self._tracker.view(dev))
+
+    def _announce_end(self, claim: Claim, reason: ReleaseReason) -> None:
+        """Tell the observers (Released on the bus), then remove the claim's ENDED file."""
+        self._observers.released(claim, reason)
+        if self._ending.pop(claim.id, None) is None:
+            return
+        try:
+            self._save(claim)
+        except RdmadError as exc:
+            log.error("claim %s: its end is told, but its file stays: %s", claim.id, exc)
+
+    def _end(self, claim: Claim, reason: ReleaseReason) -> None:
+        """Out of the book, ENDED with `reason` until its observers are told (_announce_end):
+        the caller saves it so, and a daemon killed in between tells them at its start."""
+        self._drop(claim)
+        claim.phase, claim.end_reason = ClaimPhase.ENDED, reason
+        self._ending[claim.id] = claim
 
     def _drop(self, claim: Claim) -> None:
         self._book.drop(claim)
@@ -952,7 +985,7 @@ class Core:
                     level=logging.WARNING,
                 )
                 return False
-            self._drop(claim)
+            self._end(claim, ReleaseReason.RECONCILED)
             self._save_end(claim)
         return True
 
@@ -998,7 +1031,7 @@ class Core:
                     f"give everything back: {exc}",
                     level=logging.ERROR,
                 )
-            self._drop(claim)
+            self._end(claim, reason)
             self._save_end(claim)
         self._finish_release(claim, reason)
 
@@ -1035,12 +1068,12 @@ class Core:
         """Save the state; `changed`: the one claim changed since the last save, if only
         one was (every change to a claim is followed by its save), else all of it."""
         if changed is None:
-            claims = list(self._book.claims.values())
+            claims = [*self._book.claims.values(), *self._ending.values()]
             self._store.save(State(claims, list(self._book.pending_restores)))
         else:
             self._store.save_claim(
                 changed,
-                live=self._book.claims.get(changed.id) is changed,
+                live=self._book.claims.get(changed.id) is changed or changed.id in self._ending,
                 pending_restores=self._book.pending_restores,
             )
 

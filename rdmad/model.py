@@ -200,6 +200,9 @@ class ClaimPhase(enum.StrEnum):
     RELEASING = "releasing"  # release in progress: finish it at start
     NOT_RETURNED = "not-returned"  # its give-back failed at start: `Claim.failure` says why
     HELD = "held"  # kept for a pod whose netns does not exist yet: nothing moved (Hold)
+    # Over, its end saved: the file is removed once Released is sent, so a daemon killed
+    # in between sends it at its next start (`Claim.end_reason` says why it ended).
+    ENDED = "ended"
 
 
 @dataclass(frozen=True)
@@ -247,6 +250,7 @@ class Claim:
     # exclusive mode: the device as init_net listed it before the claim moved it, which the
     # next start lists again while the move hides it (None: not moving it, or an older rdmad)
     moved_device: RdmaDevice | None = None
+    end_reason: ReleaseReason | None = None  # ENDED: why, for its Released
 
     @property
     def netns(self) -> str:

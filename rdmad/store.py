@@ -39,6 +39,7 @@ from rdmad.model import (
     HostConfig,
     Port,
     RdmaDevice,
+    ReleaseReason,
 )
 from rdmad.swapfile import remove, write_new, write_swapped
 
@@ -292,6 +293,8 @@ def _claim_from(raw: dict[str, Any]) -> Claim:
     raw["gids"] = tuple(Gid(**g) for g in raw.get("gids", ()))  # absent before GIDs were kept
     raw.pop("chardev_kinds", None)  # kept by earlier versions, never needed
     raw["phase"] = ClaimPhase(raw["phase"])
+    if raw.get("end_reason") is not None:  # absent before ENDED was saved
+        raw["end_reason"] = ReleaseReason(raw["end_reason"])
     hold = raw.get("hold")  # absent before Hold existed
     if hold is not None:
         hold["chardevs"] = tuple(ChardevKind(k) for k in hold["chardevs"])

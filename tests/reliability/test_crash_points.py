@@ -189,3 +189,23 @@ async def test_a_netdev_a_killed_release_brought_home_is_restored_though_its_net
         await restart(rig)
         assert await rig.client.manager("ListClaims") == []
         await assert_invariants(rig.client, rig.nics, settings)
+
+
+async def test_a_release_killed_after_its_end_was_saved_is_told_by_the_next_start(
+    bus_address: str, tmp_path: Path, netns: str
+) -> None:
+    """Killed between the release's end saved and its Released sent: the next start sends
+    it, with the release's own reason (found by the chaos soak: a claim acknowledged, then
+    gone without a Released)."""
+    async with reliability_rig(bus_address, tmp_path, 1, env={CRASH_AT: "released-written"}) as rig:
+        path = await claim(rig, netns, SHARED)
+        claim_id = await rig.client.prop(path, CLAIM_IFACE, "Id")
+        since = rig.client.mark()
+        with pytest.raises(DBusCallError):
+            await rig.client.manager("Release", "s", claim_id)
+        assert rig.daemon.proc is not None
+        assert await rig.daemon.proc.wait() == 137, f"no crash:\n{rig.daemon.log()}"
+        await restart(rig)
+        released = await rig.client.wait_signal("Released", lambda b: b[0] == claim_id, since=since)
+        assert released[2] == "requested"
+        assert await rig.client.manager("ListClaims") == []

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import logging
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import replace
 from ipaddress import ip_interface
 from pathlib import Path
 
@@ -487,3 +488,34 @@ async def test_a_bond_a_killed_release_brought_home_gets_its_settings_when_its_n
     assert host_side(kernel) == before
     assert fresh.seen.ended == [(claim.id, ReleaseReason.RECONCILED)]
     assert fresh.state("mlx5_bond_0") == DeviceState.AVAILABLE
+
+
+async def test_an_ended_claim_stays_on_file_as_ended_until_its_end_is_told(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
+    await rig.crash()
+    fresh = await rigs.start(kernel, rig.store, announce=False)
+    kernel.delete_netns("pod")
+    await fresh.quiesce()
+    assert phases(fresh) == [ClaimPhase.ENDED]
+    fresh.core.announce_startup()
+    assert phases(fresh) == []
+
+
+async def test_a_claim_whose_end_was_saved_but_not_told_is_told_at_the_next_start(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    kernel = two_nics()
+    rig = await rigs.start(kernel, Store(tmp_path))
+    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
+    await rig.core.release(claim.id)
+    await rig.crash()
+    # What a daemon killed between a release's end saved and its Released sent leaves.
+    ended = replace(claim, phase=ClaimPhase.ENDED, end_reason=ReleaseReason.REQUESTED)
+    Store(tmp_path).save_claim(ended, live=True, pending_restores=[])
+    fresh = await rigs.start(kernel, rig.store)
+    assert fresh.seen.ended == [(claim.id, ReleaseReason.REQUESTED)]
+    assert fresh.core.claims() == [] and phases(fresh) == []
