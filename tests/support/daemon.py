@@ -25,6 +25,7 @@ from typing import Any
 from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 
+from rdmad.bus.connection import BusConnection
 from tests.support import faulty_rdmad
 from tests.support.children import spawn
 
@@ -155,7 +156,9 @@ class Client:
     async def connect(cls, address: str, signals: bool = True) -> Client:
         """Connected; with `signals`, subscribed to every signal under /io/rdmad1 (a
         claimant such as rdmad-cni or `rdmactl claim` subscribes to none)."""
-        bus = await MessageBus(bus_address=address, negotiate_unix_fd=True).connect()
+        # rdmad's own connection class: a bus restart ends it with one cause, not a
+        # "Future exception was never retrieved" traceback per message in flight
+        bus = await BusConnection(address, negotiate_unix_fd=True).connect()
         client = cls(bus)
         bus.add_message_handler(client._on_message)
         if not signals:
