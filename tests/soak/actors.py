@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dbus_fast import Variant
+from dbus_fast.errors import AuthError
 
 from tests.cni.conftest import Outcome, run_plugin
 from tests.cni.podman import Podman
@@ -71,6 +72,11 @@ class World:
     tally: Tally
     clock: Clock
     workdir: Path
+
+
+# A connection the bus daemon dropped (it was restarted), at any stage: dbus-fast raises
+# AuthError when that happens during the connection's handshake.
+BUS_LOST = (OSError, EOFError, AuthError)
 
 
 def outcome_of(exc: BaseException, node: Node) -> str:
@@ -125,7 +131,7 @@ class BusUser:
             async with asyncio.timeout(CALL_TIMEOUT):
                 client = await self.client(node)
                 return "ok", await client.manager(member, sig, *body)
-        except (DBusCallError, TimeoutError, OSError, EOFError, ConnectionError) as exc:
+        except (DBusCallError, TimeoutError, *BUS_LOST) as exc:
             self.detail = self.detail or f"{member}: {exc}"
             if not isinstance(exc, DBusCallError):
                 self.clients.pop(node.name, None)
@@ -165,7 +171,7 @@ class BusClaimer(BusUser):
             async with asyncio.timeout(CALL_TIMEOUT):
                 client = await self.client(node)
                 result = await getattr(self, action.op)(client, args)
-        except (DBusCallError, TimeoutError, OSError, EOFError, ConnectionError) as exc:
+        except (DBusCallError, TimeoutError, *BUS_LOST) as exc:
             result, detail = outcome_of(exc, node), str(exc)
             if not isinstance(exc, DBusCallError):
                 self.clients.pop(node.name, None)

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from dbus_fast.errors import AuthError
+
 from rdmad.dra.device_watch import DeviceWatch
 from rdmad.dra.offer import offered
 from tests.dra.apiserver import ApiServer
@@ -364,7 +366,7 @@ async def slices_settled(plugins: dict[str, DraPlugin]) -> dict[str, Verdict]:
             verdict = Verdict()
             try:
                 verdict.problems += await slice_problems(plugin)
-            except (EOFError, OSError) as exc:
+            except (EOFError, OSError, AuthError) as exc:
                 verdict.problems.append(f"bus unreadable: {exc!r}")
             verdict.figures["offered"] = len(plugin.api.devices())
             verdict.figures["restarts"] = len(plugin.exits)

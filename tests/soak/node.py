@@ -26,6 +26,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dbus_fast.errors import AuthError
+
 from tests.reliability.test_state_file import tiny_tmpfs
 from tests.soak.schedule import DEVICES
 from tests.support.bus import START_TIMEOUT, write_config
@@ -257,7 +259,7 @@ class Node:
                 start_new_session=True,
                 limit=1 << 24,  # a line per signal; an InterfacesAdded line can be long
             )
-            with contextlib.suppress(OSError, EOFError, ConnectionError):
+            with contextlib.suppress(OSError, EOFError, AuthError):  # the bus restarted
                 record.witnesses.append(await Client.connect(self.bus.address))
             if record.down_since is not None:
                 record.gaps.append((record.down_since, time.monotonic() + MONITOR_MARGIN_S))
