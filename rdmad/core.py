@@ -164,10 +164,6 @@ class Core:
     def add_observer(self, observer: CoreObserver) -> None:
         self._observers.add(observer)
 
-    def _startup_release(self, claim: Claim, reason: ReleaseReason) -> None:
-        if self._startup_releases is not None:
-            self._startup_releases.append((claim, reason))
-
     def announce_startup(self) -> None:
         """Once every observer is attached and the bus name taken: tell them of the claims
         ended since start, and of every later one as it ends."""
@@ -269,7 +265,7 @@ class Core:
         )
         for claim in ended:  # the last run saved their end, and was killed before telling it
             self._ending[claim.id] = claim
-            self._startup_release(claim, claim.end_reason or ReleaseReason.RECONCILED)
+            self._tell_end(claim, claim.end_reason or ReleaseReason.RECONCILED)
         visible: set[str] | None = None
         if self.netns_mode != NetnsMode.UNAVAILABLE:  # else picked up when ib_core appears
             listed = await self._rdma.list_devices()
@@ -350,7 +346,7 @@ class Core:
                 continue
             if announced:
                 self._end(claim, ReleaseReason.RECONCILED)  # saved by start's full save
-                self._startup_release(claim, ReleaseReason.RECONCILED)
+                self._tell_end(claim, ReleaseReason.RECONCILED)
             else:
                 self._drop(claim)
         # From here on, a change to the device or netns of one of these retries it (`handle`).
@@ -880,13 +876,17 @@ class Core:
 
     def _finish_release(self, claim: Claim, reason: ReleaseReason) -> None:
         self.stats.released(reason)
+        self._tell_end(claim, reason)
+        dev = self._inv.devices.get(claim.device)
+        if dev is not None:
+            self._tracker.announce(self._tracker.view(dev))
+
+    def _tell_end(self, claim: Claim, reason: ReleaseReason) -> None:
+        """Tell the observers now, or (while starting) once announce_startup is called."""
         if self._startup_releases is not None:
             self._startup_releases.append((claim, reason))
         else:
             self._announce_end(claim, reason)
-        dev = self._inv.devices.get(claim.device)
-        if dev is not None:
-            self._tracker.announce(self._tracker.view(dev))
 
     def _announce_end(self, claim: Claim, reason: ReleaseReason) -> None:
         """Tell the observers (Released on the bus), then remove the claim's ENDED file."""
