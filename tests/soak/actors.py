@@ -28,12 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from dbus_fast import Variant
-from dbus_fast.errors import AuthError
 
 from tests.cni.conftest import Outcome, run_plugin
 from tests.cni.podman import Podman
 from tests.soak.clock import Clock
-from tests.soak.node import Node, Slot
+from tests.soak.node import BUS_LOST, Node, Slot
 from tests.soak.schedule import FD_FORM, PODMAN_DEVICE, Action
 from tests.support.daemon import BUS_NAME, MANAGER_IFACE, MANAGER_PATH, Client, DBusCallError
 
@@ -72,11 +71,6 @@ class World:
     tally: Tally
     clock: Clock
     workdir: Path
-
-
-# A connection the bus daemon dropped (it was restarted), at any stage: dbus-fast raises
-# AuthError when that happens during the connection's handshake.
-BUS_LOST = (OSError, EOFError, AuthError)
 
 
 def outcome_of(exc: BaseException, node: Node) -> str:

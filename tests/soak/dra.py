@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from dbus_fast.errors import AuthError
-
 from rdmad.dra.device_watch import DeviceWatch
 from rdmad.dra.offer import offered
 from tests.dra.apiserver import ApiServer
@@ -33,7 +31,7 @@ from tests.dra.claims import DRIVER, claim
 from tests.dra.plugin_process import argv
 from tests.soak.actors import HoldActor, Pod, World, present
 from tests.soak.invariants import SETTLE_S, Verdict
-from tests.soak.node import Node
+from tests.soak.node import BUS_LOST, Node
 from tests.soak.schedule import DRA_DEVICES, Action
 from tests.support.children import spawn
 from tests.support.daemon import ROOT, Client
@@ -366,7 +364,7 @@ async def slices_settled(plugins: dict[str, DraPlugin]) -> dict[str, Verdict]:
             verdict = Verdict()
             try:
                 verdict.problems += await slice_problems(plugin)
-            except (EOFError, OSError, AuthError) as exc:
+            except BUS_LOST as exc:
                 verdict.problems.append(f"bus unreadable: {exc!r}")
             verdict.figures["offered"] = len(plugin.api.devices())
             verdict.figures["restarts"] = len(plugin.exits)

@@ -41,9 +41,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from dbus_fast.errors import AuthError
-
-from tests.soak.node import Node, Slot
+from tests.soak.node import BUS_LOST, Node, Slot
 from tests.support.daemon import BUS_NAME, MANAGER_PATH, Client, DBusCallError
 from tests.support.invariants import DaemonView, compare, daemon_view
 from tests.support.net import ip_json
@@ -441,7 +439,7 @@ async def settled(
                 verdicts[name], view, mine = await check_node(node, slots, acks.get(name, {}))
             # The bus closed the checker's connection, or rdmad's (NoReply, ServiceUnknown):
             # retried; an exit of rdmad's that no fault caused is the supervisor's problem.
-            except (EOFError, OSError, AuthError, DBusCallError) as exc:
+            except (*BUS_LOST, DBusCallError) as exc:
                 verdicts[name], view = Verdict([f"bus unreadable: {exc!r}"]), DaemonView({}, [])
                 mine = {}
             views.append(view)

@@ -40,6 +40,9 @@ from tests.support.rdma import sh
 
 # rtnetlink's event socket is this small so that a flood overruns it (as in test_overrun).
 SOAK_RCVBUF = "32768"
+# A bus connection the node's dbus-daemon dropped (it was restarted), at any stage: dbus-fast
+# raises AuthError when that happens during the connection's handshake.
+BUS_LOST = (OSError, EOFError, AuthError)
 MONITOR_MARGIN_S = 3.0  # a restarted monitor may miss signals until it has subscribed
 RXE_START_S = 180.0  # rdmad's and the exporter's start in the guest: imports over 9p, TCG
 # A scrape's budget in the guest: under TCG, with the actors at work, rdmad's answers to a
@@ -259,7 +262,7 @@ class Node:
                 start_new_session=True,
                 limit=1 << 24,  # a line per signal; an InterfacesAdded line can be long
             )
-            with contextlib.suppress(OSError, EOFError, AuthError):  # the bus restarted
+            with contextlib.suppress(*BUS_LOST):
                 record.witnesses.append(await Client.connect(self.bus.address))
             if record.down_since is not None:
                 record.gaps.append((record.down_since, time.monotonic() + MONITOR_MARGIN_S))
