@@ -60,7 +60,7 @@ from tests.soak.faults import FaultActor, NetnsReaper
 from tests.soak.invariants import Verdict, growth, rules, settled
 from tests.soak.node import Node, Slot, running_node
 from tests.soak.schedule import NODES, SLOTS, Action, Schedule, generate
-from tests.soak.stalls import STALL_S, stalls, watched_loop
+from tests.soak.stalls import STALL_S, kernel_threads, stalls, watched_loop
 from tests.support.daemon import Client
 from tests.support.net import ip
 
@@ -208,7 +208,7 @@ async def checker(
 
 async def state_of(world: World) -> str:
     """What a replay needs to compare against: each node's claims and devices, the slots'
-    links, and the tail of each rdmad's log."""
+    links, the tail of each rdmad's log and what each of its threads waits on."""
     out = []
     for name, node in world.nodes.items():
         out.append(
@@ -225,6 +225,8 @@ async def state_of(world: World) -> str:
             out.append(f"  (bus unreadable: {exc!r})")
         out.append(f"  veths: { {d: dev.pair for d, dev in node.devices.items()} }")
         out += ["  | " + line for line in node.daemon.log().splitlines()[-30:]]
+        if node.pid is not None:
+            out += [f"  rdmad {line}" for line in kernel_threads(node.pid)]
         bus_log = node.bus.log_path.read_text(errors="replace").splitlines()
         out += [f"  dbus-daemon: {line}" for line in bus_log[-10:]]
         if node.exporter is not None:
