@@ -60,9 +60,10 @@ from tests.soak.faults import FaultActor, NetnsReaper
 from tests.soak.invariants import Verdict, growth, rules, settled
 from tests.soak.node import Node, Slot, running_node
 from tests.soak.schedule import NODES, SLOTS, Action, Schedule, generate
-from tests.soak.stalls import STALL_S, kernel_threads, stalls, watched_loop
+from tests.soak.stalls import STALL_S, stalls, watched_loop
 from tests.support.daemon import Client
 from tests.support.net import ip
+from tests.support.threads import kernel_report
 
 
 class Violation(Exception):
@@ -225,8 +226,10 @@ async def state_of(world: World) -> str:
             out.append(f"  (bus unreadable: {exc!r})")
         out.append(f"  veths: { {d: dev.pair for d, dev in node.devices.items()} }")
         out += ["  | " + line for line in node.daemon.log().splitlines()[-30:]]
+        # what each rdmad thread waits on: a worker stuck in setns() or a mount differs
+        # there from one idle on its queue (a guest run's stall, docs/reliability.md)
         if node.pid is not None:
-            out += [f"  rdmad {line}" for line in kernel_threads(node.pid)]
+            out += [f"  rdmad {line}" for line in kernel_report(node.pid)]
         bus_log = node.bus.log_path.read_text(errors="replace").splitlines()
         out += [f"  dbus-daemon: {line}" for line in bus_log[-10:]]
         if node.exporter is not None:

@@ -1,5 +1,6 @@
 """A process's threads, how often each woke and where each sleeps, from /proc/<pid>/task:
-what rdmad-dra's idle test and its benchmark (bench/dra.py) count."""
+what rdmad-dra's idle test and its benchmark (bench/dra.py) count, and what the soak's
+violation report shows of rdmad (tests/soak/runner.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import NamedTuple
 # work-stealing pool and that pool's lifeguard, and iomgr's timer manager. grpc.aio's
 # completion-queue poller is a Python thread, named `python` as the others.
 GRPC_CORE_THREADS = frozenset({"event_engine", "lifeguard", "grpc_global_tim"})
+STACK_FRAMES = 8  # of each thread's kernel stack in kernel_report()
 
 
 class Thread(NamedTuple):
@@ -49,4 +51,24 @@ def polling(pid: int) -> set[int]:
         with contextlib.suppress(FileNotFoundError):
             if "epoll" in (task / "wchan").read_text():
                 out.add(int(task.name))
+    return out
+
+
+def kernel_report(pid: int) -> list[str]:
+    """One line per live thread of `pid` (its id, state and kernel wait channel), each
+    followed by the top of its kernel stack (only root reads it); [] once `pid` is gone."""
+    out = []
+    with contextlib.suppress(FileNotFoundError):
+        for task in sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda t: int(t.name)):
+            try:
+                state = (task / "stat").read_text().rsplit(") ", 1)[1].split()[0]
+                wchan = (task / "wchan").read_text() or "-"
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # a thread that ended meanwhile
+            try:
+                stack = (task / "stack").read_text().splitlines()
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                stack = []  # ended meanwhile, or we are not root
+            out.append(f"thread {task.name} {state} {wchan}")
+            out += [f"    {frame.split('] ', 1)[-1]}" for frame in stack[:STACK_FRAMES]]
     return out
