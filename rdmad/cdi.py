@@ -192,9 +192,14 @@ class CdiWriter(CoreObserver):
         if claim.pod_cdi_name and not any(c.pod_cdi_name == claim.pod_cdi_name for c in rest):
             self._remove(self.pod_path_for(claim.pod_cdi_name))
         if reason != ReleaseReason.NETNS_GONE:
-            # A dead netns's other claims end as well, each removing its own spec: rewriting
+            # A dead netns's other claims leave as well, each removing its own spec: rewriting
             # theirs would cost O(claims in the pod) a claim, O(n^2) a pod.
             self._write_pod(rest)
+
+    def left_netns(self, claim: Claim, rest: list[Claim]) -> None:
+        # Its own spec and pod CDI name's follow in claim_changed; those of the pod it left
+        # must stop naming its devices now, or a container started from them gets them.
+        self._write_pod(rest)
 
     def sync(self, live: list[Claim]) -> None:
         """At start: a spec for every live claim and pod CDI name, none for anything else."""
@@ -207,8 +212,9 @@ class CdiWriter(CoreObserver):
                 for stale in self.directory.glob(pattern):
                     if stale not in keep:
                         stale.unlink(missing_ok=True)
-        pods: dict[int, list[Claim]] = {}
+        pods: dict[int | str, list[Claim]] = {}
         for claim in live:
-            pods.setdefault(claim.netns_inode, []).append(claim)
+            # netns 0: held for a pod whose netns does not exist yet, a pod of its own
+            pods.setdefault(claim.netns_inode or claim.id, []).append(claim)
         for pod in pods.values():
             self._write_pod(pod)

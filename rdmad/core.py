@@ -678,7 +678,7 @@ class Core:
             if netns_alive:
                 raise  # a Detach: the claim stays where it is, for the caller to retry
         log.info("claim %s of %s is held for pod %s again", claim.id, claim.device, hold.pod_uid)
-        _back_to_held(claim, self._book)
+        rest = self._leave_netns(claim)
         dev = self._inv.devices.get(claim.device)
         if dev is not None:
             claim.chardevs = await self._rdma.chardevs(dev, hold.chardevs, None)
@@ -686,6 +686,8 @@ class Core:
             self._save(claim)
         except RdmadError as exc:
             log.error("claim %s is held again, but that could not be saved: %s", claim.id, exc)
+        if netns_alive:  # a dead netns's claims all leave it, each removing its own specs
+            self._observers.left_netns(claim, rest)
         self._observers.claim_changed(claim)  # the bus's State and Netns, the CDI spec
 
     async def _take(
@@ -835,12 +837,15 @@ class Core:
                 level=logging.ERROR,
             )
             return
+        rest = None
         if claim.hold is not None:
-            _back_to_held(claim, self._book)  # a failed Attach: still held for the pod
+            rest = self._leave_netns(claim)  # a failed Attach: still held for the pod
         else:
             self._book.drop(claim)
         with contextlib.suppress(RdmadError):
             self._save(claim)
+        if rest is not None:
+            self._observers.left_netns(claim, rest)
         # Events applied meanwhile re-read the device without its netdev: read it again
         # before the lock goes, or the failed claim would show as a passing "unavailable".
         await self._tracker.reread_device(claim.device)
@@ -1062,6 +1067,13 @@ class Core:
             claim.gids = gids
             self._save(claim)
         self._observers.claim_changed(claim)
+
+    def _leave_netns(self, claim: Claim) -> list[Claim]:
+        """Hold an attached (or attaching) claim for its pod again, out of its netns: the
+        live claims it leaves there, returned, are the pod its observers must rewrite."""
+        rest = [c for c in self.pod_of(claim) if c is not claim]
+        _back_to_held(claim, self._book)
+        return rest
 
     # ------------------------------------------------------------------ persistence
     def _save(self, changed: Claim | None = None) -> None:

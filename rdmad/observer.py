@@ -36,6 +36,10 @@ class CoreObserver:
     def released(self, claim: Claim, reason: ReleaseReason) -> None:
         """A claim ended: what it took is back, and it is off disk."""
 
+    def left_netns(self, claim: Claim, rest: list[Claim]) -> None:
+        """A claim left a live netns without ending (a held claim detached, or its Attach
+        undone): `rest`, the live claims still there. Told before claim_changed."""
+
     def mode_changed(self, mode: NetnsMode) -> None:
         """The RDMA subsystem's netns mode changed (or the subsystem turned up)."""
 
@@ -74,6 +78,9 @@ class Observers(CoreObserver):
 
     def released(self, claim: Claim, reason: ReleaseReason) -> None:
         self._each(lambda o: o.released(claim, reason))
+
+    def left_netns(self, claim: Claim, rest: list[Claim]) -> None:
+        self._each(lambda o: o.left_netns(claim, rest))
 
     def mode_changed(self, mode: NetnsMode) -> None:
         self._each(lambda o: o.mode_changed(mode))

@@ -207,5 +207,5 @@ async def test_an_observer_that_raises_breaks_neither_the_claim_nor_the_other_ob
 
 def test_observers_pass_on_every_call_an_observer_can_get() -> None:
     calls = [name for name in vars(CoreObserver) if not name.startswith("_")]
-    assert len(calls) == 7
+    assert len(calls) == 8
     assert all(getattr(Observers, name) is not getattr(CoreObserver, name) for name in calls)
