@@ -1,4 +1,4 @@
-"""The CDI rewrite of a claim's pod (rdmad.cdi), with 1 and with 8 claims in the netns, on a
+"""The CDI rewrite of a claim's pod (rdmad.daemon.cdi), with 1 and with 8 claims in the netns, on a
 node with no other claims and on one with 512: it must cost the same on both.
 
 `python -m bench.cdi [--reps N] [--dir DIR]`: no root, no bus. DIR must be on a tmpfs, as
@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from bench.stats import pct
-from rdmad.cdi import CdiWriter
-from rdmad.claims import ClaimBook
+from rdmad.core.claims import ClaimBook
+from rdmad.daemon.cdi import CdiWriter
 from rdmad.model import CharDev, ChardevKind, Claim, Gid, ReleaseReason
 
 PODS = (1, 8)

@@ -21,7 +21,7 @@ and the plugin as its own process.
             p99 <= 1 s, over its whole 95% interval.
   RSS and idle: the plugin's VmRSS after start and after the runs; its CPU ticks and
             context switches (wake-ups) over an idle window once its gRPC servers' idle
-            stops came (rdmad/dra/on_demand.py), by thread name, so that the report says
+            stops came (rdmad/dra/rpc/on_demand.py), by thread name, so that the report says
             whose they are (gRPC's C core names its threads). Target: 0 and 0.
 
 The three prepare/ADD columns take turns in bench.columns' cycle of orders, each operation

@@ -27,7 +27,7 @@ class ProfiledRdmad(RdmadProcess):
 
     def argv(self) -> list[str]:
         args = super().argv()
-        i = args.index("rdmad.daemon")
+        i = args.index("rdmad.daemon.main")
         return [sys.executable, "-m", "bench.profiled_daemon", *args[i + 1 :]]
 
 

@@ -41,15 +41,15 @@ TOP = 25
 
 
 class ToolRdmad(RdmadProcess):
-    """rdmad.daemon started through a profiler: `prefix` before `python -m`, `module`
-    instead of rdmad.daemon."""
+    """rdmad.daemon.main started through a profiler: `prefix` before `python -m`, `module`
+    instead of rdmad.daemon.main."""
 
     prefix: list[str] = []
-    module = "rdmad.daemon"
+    module = "rdmad.daemon.main"
 
     def argv(self) -> list[str]:
         args = super().argv()
-        i = args.index("rdmad.daemon")
+        i = args.index("rdmad.daemon.main")
         return [*self.prefix, sys.executable, "-m", self.module, *args[i + 1 :]]
 
 

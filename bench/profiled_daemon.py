@@ -1,7 +1,7 @@
-"""rdmad.daemon under a profiler, profiling only between SIGUSR1 (start) and SIGUSR2 (stop
+"""rdmad.daemon.main under a profiler, profiling only between SIGUSR1 (start) and SIGUSR2 (stop
 and save), so a profile covers one workload and not start-up.
 
-    RDMAD_BENCH_PROFILE_DIR=D python -m bench.profiled_daemon <rdmad.daemon arguments>
+    RDMAD_BENCH_PROFILE_DIR=D python -m bench.profiled_daemon <rdmad.daemon.main arguments>
 
 Each SIGUSR2 writes D/<k>.pyisession (pyinstrument: wall samples of the loop thread) or,
 with RDMAD_BENCH_PROFILER=cprofile, D/<k>.pstats (cProfile: every call, timed by the
@@ -22,7 +22,7 @@ from types import FrameType
 
 from pyinstrument import Profiler
 
-from rdmad import daemon
+from rdmad.daemon import main as daemon
 
 INTERVAL_S = 0.0005
 

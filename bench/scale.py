@@ -124,7 +124,7 @@ def python_floor_ms() -> float:
     best = float("inf")
     for _ in range(3):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import rdmad.daemon"], check=True, cwd=ROOT)
+        subprocess.run([sys.executable, "-c", "import rdmad.daemon.main"], check=True, cwd=ROOT)
         best = min(best, ms_since(t0))
     return best
 

@@ -2,7 +2,7 @@
 
 `python -m bench.store [--reps N] [--dir DIR]`: no root, no bus. DIR must be on a tmpfs, as
 /run/rdmad is; by default a fresh directory under /dev/shm. Each rep is one claim's way and
-its release's, as rdmad.core saves them: PENDING (a new file), ACTIVE and RELEASING
+its release's, as rdmad.core.core saves them: PENDING (a new file), ACTIVE and RELEASING
 (rewrites), ended (the file removed), beside N other claims. Prints each save's p50 and p90
 in microseconds; the figures live in docs/performance.md, "In the node's size".
 """
@@ -17,8 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.stats import pct
+from rdmad.core.store import State, Store
 from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, HostConfig
-from rdmad.store import State, Store
 
 SIZES = (1, 1024, 4096)
 SAVES = ("pending", "active", "releasing", "ended")

@@ -180,7 +180,7 @@ class ClaimOptions:
     owner: str = ""
     netdev: bool = True
     cdi_name: str = ""  # an extra CDI device name the caller chose (e.g. from its attachment)
-    pod_cdi_name: str = ""  # a CDI device name for all the claims of its netns (rdmad.cdi)
+    pod_cdi_name: str = ""  # a CDI device name for all the claims of its netns (rdmad.daemon.cdi)
     table: int | None = None  # policy routing: the claim's table; TABLE_AUTO: rdmad picks
     routes: tuple[Route, ...] = ()  # placed in `table`, beside the connected routes
 
@@ -240,7 +240,7 @@ class Claim:
     ns_ifindex: int = 0
     phase: ClaimPhase = ClaimPhase.ACTIVE
     cdi_name: str = ""  # a second CDI device name for the same char devices, "" if none
-    pod_cdi_name: str = ""  # the CDI device name of its pod's spec (rdmad.cdi), "" if none
+    pod_cdi_name: str = ""  # the CDI device name of its pod's spec (rdmad.daemon.cdi), "" if none
     failure: str = ""  # NOT_RETURNED: the error of the last give-back tried at start
     # the netns's cookie, which no other netns gets (its inode and nsid go to the next ones
     # made once it dies); 0 if unknown (saved by an older rdmad)

@@ -10,7 +10,7 @@ work=$(mktemp -d /tmp/rdmad-demo.XXXXXX)
 ns=demo$$
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
-rdmactl() { PYTHONPATH="$ROOT" "$PY" -m rdmad.cli "$@"; }
+rdmactl() { PYTHONPATH="$ROOT" "$PY" -m rdmad.cli.main "$@"; }
 
 cleanup() {
     set +e
@@ -58,7 +58,7 @@ fi
 
 step "start rdmad (waits for READY=1 from sd_notify)"
 mkfifo "$work/notify.fifo" 2>/dev/null || true
-PYTHONPATH="$ROOT" "$PY" -m rdmad.daemon --state-dir "$work/state" --cdi-dir "$work/cdi" \
+PYTHONPATH="$ROOT" "$PY" -m rdmad.daemon.main --state-dir "$work/state" --cdi-dir "$work/cdi" \
     "${args[@]}" 2>"$work/rdmad.log" & daemon=$!
 for _ in $(seq 600); do rdmactl status >/dev/null 2>&1 && break; kill -0 "$daemon" || { cat "$work/rdmad.log"; exit 1; }; sleep 0.1; done
 run rdmactl status

@@ -40,7 +40,7 @@ SETTINGS_FROM_THE_ENVIRONMENT = (
 
 def pytest_configure(config: pytest.Config) -> None:
     """What the caller's session may hold, undone before the tests are collected
-    (rdmad.config reads its defaults on import)."""
+    (rdmad.daemon.config reads its defaults on import)."""
     # Ignored, as a caller may leave it, the kernel reaps every child at once and each exit
     # status reads 0.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.store import SAVES, measure
-from rdmad.store import Store
+from rdmad.core.store import Store
 
 
 def test_each_rep_times_every_save_and_leaves_only_the_other_claims(tmp_path: Path) -> None:

@@ -17,16 +17,16 @@ from dbus_fast.annotations import DBusDict, DBusObjectPath, DBusSignature, DBusS
 from dbus_fast.service import ServiceInterface, dbus_method
 
 from rdmad import __version__
-from rdmad.backend import NetnsResolver, NetnsTarget
 from rdmad.bus.credentials import Credentials
 from rdmad.bus.mapping import bus_errors
 from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE, MANAGER_IFACE, claim_path, device_path
 from rdmad.bus.properties import Prop, PropertyTable
 from rdmad.bus.signals import Signal
+from rdmad.core.backend import NetnsResolver, NetnsTarget
+from rdmad.core.observer import CoreObserver
+from rdmad.core.opstats import Histogram, OpStats
 from rdmad.errors import InvalidArgs, RdmadError
 from rdmad.model import Claim, ClaimOptions, ClaimPhase, Counters, DeviceView, NetnsMode
-from rdmad.observer import CoreObserver
-from rdmad.opstats import Histogram, OpStats
 from rdmad.options import parse_claim_options, parse_netns_mode
 
 DeviceRow = tuple[str, str, str, str]
@@ -37,7 +37,7 @@ CountersReply = list[object]
 
 
 class CoreAPI(Protocol):
-    """What the bus edge needs from rdmad.core.Core (which satisfies it structurally)."""
+    """What the bus edge needs from rdmad.core.core.Core (which satisfies it structurally)."""
 
     netns_mode: NetnsMode
     stats: OpStats

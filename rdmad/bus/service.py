@@ -1,7 +1,7 @@
 """The io.rdmad1 service: exports the Manager, one object per device and per claim, and
 keeps them in step with the core as a CoreObserver (machined's machine-dbus.c role).
 
-Wiring (rdmad.daemon):
+Wiring (rdmad.daemon.main):
 
     bus = await connect_bus(address)            # None: the system bus
     service = await start_service(bus, core, resolver, allowed_gid)
@@ -20,7 +20,6 @@ from dbus_fast import Message, MessageType, NameFlag, RequestNameReply, Variant
 from dbus_fast.aio import MessageBus
 from dbus_fast.service import ServiceInterface
 
-from rdmad.backend import NetnsResolver
 from rdmad.bus.connection import BusConnection
 from rdmad.bus.credentials import Credentials
 from rdmad.bus.mapping import to_dbus_error
@@ -46,9 +45,10 @@ from rdmad.bus.objects import (
     ManagerInterface,
 )
 from rdmad.bus.signals import INTERFACES_ADDED, INTERFACES_REMOVED, PROPERTIES_CHANGED
+from rdmad.core.backend import NetnsResolver
+from rdmad.core.observer import CoreObserver
 from rdmad.errors import InvalidArgs, NoSuchClaim
 from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
-from rdmad.observer import CoreObserver
 
 
 class NameTaken(RuntimeError):
@@ -267,7 +267,7 @@ async def start_service(
 ) -> Service:
     """Export everything, subscribe to the core, then take io.rdmad1 (last).
 
-    `core` is an rdmad.core.Core (objects.CoreAPI lists what the bus edge uses of it).
+    `core` is an rdmad.core.core.Core (objects.CoreAPI lists what the bus edge uses of it).
     Raises NameTaken if another rdmad runs.
     """
     service = Service(bus, core, resolver, allowed_gid)

@@ -12,9 +12,9 @@ from typing import Any
 
 import grpc
 
-from rdmad.dra import grpc_api
 from rdmad.dra.allocation import Refused
 from rdmad.dra.prepare import ClaimRef, Preparer
+from rdmad.dra.rpc import api
 
 log = logging.getLogger("rdmad.dra")
 
@@ -58,7 +58,7 @@ def _handler(preparer: Preparer, service: str, pb: ModuleType) -> grpc.GenericRp
             claims={c.uid: r for c, r in zip(request.claims, replies, strict=True)}
         )
 
-    return grpc_api.unary_handler(
+    return api.unary_handler(
         service,
         {
             "NodePrepareResources": (
@@ -78,6 +78,6 @@ def _handler(preparer: Preparer, service: str, pb: ModuleType) -> grpc.GenericRp
 def dra_handlers(preparer: Preparer) -> list[grpc.GenericRpcHandler]:
     """The DRA service under each version the plugin names in GetInfo."""
     return [
-        _handler(preparer, grpc_api.DRA_SERVICES[version], grpc_api.DRA_MESSAGES[version])
-        for version in grpc_api.SUPPORTED_VERSIONS
+        _handler(preparer, api.DRA_SERVICES[version], api.DRA_MESSAGES[version])
+        for version in api.SUPPORTED_VERSIONS
     ]

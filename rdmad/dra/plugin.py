@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 from kubernetes.config.config_exception import ConfigException
 
-from rdmad.argtypes import add_bus_address
 from rdmad.bus.address import bus_address
+from rdmad.bus.argtypes import add_bus_address
 from rdmad.bus.client import Client
 from rdmad.bus.connection import BusConnection
 from rdmad.dra.device_watch import DeviceWatch
@@ -25,8 +25,8 @@ from rdmad.dra.node_service import dra_handlers
 from rdmad.dra.offer import offered
 from rdmad.dra.prepare import Preparer
 from rdmad.dra.registration import registration_handler
+from rdmad.dra.rpc.unix_server import serving
 from rdmad.dra.slices import Pool, SlicePublisher
-from rdmad.dra.unix_server import serving
 
 log = logging.getLogger("rdmad.dra")
 

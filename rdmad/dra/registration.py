@@ -9,8 +9,8 @@ from typing import Any
 
 import grpc
 
-from rdmad.dra import grpc_api
-from rdmad.dra.grpc_api import registration as pb
+from rdmad.dra.rpc import api
+from rdmad.dra.rpc.api import registration as pb
 
 log = logging.getLogger("rdmad.dra")
 
@@ -23,10 +23,10 @@ def registration_handler(
 
     async def get_info(_request: Any, _context: Any) -> Any:
         return pb.PluginInfo(
-            type=grpc_api.PLUGIN_TYPE,
+            type=api.PLUGIN_TYPE,
             name=driver,
             endpoint=endpoint,
-            supported_versions=list(grpc_api.SUPPORTED_VERSIONS),
+            supported_versions=list(api.SUPPORTED_VERSIONS),
         )
 
     async def notify_registration_status(request: Any, _context: Any) -> Any:
@@ -37,8 +37,8 @@ def registration_handler(
             log.error("the kubelet refused DRA driver %s: %s", driver, request.error)
         return pb.RegistrationStatusResponse()
 
-    return grpc_api.unary_handler(
-        grpc_api.REGISTRATION_SERVICE,
+    return api.unary_handler(
+        api.REGISTRATION_SERVICE,
         {
             "GetInfo": (get_info, pb.InfoRequest, pb.PluginInfo),
             "NotifyRegistrationStatus": (

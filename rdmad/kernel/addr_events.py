@@ -1,4 +1,4 @@
-"""Address changes in claimants' netns and in init_net, as rdmad.events.AddressChanged.
+"""Address changes in claimants' netns and in init_net, as rdmad.core.events.AddressChanged.
 
 A claim's GIDs follow its netdev's addresses: in the claim's netns, or in init_net for a
 device moved without its netdev. One NETLINK_ROUTE subscription (rdmad.kernel.nl_events)
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import socket
 
-from rdmad.backend import EventSink
-from rdmad.events import AddressChanged, Event
+from rdmad.core.backend import EventSink
+from rdmad.core.events import AddressChanged, Event
 from rdmad.kernel.netlink import Message, kernel_error
 from rdmad.kernel.nl_events import NetlinkEvents
 from rdmad.kernel.rtnl_msgs import RTM_DELADDR, RTM_NEWADDR, addr_local
@@ -31,7 +31,7 @@ def event_from_msg(msg: Message) -> Event | None:
 
 
 class AddrEventSource(NetlinkEvents):
-    """Implements rdmad.backend.EventSource."""
+    """Implements rdmad.core.backend.EventSource."""
 
     def __init__(self) -> None:
         groups = (RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV6_IFADDR)

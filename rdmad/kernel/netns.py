@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from rdmad.backend import NetnsTarget
+from rdmad.core.backend import NetnsTarget
 from rdmad.errors import InvalidNetns
 from rdmad.kernel.nlsocket import rtnl_busy
 from rdmad.model import netns_label
@@ -46,7 +46,8 @@ T = TypeVar("T")
 
 
 class NetnsHandle:
-    """An open netns fd (implements rdmad.backend.NetnsTarget). Close it after one operation."""
+    """An open netns fd (implements rdmad.core.backend.NetnsTarget). Close it after one
+    operation."""
 
     def __init__(self, fd: int, inode: int, path: str) -> None:
         self._fd = fd
@@ -125,7 +126,7 @@ def _ns_type(fd: int) -> int:
 
 
 class KernelNetnsResolver:
-    """Implements rdmad.backend.NetnsResolver against the running kernel.
+    """Implements rdmad.core.backend.NetnsResolver against the running kernel.
 
     Holds one fd of init_net (from /proc/self/ns/net: /proc/1/ns/net may be unreadable) to
     recognise init_net and to move things home. Holding it pins nothing: init_net never dies.

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rdmad.backend import EventSink
-from rdmad.events import Event, Resync
+from rdmad.core.backend import EventSink
+from rdmad.core.events import Event, Resync
 from rdmad.kernel.netlink import Message
 from rdmad.kernel.nlsocket import NlSubscription, open_socket
 
 
 class NetlinkEvents:
-    """Implements rdmad.backend.EventSource; subclasses name the family, groups and
+    """Implements rdmad.core.backend.EventSource; subclasses name the family, groups and
     translation."""
 
     # Bytes of receive queue, five times the kernel's usual default (net.core.rmem_default):

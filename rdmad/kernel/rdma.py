@@ -6,7 +6,7 @@ import errno
 import functools
 from collections.abc import Callable
 
-from rdmad.backend import NetnsTarget, Placement
+from rdmad.core.backend import NetnsTarget, Placement
 from rdmad.errors import (
     ModeBusy,
     NoSuchDevice,
@@ -46,7 +46,7 @@ def _index_by_name(messages: list[Message], name: str) -> int | None:
 
 
 class KernelRdma:
-    """Implements rdmad.backend.RdmaBackend for the running kernel.
+    """Implements rdmad.core.backend.RdmaBackend for the running kernel.
 
     `init_netns_fd` is an fd of init_net (the daemon's own netns), kept open by its owner:
     the NET_NS_FD of every move home. `rtnl` is init_net's rtnetlink channel: a shared

@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 
-from rdmad.backend import NetnsTarget, Placement
+from rdmad.core.backend import NetnsTarget, Placement
 from rdmad.kernel.netlink import NetlinkError, kernel_error
 from rdmad.kernel.netns import run_in_netns
 from rdmad.kernel.nlsocket import NlChannel

@@ -34,7 +34,8 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 
-from rdmad.backend import NetnsTarget, Placement
+from rdmad.core.backend import NetnsTarget, Placement
+from rdmad.core.steps import step
 from rdmad.errors import InvalidArgs, InvalidNetns, RdmadError
 from rdmad.kernel.netlink import NetlinkError, kernel_error
 from rdmad.kernel.netns import (
@@ -73,7 +74,6 @@ from rdmad.kernel.rtnl_routing import (
 )
 from rdmad.model import Cidr, HostConfig, Netdev, Route, netns_label
 from rdmad.options import parse_cidr
-from rdmad.steps import step
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,8 @@ def _close_opened(opened: asyncio.Future[NlChannel]) -> None:
 
 
 class RtnlBackend:
-    """Implements rdmad.backend.NetdevBackend. Build with `await RtnlBackend.create(resolver)`."""
+    """Implements rdmad.core.backend.NetdevBackend. Build with
+    `await RtnlBackend.create(resolver)`."""
 
     def __init__(self, nl: NlChannel, resolver: KernelNetnsResolver) -> None:
         self._nl = nl

@@ -1,4 +1,4 @@
-"""rtnetlink events: link changes in init_net and nsid deletions, as rdmad.events.
+"""rtnetlink events: link changes in init_net and nsid deletions, as rdmad.core.events.
 
 A subscription (rdmad.kernel.nl_events) to RTNLGRP_LINK and RTNLGRP_NSID; an overrun is
 reported as Resync("rtnl").
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 
-from rdmad.events import Event, LinkChanged, LinkRemoved, NetnsGone
+from rdmad.core.events import Event, LinkChanged, LinkRemoved, NetnsGone
 from rdmad.kernel.netlink import Message
 from rdmad.kernel.nl_events import NetlinkEvents
 from rdmad.kernel.rtnl import netdev_from_link
@@ -37,7 +37,7 @@ def event_from_msg(msg: Message) -> Event | None:
 
 
 class RtnlEventSource(NetlinkEvents):
-    """Implements rdmad.backend.EventSource."""
+    """Implements rdmad.core.backend.EventSource."""
 
     def __init__(self) -> None:
         groups = (RTNLGRP_LINK, RTNLGRP_NSID)

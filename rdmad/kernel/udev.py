@@ -14,9 +14,9 @@ from typing import Any
 
 import pyudev
 
-from rdmad.backend import EventSink
+from rdmad.core.backend import EventSink
+from rdmad.core.events import Event, RdmaChanged, Resync
 from rdmad.errors import NotSupported
-from rdmad.events import Event, RdmaChanged, Resync
 from rdmad.kernel import rdma_nl as nl
 from rdmad.kernel.netlink import Message
 from rdmad.kernel.nl_events import NetlinkEvents
@@ -45,7 +45,7 @@ def event_from_uevent(action: str, subsystem: str, sys_name: str) -> RdmaChanged
 
 
 class UdevEvents:
-    """Implements rdmad.backend.EventSource over a pyudev monitor."""
+    """Implements rdmad.core.backend.EventSource over a pyudev monitor."""
 
     def __init__(self) -> None:
         self._monitor: Any = None
@@ -99,7 +99,7 @@ def event_from_monitor(msg: Message) -> Event | None:
 
 
 class RdmaMonitorEvents(NetlinkEvents):
-    """Implements rdmad.backend.EventSource over RDMA netlink MONITOR (newer kernels).
+    """Implements rdmad.core.backend.EventSource over RDMA netlink MONITOR (newer kernels).
 
     Notifications arrive on the RDMA_NL_GROUP_NOTIFY multicast group of an init_net socket.
     """

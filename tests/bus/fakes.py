@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 
-from rdmad.backend import NetnsResolver, NetnsTarget
+from rdmad.core.backend import NetnsResolver, NetnsTarget
+from rdmad.core.observer import CoreObserver
+from rdmad.core.opstats import OpStats
 from rdmad.errors import NoSuchClaim, NoSuchDevice
 from rdmad.model import (
     CharDev,
@@ -25,8 +27,6 @@ from rdmad.model import (
     RdmaDevice,
     ReleaseReason,
 )
-from rdmad.observer import CoreObserver
-from rdmad.opstats import OpStats
 from tests.support.fake_kernel import FakeKernel
 
 MLX = RdmaDevice(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rdmad import __version__
-from rdmad.cli import COMMANDS, build_parser, main, parse_args
+from rdmad.cli.main import COMMANDS, build_parser, main, parse_args
 
 BUS = "unix:path=/run/example/bus"
 

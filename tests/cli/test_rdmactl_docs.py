@@ -1,12 +1,12 @@
 """docs/dbus-api.md's rdmactl section against the code it describes: the exit status table is
-a copy of rdmad/cli_exit.py's, and every command has its --json shape there."""
+a copy of rdmad/cli/exitcodes.py's, and every command has its --json shape there."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rdmad.cli import COMMANDS, EPILOG
-from rdmad.cli_exit import MEANINGS, Exit
+from rdmad.cli.exitcodes import MEANINGS, Exit
+from rdmad.cli.main import COMMANDS, EPILOG
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "dbus-api.md"
 

@@ -16,10 +16,10 @@ import pytest
 from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 
-from rdmad import cli
 from rdmad.bus.client import Client
 from rdmad.bus.names import MANAGER_IFACE, MANAGER_PATH
-from rdmad.cli_exit import Exit
+from rdmad.cli import main as cli
+from rdmad.cli.exitcodes import Exit
 
 
 async def prints_a_table(args: argparse.Namespace, out: TextIO | None = None) -> int:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from dbus_fast import Message, Variant
 
-from rdmad.cli import (
+from rdmad.cli.main import (
     claim_json,
     claim_text,
     claims_json,
@@ -22,7 +22,7 @@ from rdmad.cli import (
     signal_json,
     snake,
 )
-from rdmad.cli_table import table
+from rdmad.cli.table import table
 from tests.cli.fake_client import FakeClient
 
 DEVICE_PROPS = {

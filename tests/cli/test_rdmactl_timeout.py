@@ -13,7 +13,7 @@ from dbus_fast import MessageType
 from dbus_fast.aio import MessageBus
 
 from rdmad.bus.client import Client, Unreachable
-from rdmad.cli import cmd_monitor, parse_args
+from rdmad.cli.main import cmd_monitor, parse_args
 
 
 class HungBus:

@@ -9,8 +9,8 @@ import io
 import json
 from typing import Any
 
-from rdmad.cli import parse_args
-from rdmad.cli_stats import HOME_AND_CLEAR, add_rates, cmd_stats, render
+from rdmad.cli.main import parse_args
+from rdmad.cli.stats import HOME_AND_CLEAR, add_rates, cmd_stats, render
 from tests.cli.fake_client import FakeClient
 
 

@@ -10,15 +10,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from rdmad.bus.service import connect_bus, start_service
-from rdmad.core import Core
-from rdmad.events import RdmaChanged
+from rdmad.core.core import Core
+from rdmad.core.events import RdmaChanged
+from rdmad.core.store import Store
 from rdmad.kernel.netns import KernelNetnsResolver
 from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_events import RtnlEventSource
+from rdmad.kernel.sim import SimRdma
 from rdmad.model import RdmaDevice
-from rdmad.sim import SimRdma
-from rdmad.store import Store
 
 
 class UnpluggedSim(SimRdma):

@@ -1,5 +1,5 @@
 """The kubelet's contract across the plugin's idle stop: its gRPC server runs only while the
-kubelet calls and stops IDLE_S after the last call ends (rdmad/dra/on_demand.py), with a
+kubelet calls and stops IDLE_S after the last call ends (rdmad/dra/rpc/on_demand.py), with a
 GOAWAY on the connections it leaves. The kubelet keeps its channels (grpc-go dials again
 for the next call, as the gRPC contract has it), and its plugin watcher dials the
 registration socket at any time; the plugin answers either as before the stop."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from rdmad.dra.on_demand import IDLE_S
+from rdmad.dra.rpc.on_demand import IDLE_S
 from tests.dra import kubelet
 from tests.dra.apiserver import ApiServer
 from tests.dra.contract import SERVICE, holds, serve

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from rdmad.dra.on_demand import IDLE_S
+from rdmad.dra.rpc.on_demand import IDLE_S
 from tests.dra import kubelet
 from tests.dra.apiserver import ApiServer
 from tests.dra.contract import SERVICE, prepare, serve

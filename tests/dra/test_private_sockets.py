@@ -1,5 +1,5 @@
 """The sockets of rdmad-dra's gRPC servers, behind the two the kubelet dials
-(rdmad/dra/unix_server.py): in a directory of the endpoint's that only its owner (root, in
+(rdmad/dra/rpc/unix_server.py): in a directory of the endpoint's that only its owner (root, in
 production) may enter, and, like the kubelet's two, replaced when a killed plugin left
 them."""
 

@@ -1,4 +1,4 @@
-"""Contract test: the plugin's .proto files (rdmad/dra/proto/) declare the kubelet's
+"""Contract test: the plugin's .proto files (rdmad/dra/rpc/proto/) declare the kubelet's
 packages, services, messages, field names, numbers and types, as the kubelet's API
 definitions have them (k8s.io/kubelet pkg/apis/pluginregistration/v1, dra/v1, dra/v1beta1).
 The wire tests exercise the messages a kubelet sends today; this covers every field, such as
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
 
-from rdmad.dra import grpc_api
+from rdmad.dra.rpc import api
 
 S, B, M = FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BOOL, FieldDescriptor.TYPE_MESSAGE
 
@@ -59,9 +59,9 @@ RPCS = {
     },
 }
 CASES = {
-    "pluginregistration": (grpc_api.registration, "pluginregistration", REGISTRATION),
-    "dra v1": (grpc_api.dra_v1, "k8s.io.kubelet.pkg.apis.dra.v1", DRA),
-    "dra v1beta1": (grpc_api.dra_v1beta1, "k8s.io.kubelet.pkg.apis.dra.v1beta1", DRA_V1BETA1),
+    "pluginregistration": (api.registration, "pluginregistration", REGISTRATION),
+    "dra v1": (api.dra_v1, "k8s.io.kubelet.pkg.apis.dra.v1", DRA),
+    "dra v1beta1": (api.dra_v1beta1, "k8s.io.kubelet.pkg.apis.dra.v1beta1", DRA_V1BETA1),
 }
 
 
@@ -85,13 +85,13 @@ def test_services_and_methods_are_the_kubelets(case: str) -> None:
     assert {m.name: (m.input_type.name, m.output_type.name) for m in service.methods} == expected
     full = service.full_name
     if case == "pluginregistration":
-        assert full == grpc_api.REGISTRATION_SERVICE
+        assert full == api.REGISTRATION_SERVICE
     else:
-        assert full in grpc_api.DRA_SERVICES.values()
+        assert full in api.DRA_SERVICES.values()
 
 
 def test_response_maps_are_keyed_by_claim_uid_strings() -> None:
-    for module in (grpc_api.dra_v1, grpc_api.dra_v1beta1):
+    for module in (api.dra_v1, api.dra_v1beta1):
         for name in ("NodePrepareResourcesResponse", "NodeUnprepareResourcesResponse"):
             entry = module.DESCRIPTOR.message_types_by_name[name].fields_by_name["claims"]
             assert entry.message_type.GetOptions().map_entry

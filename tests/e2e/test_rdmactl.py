@@ -46,7 +46,7 @@ def argv(bus_address: str, *args: str, options_last: bool = False) -> list[str]:
     arguments, as users also type it."""
     bus = ["--bus-address", bus_address]
     ordered = [*args, *bus] if options_last else [*bus, *args]
-    return [sys.executable, "-m", "rdmad.cli", *ordered]
+    return [sys.executable, "-m", "rdmad.cli.main", *ordered]
 
 
 def env() -> dict[str, str]:

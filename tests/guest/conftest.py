@@ -1,6 +1,6 @@
 """Fixtures for the daemon tests in the RDMA guest (tests/guest/test_daemon_*.py).
 
-The real rdmad process (`python -m rdmad.daemon`, kernel RDMA backend unless a module
+The real rdmad process (`python -m rdmad.daemon.main`, kernel RDMA backend unless a module
 overrides `sim_devices`) on a private dbus-daemon, one daemon per module: Python starts in
 seconds under TCG. The tree is read-only in the guest, so the daemon's state, CDI specs and
 log go to pytest's tmp dirs under /tmp (tmpfs in the guest).
@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Itera
 
 import pytest
 
-from rdmad.events import Event
+from rdmad.core.events import Event
 from rdmad.kernel.udev import UdevEvents
 from tests.support.daemon import Client, RdmadProcess
 from tests.support.rdma import Rxe, temp_rxe

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from dbus_fast import Variant
 
-from rdmad.events import Event
+from rdmad.core.events import Event
 from tests.support.daemon import Client, DBusCallError, RdmadProcess
 from tests.support.net import ip, link, netns_inode
 from tests.support.rdma import (

@@ -43,7 +43,7 @@ EMPTY_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 async def rdmactl_stats(bus_address: str, target: str) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "rdmad.cli", "--bus-address", bus_address, "--json", "stats",
+        sys.executable, "-m", "rdmad.cli.main", "--bus-address", bus_address, "--json", "stats",
         target, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip

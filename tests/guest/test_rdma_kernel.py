@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 
+from rdmad.core.events import Event, RdmaChanged
 from rdmad.errors import ModeBusy, NotSupported
-from rdmad.events import Event, RdmaChanged
 from rdmad.kernel.netns import KernelNetnsResolver, NetnsHandle
 from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rdma import KernelRdma

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from rdmad.events import AddressChanged, Event
+from rdmad.core.events import AddressChanged, Event
 from rdmad.kernel.addr_events import AddrEventSource
 from tests.support.net import ip, queue_sink, temp_veth
 

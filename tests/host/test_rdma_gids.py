@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from rdmad.backend import Placement
+from rdmad.core.backend import Placement
 from rdmad.errors import RdmadError
 from rdmad.kernel.netns import KernelNetnsResolver, run_in_netns
 from rdmad.kernel.rdma_gids import addresses_of, mount_sysfs

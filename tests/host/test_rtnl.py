@@ -13,7 +13,7 @@ from ipaddress import ip_interface
 
 import pytest
 
-from rdmad.backend import Placement
+from rdmad.core.backend import Placement
 from rdmad.errors import InvalidArgs, InvalidNetns, KernelError
 from rdmad.kernel.addr_events import RTNLGRP_IPV4_IFADDR
 from rdmad.kernel.netlink import Build, Message, split

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from rdmad.events import Event, LinkChanged, LinkRemoved, NetnsGone, Resync
+from rdmad.core.events import Event, LinkChanged, LinkRemoved, NetnsGone, Resync
 from rdmad.kernel.netns import KernelNetnsResolver
 from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_events import RtnlEventSource

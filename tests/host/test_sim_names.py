@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rdmad.sim import _IfNames
+from rdmad.kernel.sim import _IfNames
 from tests.support.net import VethPair, ip
 
 

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from rdmad.backend import NetnsTarget
+from rdmad.core.backend import NetnsTarget
 from rdmad.kernel.netns import KernelNetnsResolver, NetnsHandle
 from rdmad.kernel.nlsocket import NlChannel
+from rdmad.kernel.sim import SimRdma
 from rdmad.model import ChardevKind, NetnsMode
-from rdmad.sim import SimRdma
 from tests.support.net import VethPair, ip, netns_inode, temp_netns
 
 DEVICE, INDEX = "sim0", 1

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from dbus_fast import Variant
 
-from rdmad.daemon import EXIT_BUS
+from rdmad.daemon.main import EXIT_BUS
 from tests.reliability.conftest import reliability_rig, restart, settings_of
 from tests.reliability.test_faults import paused_at
 from tests.support.bus import start_private_bus

@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 from dbus_fast import Variant
 
-from rdmad.core import Core
-from rdmad.events import RdmaChanged
+from rdmad.core.core import Core
+from rdmad.core.events import RdmaChanged
+from rdmad.core.observer import CoreObserver
+from rdmad.core.store import Store
 from rdmad.kernel.netns import KernelNetnsResolver
 from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_events import RtnlEventSource
+from rdmad.kernel.sim import SimRdma
 from rdmad.model import Claim, ClaimOptions, ReleaseReason
-from rdmad.observer import CoreObserver
-from rdmad.sim import SimRdma
-from rdmad.store import Store
 from tests.reliability.conftest import is_stopped, reliability_rig, settings_of
 from tests.support.daemon import DBusCallError
 from tests.support.faulty_rdmad import PAUSE_AT

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from dbus_fast import Variant
 
+from rdmad.core.store import State as StoreState
+from rdmad.core.store import Store
 from rdmad.model import ClaimPhase
-from rdmad.store import State as StoreState
-from rdmad.store import Store
 from tests.reliability.conftest import is_stopped, reliability_rig, settings_of
 from tests.support.daemon import DBusCallError
 from tests.support.faulty_rdmad import PAUSE_AT
@@ -96,7 +96,7 @@ async def test_disk_full_fails_the_claim_cleanly_and_rolls_the_kernel_back(
                 assert rig.daemon.proc is not None
                 pid = rig.daemon.proc.pid
                 await eventually(lambda: is_stopped(pid), 10, "the pause")
-                # The ACTIVE write goes into the spare file (rdmad.store), which a full disk
+                # The ACTIVE write goes into the spare file (rdmad.core.store), which a full disk
                 # fails only when the spare needs a new page. The kernel has moved the
                 # netdev; with the spare gone and the disk full, the ACTIVE write fails.
                 (state / "claims" / ".spare").unlink(missing_ok=True)

@@ -22,7 +22,7 @@ import os
 import signal
 from typing import Any
 
-from rdmad.daemon import EXIT_BUS
+from rdmad.daemon.main import EXIT_BUS
 from tests.reliability.test_overrun import OVERRUN, burst
 from tests.reliability.test_state_file import fill
 from tests.soak.actors import World

@@ -266,7 +266,7 @@ class Spec:
 
 def read_specs(node: Node) -> tuple[dict[str, Spec], dict[str, Spec]]:
     """The node's CDI specs by their first device name: a claim's (its id), and a pod's (its
-    pod CDI name, rdmad/cdi.py); each with the device nodes it injects and its env."""
+    pod CDI name, rdmad/daemon/cdi.py); each with the device nodes it injects and its env."""
     claims: dict[str, Spec] = {}
     pods: dict[str, Spec] = {}
     for path in node.daemon.cdi_dir.glob("*.json"):

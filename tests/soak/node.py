@@ -250,7 +250,7 @@ class Node:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "rdmad.cli",
+                "rdmad.cli.main",
                 "--bus-address",
                 self.bus.address,
                 "--json",

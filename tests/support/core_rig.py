@@ -1,5 +1,5 @@
 """The real Core over the in-memory kernel (tests/support/fake_kernel.py), started the way
-rdmad.daemon starts it, with an observer that records what callers would be told."""
+rdmad.daemon.main starts it, with an observer that records what callers would be told."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.core import Core
+from rdmad.core.core import Core
+from rdmad.core.observer import CoreObserver
+from rdmad.core.store import State, Store
 from rdmad.errors import KernelError
 from rdmad.model import Claim, DeviceState, DeviceView, HostConfig, NetnsMode, ReleaseReason
-from rdmad.observer import CoreObserver
-from rdmad.store import State, Store
 from tests.support.fake_kernel import INIT, FakeKernel, Process
 
 WAIT = 5.0
@@ -158,7 +158,7 @@ class Rigs:
     async def start(
         self, kernel: FakeKernel, store: Store, *, shared_limit: int = 16, announce: bool = True
     ) -> Rig:
-        """As rdmad.daemon: events subscribed first, then start, observers, and (unless
+        """As rdmad.daemon.main: events subscribed first, then start, observers, and (unless
         `announce` is False: the daemon still taking its bus name) the Released of the
         claims ended since start."""
         process = kernel.process()

@@ -1,6 +1,6 @@
 """The real rdmad process for end-to-end tests, and a plain D-Bus client to talk to it.
 
-`RdmadProcess` starts `python -m rdmad.daemon` with its own NOTIFY_SOCKET, so "started"
+`RdmadProcess` starts `python -m rdmad.daemon.main` with its own NOTIFY_SOCKET, so "started"
 means the daemon said READY=1 (the same signal systemd waits for), never a sleep. With an
 RDMAD_TEST_* variable in its `env` it starts `python -m tests.support.faulty_rdmad` instead:
 the same daemon with those faults installed.
@@ -65,7 +65,7 @@ class RdmadProcess:
     @property
     def entry_point(self) -> str:
         faulty = any(k.startswith(faulty_rdmad.PREFIX) for k in self.env)
-        return faulty_rdmad.__name__ if faulty else "rdmad.daemon"
+        return faulty_rdmad.__name__ if faulty else "rdmad.daemon.main"
 
     def argv(self) -> list[str]:
         args = [

@@ -83,7 +83,7 @@ async def running_exporter(
     proc = await spawn(
         sys.executable,
         "-m",
-        "rdmad.exporter",
+        "rdmad.exporter.main",
         "--listen-address",
         f"127.0.0.1:{port}",
         "--bus-address",

@@ -1,5 +1,5 @@
 """An in-memory kernel: netns, netdevs, nsids and RDMA devices, behind the protocols the core
-drives (rdmad.backend: NetdevBackend, RdmaBackend, NetnsResolver). For tests that run the
+drives (rdmad.core.backend: NetdevBackend, RdmaBackend, NetnsResolver). For tests that run the
 real Core without root, a bus or a kernel.
 
 It keeps the kernel's rules that shape the core, as docs/kernel-notes.md states them ("The
@@ -27,7 +27,15 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from rdmad.backend import EventSink, NetnsTarget, Placement
+from rdmad.core.backend import EventSink, NetnsTarget, Placement
+from rdmad.core.events import (
+    AddressChanged,
+    Event,
+    LinkChanged,
+    LinkRemoved,
+    NetnsGone,
+    RdmaChanged,
+)
 from rdmad.errors import (
     InvalidArgs,
     InvalidNetns,
@@ -38,14 +46,6 @@ from rdmad.errors import (
     RdmadError,
     Unavailable,
     from_errno,
-)
-from rdmad.events import (
-    AddressChanged,
-    Event,
-    LinkChanged,
-    LinkRemoved,
-    NetnsGone,
-    RdmaChanged,
 )
 from rdmad.model import (
     CharDev,
@@ -422,7 +422,7 @@ class Process:
 
 
 class FakeHandle:
-    """An open netns fd (rdmad.backend.NetnsTarget): keeps its netns alive until closed."""
+    """An open netns fd (rdmad.core.backend.NetnsTarget): keeps its netns alive until closed."""
 
     def __init__(self, kernel: FakeKernel, process: Process, ns: FakeNetns, path: str) -> None:
         self._kernel, self._process, self._ns = kernel, process, ns
@@ -474,7 +474,7 @@ def _ns_of(target: NetnsTarget) -> FakeNetns:
 
 
 class FakeResolver:
-    """rdmad.backend.NetnsResolver: netns by name (`NAME`, `/run/netns/NAME`) or by inode."""
+    """rdmad.core.backend.NetnsResolver: netns by name (`NAME`, `/run/netns/NAME`) or by inode."""
 
     def __init__(self, kernel: FakeKernel, process: Process) -> None:
         self._kernel, self._process = kernel, process
@@ -507,7 +507,7 @@ class FakeResolver:
 
 
 class FakeNetdevs:
-    """rdmad.backend.NetdevBackend over the fake kernel."""
+    """rdmad.core.backend.NetdevBackend over the fake kernel."""
 
     def __init__(self, kernel: FakeKernel, process: Process) -> None:
         self._k, self._p = kernel, process
@@ -660,7 +660,7 @@ class FakeNetdevs:
 
 
 class FakeRdma:
-    """rdmad.backend.RdmaBackend over the fake kernel."""
+    """rdmad.core.backend.RdmaBackend over the fake kernel."""
 
     def __init__(self, kernel: FakeKernel, process: Process) -> None:
         self._k, self._p = kernel, process

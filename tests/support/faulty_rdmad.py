@@ -2,11 +2,11 @@
 
 It installs the faults its environment asks for into rdmad's wiring, then runs rdmad's own
 `main`. None of this is in rdmad itself. tests.support.daemon.RdmadProcess runs this entry
-point instead of `python -m rdmad.daemon` whenever its environment has an RDMAD_TEST_*
+point instead of `python -m rdmad.daemon.main` whenever its environment has an RDMAD_TEST_*
 variable.
 
   RDMAD_TEST_CRASH_AT=<step>[:<n>]  os._exit(137) the n-th time (default: the first) rdmad logs
-                                    <step> (rdmad.steps): as abrupt as SIGKILL,
+                                    <step> (rdmad.core.steps): as abrupt as SIGKILL,
                                     but at a known point between two kernel steps.
   RDMAD_TEST_PAUSE_AT=<step>[:<n>]  SIGSTOP ourselves there instead, so that a test can
                                     change the world mid-claim (delete the netns, fill the
@@ -28,9 +28,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import rdmad.daemon
+import rdmad.daemon.main
+import rdmad.daemon.systemd
 import rdmad.kernel.udev
-import rdmad.systemd
 from rdmad.kernel.rtnl_events import RtnlEventSource
 from tests.support.steps import watch_steps
 
@@ -43,7 +43,7 @@ log = logging.getLogger("rdmad.test-faults")
 
 
 class StepFaults:
-    """Crash or pause at a named step (rdmad.steps), once armed."""
+    """Crash or pause at a named step (rdmad.core.steps), once armed."""
 
     def __init__(self, points: dict[str, tuple[str, int]]) -> None:
         self._points = points  # action ("crash"/"pause") -> (step, n-th time)
@@ -112,16 +112,16 @@ def install(environ: dict[str, str]) -> None:
         return
     faults = StepFaults(points)
     watch_steps(faults)
-    notify_ready = rdmad.systemd.notify_ready
+    notify_ready = rdmad.daemon.systemd.notify_ready
 
     def arm_then_notify_ready(status: str | None = None) -> bool:
         faults.armed = True
         return notify_ready(status)
 
-    _replace(rdmad.systemd, "notify_ready", arm_then_notify_ready)
+    _replace(rdmad.daemon.systemd, "notify_ready", arm_then_notify_ready)
     log.warning("TEST fault injection installed: %s", points)
 
 
 if __name__ == "__main__":
     install(dict(os.environ))
-    sys.exit(rdmad.daemon.main(sys.argv[1:]))
+    sys.exit(rdmad.daemon.main.main(sys.argv[1:]))

@@ -1,5 +1,5 @@
 """Acting at a named kernel step of a claim or release: rdmad logs each finished step on
-the `rdmad.steps` logger (rdmad.steps); a handler there sees them as they happen, in the
+the `rdmad.core.steps` logger (rdmad.core.steps); a handler there sees them as they happen, in the
 thread that made the step."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 
-from rdmad.steps import log as steps_log
+from rdmad.core.steps import log as steps_log
 
 StepCallback = Callable[[str], None]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdmad.cdi import spec_for
+from rdmad.daemon.cdi import spec_for
 from rdmad.model import CharDev, ChardevKind, Claim
 
 UVERBS = CharDev(ChardevKind.UVERBS, "/dev/infiniband/uverbs0", 231, 192)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rdmad.cdi import claim_env, preferred_gid, spec_for
+from rdmad.daemon.cdi import claim_env, preferred_gid, spec_for
 from rdmad.model import CharDev, ChardevKind, Claim, Gid
 
 LINK_LOCAL = "fe80:0000:0000:0000:5054:00ff:fe12:3456"

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from rdmad.cdi import CdiWriter, pod_env, pod_spec_for, spec_for
-from rdmad.claims import ClaimBook
+from rdmad.core.claims import ClaimBook
+from rdmad.daemon.cdi import CdiWriter, pod_env, pod_spec_for, spec_for
 from rdmad.model import CharDev, ChardevKind, Claim, Gid, ReleaseReason
 
 POD = 4026532000

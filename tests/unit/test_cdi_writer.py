@@ -1,4 +1,4 @@
-"""rdmad.cdi.CdiWriter: one CDI spec file per live claim, and no other file in the CDI
+"""rdmad.daemon.cdi.CdiWriter: one CDI spec file per live claim, and no other file in the CDI
 directory but the spare its rewrites swap through."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 import stat
 from pathlib import Path
 
-from rdmad.cdi import CDI_KIND, SPARE, CdiWriter
-from rdmad.claims import ClaimBook
+from rdmad.core.claims import ClaimBook
+from rdmad.daemon.cdi import CDI_KIND, SPARE, CdiWriter
 from rdmad.model import CharDev, ChardevKind, Claim, ReleaseReason
 
 
@@ -67,7 +67,7 @@ def test_a_pods_rewrites_leave_only_the_spare_no_runtime_reads(tmp_path: Path) -
 
 def test_a_rewrite_swaps_the_spare_in_and_frees_no_inode(tmp_path: Path) -> None:
     """A spec renamed over would free its old inode through RCU, right before the pod's next
-    claim moves a netdev (rdmad.swapfile)."""
+    claim moves a netdev (rdmad.core.swapfile)."""
     node = Node(tmp_path)
     node.claim(claim("c1"))
     c2 = claim("c2")

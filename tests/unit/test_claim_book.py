@@ -3,7 +3,7 @@ view or a prepare costs does not grow with the claims on the node."""
 
 from __future__ import annotations
 
-from rdmad.claims import ClaimBook
+from rdmad.core.claims import ClaimBook
 from rdmad.model import Claim, HoldSpec, HostConfig
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.config import ConfigError, load, parser
+from rdmad.daemon.config import ConfigError, load, parser
 
 
 def test_defaults() -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from rdmad.core.observer import CoreObserver, Observers
+from rdmad.core.store import Store
 from rdmad.errors import DeviceBusy, ModeBusy, Unavailable
 from rdmad.model import Claim, ClaimOptions, DeviceState, DeviceView, NetnsMode, ReleaseReason
-from rdmad.observer import CoreObserver, Observers
-from rdmad.store import Store
 from tests.support.core_rig import WAIT, Recorder, Rigs, two_nics
 
 WHOLE = ClaimOptions(ifname="net0", mtu=9000, addresses=(ip_interface("10.0.0.5/24"),))

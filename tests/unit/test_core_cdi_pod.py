@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-import rdmad.cdi
-from rdmad.cdi import CdiWriter
+import rdmad.daemon.cdi
+from rdmad.core.store import Store
+from rdmad.core.swapfile import write_swapped
+from rdmad.daemon.cdi import CdiWriter
 from rdmad.model import Claim, ClaimOptions, NetnsMode
-from rdmad.store import Store
-from rdmad.swapfile import write_swapped
 from tests.support.core_rig import Rig, Rigs
 from tests.support.fake_kernel import FakeKernel
 
@@ -54,7 +54,7 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
         counted[path.name] += 1
         write_swapped(path, data, spare, mode)
 
-    monkeypatch.setattr(rdmad.cdi, "write_swapped", counting)
+    monkeypatch.setattr(rdmad.daemon.cdi, "write_swapped", counting)
     yield counted
 
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from rdmad.cdi import CdiWriter
+from rdmad.core.store import Store
+from rdmad.daemon.cdi import CdiWriter
 from rdmad.errors import NoSuchDevice
 from rdmad.model import Claim, ClaimOptions, ClaimPhase, ReleaseReason
-from rdmad.store import Store
 from tests.support.core_rig import Rig, Rigs, two_nics
 from tests.support.fake_kernel import FakeKernel
 
@@ -42,7 +42,7 @@ def nodes_of_claim(claim: Claim) -> set[str]:
 
 
 async def with_writer(rig: Rig, cdi: Path) -> None:
-    """As rdmad.daemon: the writer syncs with the claims the start kept, then observes."""
+    """As rdmad.daemon.main: the writer syncs with the claims the start kept, then observes."""
     writer = CdiWriter(cdi, rig.core.pod_of)
     writer.sync([c for c in rig.core.claims() if c.phase in (ClaimPhase.ACTIVE, ClaimPhase.HELD)])
     rig.core.add_observer(writer)

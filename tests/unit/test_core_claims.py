@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from rdmad.core.store import Store
 from rdmad.errors import DeviceBusy, NoSuchClaim, NoSuchDevice, NotSupported, Unavailable
 from rdmad.model import ClaimOptions, DeviceState, NetnsMode, ReleaseReason
-from rdmad.store import Store
 from tests.support.core_rig import Rigs, two_nics
 from tests.support.fake_kernel import INIT
 

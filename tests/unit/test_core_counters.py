@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from rdmad.core.store import Store
 from rdmad.errors import DeviceBusy, NoSuchDevice
 from rdmad.model import ClaimOptions, CounterScope, NetnsMode, PortCounters, ReleaseReason
-from rdmad.store import Store
 from tests.support.core_rig import Rigs, two_nics
 
 WHOLE = ClaimOptions(ifname="net0")

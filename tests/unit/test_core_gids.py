@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.events import AddressChanged
-from rdmad.logfields import MESSAGE_JOB_FAILED
+from rdmad.core.events import AddressChanged
+from rdmad.core.logfields import MESSAGE_JOB_FAILED
+from rdmad.core.store import Store
 from rdmad.model import ClaimOptions, Gid, NetnsMode, gid_of
-from rdmad.store import Store
 from tests.support.core_rig import FlakyStore, Rig, Rigs, two_nics
 from tests.support.fake_kernel import FakeKernel
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from rdmad.core.store import Store
 from rdmad.errors import InvalidArgs, NoSuchClaim
 from rdmad.model import Claim, ClaimOptions, ClaimPhase, DeviceState, NetnsMode, ReleaseReason
-from rdmad.store import Store
 from tests.support.core_rig import Rig, Rigs, host_side, two_nics
 from tests.support.fake_kernel import INIT, FakeKernel
 

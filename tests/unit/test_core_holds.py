@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from rdmad.core.store import Store
 from rdmad.errors import DeviceBusy, InvalidArgs, NoSuchClaim, NoSuchDevice
 from rdmad.model import ClaimOptions, ClaimPhase, DeviceState, NetnsMode, ReleaseReason
-from rdmad.store import Store
 from tests.support.core_rig import WAIT, Rigs, host_side, two_nics
 from tests.support.fake_kernel import INIT
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.events import Resync
+from rdmad.core.events import Resync
+from rdmad.core.store import Store
 from rdmad.model import ClaimOptions, ClaimPhase, DeviceState, NetnsMode, ReleaseReason
-from rdmad.store import Store
 from tests.support.core_rig import Rigs, host_side, two_nics
 from tests.support.fake_kernel import INIT
 
@@ -86,7 +86,7 @@ async def test_a_nic_that_comes_home_late_is_waited_for_then_restored(
 async def test_a_nic_later_than_the_wait_is_restored_whenever_it_comes_home(
     rigs: Rigs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("rdmad.giveback.RETURN_TIMEOUT_S", 0.01)  # the NIC is later than that
+    monkeypatch.setattr("rdmad.core.giveback.RETURN_TIMEOUT_S", 0.01)  # the NIC is later than that
     kernel = two_nics()
     before = host_side(kernel)
     kernel.nics_return_late = True

@@ -8,8 +8,8 @@ from collections import Counter
 from ipaddress import ip_interface
 from pathlib import Path
 
+from rdmad.core.store import Store
 from rdmad.model import Claim, ClaimOptions
-from rdmad.store import Store
 from tests.support.core_rig import Rig, Rigs, two_nics
 from tests.support.fake_kernel import FakeKernel
 

@@ -1,5 +1,5 @@
 """The core's own journal events: one line each, with the device, netns and claim as
-structured fields (rdmad.logfields). The real Core on the in-memory kernel."""
+structured fields (rdmad.core.logfields). The real Core on the in-memory kernel."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from rdmad.core.logfields import EVENT_FIELDS, MESSAGE_CLAIM_FAILED, MESSAGE_NOT_RETURNED
+from rdmad.core.store import Store
 from rdmad.errors import DeviceBusy, KernelError
-from rdmad.logfields import EVENT_FIELDS, MESSAGE_CLAIM_FAILED, MESSAGE_NOT_RETURNED
 from rdmad.model import ClaimOptions, ReleaseReason, netns_label
-from rdmad.store import Store
 from tests.support.core_rig import Rigs, two_nics
 
 WHOLE = ClaimOptions(ifname="net0")

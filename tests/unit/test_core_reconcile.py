@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from rdmad.core.events import RdmaChanged
+from rdmad.core.logfields import MESSAGE_NOT_RETURNED
+from rdmad.core.store import Store
 from rdmad.errors import KernelError
-from rdmad.events import RdmaChanged
-from rdmad.logfields import MESSAGE_NOT_RETURNED
 from rdmad.model import Claim, ClaimOptions, ClaimPhase, DeviceState, NetnsMode, ReleaseReason
-from rdmad.store import Store
 from tests.support.core_rig import WAIT, FlakyStore, HostSide, Rig, Rigs, host_side, two_nics
 from tests.support.fake_kernel import INIT, FakeKernel
 
@@ -214,7 +214,7 @@ async def test_a_dead_netns_whose_inode_and_nsid_a_newer_netns_got_still_ends_it
 async def test_a_restore_still_owed_at_a_crash_is_done_when_the_next_start_finds_the_nic(
     rigs: Rigs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("rdmad.giveback.RETURN_TIMEOUT_S", 0.01)  # the NIC is later than that
+    monkeypatch.setattr("rdmad.core.giveback.RETURN_TIMEOUT_S", 0.01)  # the NIC is later than that
     kernel = two_nics()
     before = host_side(kernel)
     kernel.nics_return_late = True

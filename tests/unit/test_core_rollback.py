@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from rdmad.core.store import Store
 from rdmad.errors import KernelError, RdmadError
 from rdmad.model import ClaimOptions, ClaimPhase, DeviceState, NetnsMode
-from rdmad.store import Store
 from tests.support.core_rig import FlakyStore, HostSide, Rig, Rigs, host_side, two_nics
 from tests.support.fake_kernel import INIT
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.core import Core
+from rdmad.core.core import Core
+from rdmad.core.store import Store
 from rdmad.errors import InvalidArgs, KernelError
 from rdmad.model import TABLE_AUTO, Claim, ClaimOptions
 from rdmad.options import parse_route
-from rdmad.store import Store
 from tests.support.core_rig import Rig, Rigs, two_nics
 from tests.support.fake_kernel import FakeKernel
 from tests.unit.test_core_reconcile import crash_at

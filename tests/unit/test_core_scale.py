@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 from ipaddress import ip_interface
 from pathlib import Path
 
+from rdmad.core.store import Store
 from rdmad.model import ClaimOptions, NetnsMode
-from rdmad.store import Store
 from tests.support.core_rig import Rig, Rigs
 from tests.support.fake_kernel import FakeKernel
 

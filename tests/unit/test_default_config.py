@@ -7,7 +7,7 @@ import tomllib
 from dataclasses import fields
 from pathlib import Path
 
-from rdmad.config import Config, load
+from rdmad.daemon.config import Config, load
 
 SHIPPED = Path(__file__).resolve().parents[2] / "systemd" / "rdmad.toml"
 

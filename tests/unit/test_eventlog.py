@@ -1,4 +1,4 @@
-"""rdmad.eventlog.EventLog: what the core tells observers, as journal events."""
+"""rdmad.daemon.eventlog.EventLog: what the core tells observers, as journal events."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from rdmad import logfields
-from rdmad.eventlog import EventLog
+from rdmad.core import logfields
+from rdmad.daemon.eventlog import EventLog
 from rdmad.model import NetnsMode, ReleaseReason
 from tests.unit.test_cdi_writer import claim
 
@@ -38,11 +38,11 @@ def test_a_claims_event_carries_its_device_netns_and_id_and_names_the_caller(
         "RDMAD_CLAIM": "c1",
     }
     # CODE_FILE in the journal: the module that logged, not the logfields helpers
-    assert record.pathname.endswith("rdmad/eventlog.py")
+    assert record.pathname.endswith("rdmad/daemon/eventlog.py")
 
 
 def test_an_event_names_the_module_that_logged_it(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="rdmad"):
         EventLog().mode_changed(NetnsMode.SHARED)
     [record] = caplog.records
-    assert record.pathname.endswith("rdmad/eventlog.py")
+    assert record.pathname.endswith("rdmad/daemon/eventlog.py")

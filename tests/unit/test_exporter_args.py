@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from rdmad.exporter import listen_address, main, metric_name, parse_args
+from rdmad.exporter.main import listen_address, main, metric_name, parse_args
 
 
 def test_default_listen_address_is_every_address_on_9879() -> None:

@@ -9,7 +9,7 @@ from typing import cast
 
 import pytest
 
-from rdmad.exporter import SCRAPE_TIMEOUT_S, RdmadCollector, RdmadReader, Snapshot, parse_args
+from rdmad.exporter.main import SCRAPE_TIMEOUT_S, RdmadCollector, RdmadReader, Snapshot, parse_args
 
 PROMETHEUS_DEFAULT_SCRAPE_TIMEOUT_S = 10.0
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from rdmad.core.events import LinkChanged, LinkRemoved, NetnsGone
 from rdmad.errors import InvalidArgs, InvalidNetns, ModeBusy, NotSupported
-from rdmad.events import LinkChanged, LinkRemoved, NetnsGone
 from rdmad.model import ChardevKind, NetnsMode
 from tests.support.core_rig import two_nics
 from tests.support.fake_kernel import INIT

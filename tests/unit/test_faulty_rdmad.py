@@ -22,5 +22,5 @@ def test_a_fault_variable_selects_the_faulty_entry_point(tmp_path: Path) -> None
         tmp_path,
         env={faulty_rdmad.CRASH_AT: "pending-written"},
     )
-    assert plain.argv()[1:3] == ["-m", "rdmad.daemon"]
+    assert plain.argv()[1:3] == ["-m", "rdmad.daemon.main"]
     assert faulty.argv()[1:3] == ["-m", "tests.support.faulty_rdmad"]

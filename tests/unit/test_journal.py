@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from rdmad import journal, logfields
+from rdmad.core import logfields
+from rdmad.daemon import journal
 
 IDS = {name: value for name, value in vars(logfields).items() if name.startswith("MESSAGE_")}
 

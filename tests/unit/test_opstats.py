@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rdmad.opstats import Histogram
+from rdmad.core.opstats import Histogram
 
 
 def test_an_observation_counts_in_its_bucket_and_every_wider_one() -> None:

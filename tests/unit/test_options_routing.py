@@ -7,7 +7,7 @@ from ipaddress import ip_address, ip_network
 
 import pytest
 
-from rdmad.config import ConfigError, load
+from rdmad.daemon.config import ConfigError, load
 from rdmad.errors import InvalidArgs
 from rdmad.model import TABLE_AUTO, Route
 from rdmad.options import parse_claim_options, parse_route, parse_table_range

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.events import Event, RdmaChanged, Resync
+from rdmad.core.events import Event, RdmaChanged, Resync
 from rdmad.kernel import udev
 from rdmad.kernel.rdma_sysfs import SysfsFacts, sysfs_facts
 from rdmad.kernel.udev import RDMA_SUBSYSTEMS, UdevEvents

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.events import Resync
-from rdmad.logfields import MESSAGE_RESYNC
+from rdmad.core.events import Resync
+from rdmad.core.logfields import MESSAGE_RESYNC
+from rdmad.core.store import Store
 from rdmad.model import ClaimOptions, ReleaseReason
-from rdmad.store import Store
 from tests.support.core_rig import Rigs, two_nics
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from rdmad.core.store import SCHEMA_VERSION, State, Store, plain
 from rdmad.errors import KernelError
 from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, HostConfig, Port, RdmaDevice
-from rdmad.store import SCHEMA_VERSION, State, Store, plain
 
 
 def a_claim(claim_id: str = "00112233aabbccdd") -> Claim:
@@ -104,7 +104,7 @@ def test_a_claims_save_writes_its_own_file_only(tmp_path: Path) -> None:
 
 
 def test_a_rewrite_swaps_in_the_spare_and_creates_no_inode(tmp_path: Path) -> None:
-    # Nothing freed through RCU before the netns move that follows (rdmad.swapfile).
+    # Nothing freed through RCU before the netns move that follows (rdmad.core.swapfile).
     store = Store(tmp_path)
     a, b = a_claim(), a_claim(B)
     store.save(State([a, b]))
@@ -173,7 +173,7 @@ def test_an_unreadable_claim_file_is_set_aside_and_the_other_claims_load(
     Store(tmp_path).save(State([a_claim(), a_claim(B)], [RETURNED]))
     bad = tmp_path / "claims" / "00112233aabbccdd.json"
     bad.write_bytes(UNREADABLE_CLAIM_FILES[kind])
-    with caplog.at_level(logging.ERROR, logger="rdmad.store"):
+    with caplog.at_level(logging.ERROR, logger="rdmad.core.store"):
         state = Store(tmp_path).load()
     assert state.claims == [a_claim(B)] and state.pending_restores == [RETURNED]
     [aside] = state.set_aside
@@ -189,7 +189,7 @@ def test_an_unreadable_daemon_file_is_set_aside_and_the_claims_load(
 ) -> None:
     Store(tmp_path).save(State([a_claim()], [RETURNED]))
     (tmp_path / "daemon.json").write_bytes(b'{"version": 2, "pending_resto')
-    with caplog.at_level(logging.ERROR, logger="rdmad.store"):
+    with caplog.at_level(logging.ERROR, logger="rdmad.core.store"):
         state = Store(tmp_path).load()
     assert state.claims == [a_claim()] and state.pending_restores == []
     assert [p.parent.name for p in state.set_aside] == ["aside"]
@@ -334,7 +334,7 @@ def test_an_unreadable_old_state_is_set_aside_whole(
 ) -> None:
     (tmp_path / "state.json").write_text(OLD_STATE_JSON)
     (tmp_path / "state.log").write_bytes(b"garbage\n")
-    with caplog.at_level(logging.ERROR, logger="rdmad.store"):
+    with caplog.at_level(logging.ERROR, logger="rdmad.core.store"):
         state = Store(tmp_path).load()
     assert state.claims == [] and state.pending_restores == []
     assert sorted(p.name.split(".")[:2] for p in state.set_aside) == [

@@ -1,4 +1,4 @@
-"""rdmad.swapfile: atomic writes; a state file's rewrite frees no inode (renameat2
+"""rdmad.core.swapfile: atomic writes; a state file's rewrite frees no inode (renameat2
 RENAME_EXCHANGE through one spare)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rdmad import swapfile
-from rdmad.swapfile import remove, write_new, write_swapped
+from rdmad.core import swapfile
+from rdmad.core.swapfile import remove, write_new, write_swapped
 
 
 def failing_fsync(_fd: int) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmad import systemd
+from rdmad.daemon import systemd
 
 WAIT = 10.0  # upper bound for anything to arrive; normally instantaneous
 

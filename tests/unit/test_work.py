@@ -1,4 +1,4 @@
-"""Background work (rdmad.work): a failed job is logged with what it was doing and whose;
+"""Background work (rdmad.core.work): a failed job is logged with what it was doing and whose;
 a batch runs a burst of requests as one pass; quiesce waits for every job but those parked
 waiting for news."""
 
@@ -9,8 +9,8 @@ import logging
 
 import pytest
 
-from rdmad.logfields import MESSAGE_JOB_FAILED
-from rdmad.work import Batch, Job, Work
+from rdmad.core.logfields import MESSAGE_JOB_FAILED
+from rdmad.core.work import Batch, Job, Work
 
 log = logging.getLogger("rdmad.test")
 

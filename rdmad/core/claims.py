@@ -1,5 +1,5 @@
-"""The claims on record, as the state machine (rdmad.core.Core) keeps them and the tracker
-(rdmad.tracking.InventoryTracker) reads them to tell how each device looks."""
+"""The claims on record, as the state machine (rdmad.core.core.Core) keeps them and the tracker
+(rdmad.core.tracking.InventoryTracker) reads them to tell how each device looks."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class ClaimBook:
         self._locks: dict[str, asyncio.Lock] = {}
         # The claims of each netns, by inode and by the nsid init_net knows it by, and the
         # (inode, nsid, host) each claim is filed under: a pod's claims without a walk over
-        # the node's (rdmad.cdi rewrites a pod's specs together; a kernel event names an
+        # the node's (rdmad.daemon.cdi rewrites a pod's specs together; a kernel event names an
         # nsid; a table is free in a netns if none of its claims has it).
         self._by_netns: dict[int, dict[str, Claim]] = {}
         self._by_nsid: dict[int, dict[str, Claim]] = {}

@@ -8,7 +8,7 @@ describes all the pod's rails (pod_env): a runtime that injects several of them 
 value per key whatever their order. So a claim made or ended, or a change to its GIDs,
 rewrites every spec of its pod: O(claims in the netns).
 
-Written as rdmad's state files are (rdmad.swapfile.write_swapped): a rewrite is swapped in
+Written as rdmad's state files are (rdmad.core.swapfile.write_swapped): a rewrite is swapped in
 from one spare, `.rdmad.io-rdma.spare`, and frees no inode, as renaming a temp file over the
 spec would, right before the pod's next claim moves a netdev. Runtimes read only the
 directory's *.json and *.yaml files (container-device-interface, scanSpecDirs), never the
@@ -21,9 +21,9 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from rdmad.core.observer import CoreObserver
+from rdmad.core.swapfile import write_swapped
 from rdmad.model import ROCE_V2, Claim, Gid, ReleaseReason
-from rdmad.observer import CoreObserver
-from rdmad.swapfile import write_swapped
 
 CDI_KIND = "rdmad.io/rdma"
 SPARE = ".rdmad.io-rdma.spare"  # not *.json nor *.yaml: no runtime reads it
@@ -35,7 +35,7 @@ _IPV4_MAPPED = "0000:0000:0000:0000:0000:ffff:"
 # The live claims of the netns a claim is in (it included while live), in pod order.
 PodOf = Callable[[Claim], Sequence[Claim]]
 
-log = logging.getLogger("rdmad.cdi")
+log = logging.getLogger("rdmad.daemon.cdi")
 
 
 def preferred_gid(gids: tuple[Gid, ...]) -> Gid | None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
 
-log = logging.getLogger("rdmad.observer")
+log = logging.getLogger("rdmad.core.observer")
 
 
 class CoreObserver:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from rdmad import logfields
+from rdmad.core import logfields
+from rdmad.core.observer import CoreObserver
 from rdmad.model import Claim, DeviceView, NetnsMode, ReleaseReason
-from rdmad.observer import CoreObserver
 
 log = logging.getLogger(__name__)
 

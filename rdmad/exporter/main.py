@@ -34,8 +34,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from rdmad.argtypes import add_bus_address, positive_seconds
 from rdmad.bus.address import bus_address
+from rdmad.bus.argtypes import add_bus_address, positive_seconds
 from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.connection import BusConnection
 from rdmad.bus.names import (
@@ -47,7 +47,7 @@ from rdmad.bus.names import (
 )
 from rdmad.model import DeviceState
 
-log = logging.getLogger("rdmad.exporter")
+log = logging.getLogger("rdmad.exporter.main")
 
 DEFAULT_LISTEN = ":9879"
 EXIT_CANNOT_SERVE = 1  # 2: a usage error, from argparse

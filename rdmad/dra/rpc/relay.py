@@ -1,6 +1,6 @@
 """One connection relayed, byte for byte both ways, to a Unix socket: how the kubelet's
 connections to the plugin's sockets reach its gRPC server, which exists only while it has
-work (rdmad/dra/on_demand.py)."""
+work (rdmad/dra/rpc/on_demand.py)."""
 
 from __future__ import annotations
 

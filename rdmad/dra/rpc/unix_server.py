@@ -1,5 +1,5 @@
 """A gRPC service on a Unix socket the kubelet dials, with a gRPC server behind it only
-while the kubelet calls (rdmad/dra/on_demand.py): the event loop owns the socket and
+while the kubelet calls (rdmad/dra/rpc/on_demand.py): the event loop owns the socket and
 relays each connection to the server's own socket in a private directory. It replaces
 stale socket files of an earlier run and removes its own when it stops (the kubelet
 watches these paths)."""
@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Sequence
 
 import grpc
 
-from rdmad.dra.on_demand import OnDemandServer
-from rdmad.dra.relay import relay
+from rdmad.dra.rpc.on_demand import OnDemandServer
+from rdmad.dra.rpc.relay import relay
 
 log = logging.getLogger("rdmad.dra")
 

@@ -5,7 +5,7 @@ that e.g.
     journalctl -u rdmad MESSAGE_ID=<MESSAGE_CLAIMED> RDMAD_DEVICE=mlx5_0
 
 lists one device's claims. Write events with `log_event()` (`log_claim_event()` for one
-claim's). Plain logging, no systemd: the core logs its own events here, and rdmad.journal
+claim's). Plain logging, no systemd: the core logs its own events here, and rdmad.daemon.journal
 decides where records go.
 """
 
@@ -50,7 +50,7 @@ EVENT_FIELDS: Final = {
     "RDMAD_CLAIM": "claim",
     "RDMAD_REASON": "reason",
     "RDMAD_ERROR": "error",
-    "RDMAD_STEP": "step",  # rdmad.steps: how far a claim or release got
+    "RDMAD_STEP": "step",  # rdmad.core.steps: how far a claim or release got
 }
 
 

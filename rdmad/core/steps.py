@@ -2,7 +2,7 @@
 
 A claim or a release is a series of kernel steps with state saves between some of them; a
 crash between two leaves what the next start reconciles (docs/reliability.md). Each step is
-logged on the `rdmad.steps` logger with its name in the RDMAD_STEP field, so that at
+logged on the `rdmad.core.steps` logger with its name in the RDMAD_STEP field, so that at
 `--log-level debug` an operator sees the last step an interrupted operation finished, and
 the crash-point tests stop the daemon at a step they name.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-log = logging.getLogger("rdmad.steps")
+log = logging.getLogger("rdmad.core.steps")
 
 
 def step(name: str, subject: str) -> None:

@@ -52,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--route-tables", metavar="FIRST-LAST", help="tables for table=auto (default 1000-1999)"
     )
-    # The simulated RDMA backend (rdmad.sim) is for tests, benchmarks and the host demo:
+    # The simulated RDMA backend (rdmad.kernel.sim) is for tests, benchmarks and the host demo:
     # accepted, but kept out of --help so that nobody mistakes it for a production feature.
     p.add_argument("--sim-devices", metavar="NAME=NETDEV[,...]", help=argparse.SUPPRESS)
     p.add_argument("--sim-mode", metavar="{shared,exclusive}", help=argparse.SUPPRESS)

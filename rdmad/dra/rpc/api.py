@@ -28,7 +28,7 @@ DRA_SERVICES = {
 
 
 def _load(name: str) -> ModuleType:
-    protos, _services = grpc.protos_and_services(f"rdmad/dra/proto/{name}.proto")
+    protos, _services = grpc.protos_and_services(f"rdmad/dra/rpc/proto/{name}.proto")
     module: ModuleType = protos
     return module
 

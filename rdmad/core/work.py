@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from rdmad.logfields import MESSAGE_JOB_FAILED, log_event
+from rdmad.core.logfields import MESSAGE_JOB_FAILED, log_event
 
 _Key = TypeVar("_Key")
 

@@ -18,7 +18,7 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from rdmad.backend import NetnsResolver, NetnsTarget, Placement
+from rdmad.core.backend import NetnsResolver, NetnsTarget, Placement
 from rdmad.errors import KernelError, ModeBusy, NoSuchDevice, NotSupported, from_errno
 from rdmad.kernel.netns import run_in_netns
 from rdmad.kernel.nlsocket import NlChannel

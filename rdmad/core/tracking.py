@@ -1,12 +1,12 @@
 """Keeping the inventory in step with the kernel, and telling observers how devices look.
 
 Imports nothing of rdmad.bus or rdmad.kernel: the kernel reaches it through the protocols in
-rdmad.backend and the events in rdmad.events. The InventoryTracker applies those events to
+rdmad.core.backend and the events in rdmad.core.events. The InventoryTracker applies those events to
 the Inventory, in order, re-reading the kernel where an event is not enough, keeps the RDMA
 netns mode, and announces each device's view when it changes. It reads the claims in the
-ClaimBook (rdmad.claims) and writes none: what it finds about a claim (the kernel ended it,
+ClaimBook (rdmad.core.claims) and writes none: what it finds about a claim (the kernel ended it,
 its GIDs are stale, a netdev to restore came home) it hands to the core's callbacks, each
-run as a job of its own. Its background work (rdmad.work) is batched and logged there, and
+run as a job of its own. Its background work (rdmad.core.work) is batched and logged there, and
 `quiesce` waits for it.
 """
 
@@ -17,10 +17,9 @@ import logging
 from collections.abc import Callable, Collection, Coroutine, Iterable
 from typing import Any, TypeVar
 
-from rdmad.backend import NetdevBackend, RdmaBackend
-from rdmad.claims import ClaimBook
-from rdmad.errors import RdmadError
-from rdmad.events import (
+from rdmad.core.backend import NetdevBackend, RdmaBackend
+from rdmad.core.claims import ClaimBook
+from rdmad.core.events import (
     AddressChanged,
     Event,
     LinkChanged,
@@ -29,8 +28,11 @@ from rdmad.events import (
     RdmaChanged,
     Resync,
 )
-from rdmad.inventory import Inventory
-from rdmad.logfields import MESSAGE_RESYNC, log_event
+from rdmad.core.inventory import Inventory
+from rdmad.core.logfields import MESSAGE_RESYNC, log_event
+from rdmad.core.observer import CoreObserver
+from rdmad.core.work import Batch, Job, Work
+from rdmad.errors import RdmadError
 from rdmad.model import (
     Claim,
     ClaimPhase,
@@ -41,10 +43,8 @@ from rdmad.model import (
     ReleaseReason,
     gid_of,
 )
-from rdmad.observer import CoreObserver
-from rdmad.work import Batch, Job, Work
 
-log = logging.getLogger("rdmad.tracking")
+log = logging.getLogger("rdmad.core.tracking")
 
 _Key = TypeVar("_Key", int, str)
 

@@ -1,10 +1,10 @@
 """The state machine: claims, release, reconciliation, the RDMA netns mode.
 
 Imports nothing of rdmad.bus or rdmad.kernel, nor dbus_fast or pyudev: it drives the
-protocols in rdmad.backend (rdmad.kernel implements them over netlink and udev), leaves
-applying the events in rdmad.events to an InventoryTracker (rdmad.tracking) and giving back
-what a claim took to GiveBack (rdmad.giveback), persists through a Store, and tells
-observers (rdmad.observer) what changed.
+protocols in rdmad.core.backend (rdmad.kernel implements them over netlink and udev), leaves
+applying the events in rdmad.core.events to an InventoryTracker (rdmad.core.tracking) and
+giving back what a claim took to GiveBack (rdmad.core.giveback), persists through a Store, and tells
+observers (rdmad.core.observer) what changed.
 
 Crash safety: a claim is written as PENDING before the kernel is touched and as RELEASING
 before it is given back, so a daemon killed at any step finds out at start what to undo or
@@ -26,14 +26,39 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-from rdmad.backend import (
+from rdmad.core.backend import (
     NetdevBackend,
     NetnsResolver,
     NetnsTarget,
     Placement,
     RdmaBackend,
 )
-from rdmad.claims import ClaimBook
+from rdmad.core.claims import ClaimBook
+from rdmad.core.events import (
+    AddressChanged,
+    Event,
+    LinkChanged,
+    LinkRemoved,
+    RdmaChanged,
+    Resync,
+)
+from rdmad.core.giveback import GiveBack, placement
+from rdmad.core.inventory import Inventory
+from rdmad.core.logfields import (
+    MESSAGE_CLAIM_FAILED,
+    MESSAGE_GIDS_UNREADABLE,
+    MESSAGE_INTERRUPTED,
+    MESSAGE_NOT_RETURNED,
+    MESSAGE_NSID_REUSED,
+    log_claim_event,
+    log_event,
+)
+from rdmad.core.observer import CoreObserver, Observers
+from rdmad.core.opstats import OpStats
+from rdmad.core.steps import step
+from rdmad.core.store import State, Store
+from rdmad.core.tracking import InventoryTracker
+from rdmad.core.work import Job, Work
 from rdmad.errors import (
     DeviceBusy,
     InvalidArgs,
@@ -42,25 +67,6 @@ from rdmad.errors import (
     NotSupported,
     RdmadError,
     Unavailable,
-)
-from rdmad.events import (
-    AddressChanged,
-    Event,
-    LinkChanged,
-    LinkRemoved,
-    RdmaChanged,
-    Resync,
-)
-from rdmad.giveback import GiveBack, placement
-from rdmad.inventory import Inventory
-from rdmad.logfields import (
-    MESSAGE_CLAIM_FAILED,
-    MESSAGE_GIDS_UNREADABLE,
-    MESSAGE_INTERRUPTED,
-    MESSAGE_NOT_RETURNED,
-    MESSAGE_NSID_REUSED,
-    log_claim_event,
-    log_event,
 )
 from rdmad.model import (
     TABLE_AUTO,
@@ -80,18 +86,12 @@ from rdmad.model import (
     ReleaseReason,
     netns_label,
 )
-from rdmad.observer import CoreObserver, Observers
-from rdmad.opstats import OpStats
 from rdmad.options import check_device_name
-from rdmad.steps import step
-from rdmad.store import State, Store
-from rdmad.tracking import InventoryTracker
-from rdmad.work import Job, Work
 
-log = logging.getLogger("rdmad.core")
+log = logging.getLogger("rdmad.core.core")
 
 DEFAULT_SHARED_IFNAME = "net1"
-DEFAULT_ROUTE_TABLES = range(1000, 2000)  # rdmad.config's route_tables
+DEFAULT_ROUTE_TABLES = range(1000, 2000)  # rdmad.daemon.config's route_tables
 # What start does about a claim a crash interrupted, by the phase it was written in.
 _INTERRUPTED = {
     ClaimPhase.PENDING: "made: undoing it",
@@ -189,7 +189,7 @@ class Core:
 
     def pod_of(self, claim: Claim) -> list[Claim]:
         """The live claims of `claim`'s netns (its pod), it included while live: what every
-        CDI spec of the pod describes (rdmad.cdi). O(claims in that netns). A claim held for
+        CDI spec of the pod describes (rdmad.daemon.cdi). O(claims in that netns). A claim held for
         a pod whose netns does not exist yet is a pod of its own."""
         if not claim.netns_inode:
             return [claim] if self._book.claims.get(claim.id) is claim else []

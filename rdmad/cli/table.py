@@ -1,5 +1,5 @@
 """The text tables of rdmactl's human output: left-aligned columns, as every command lays
-them out (rdmad/cli.py and rdmad/cli_stats.py)."""
+them out (rdmad/cli/main.py and rdmad/cli/stats.py)."""
 
 from __future__ import annotations
 

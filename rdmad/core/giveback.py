@@ -1,7 +1,7 @@
 """Giving back what a claim took, wherever its netns is now: its netdev home to init_net
 with its host settings, its RDMA device back to init_net.
 
-Every way a claim ends goes through here (rdmad.core.Core): a release, the kernel ending it
+Every way a claim ends goes through here (rdmad.core.core.Core): a release, the kernel ending it
 (netns death, device removal), the undo of a failed claim, and reconciliation at start. The
 core decides when; this decides how, from what the claim recorded it moved.
 """
@@ -12,13 +12,13 @@ import contextlib
 import logging
 from typing import Protocol
 
-from rdmad.backend import NetdevBackend, NetnsResolver, Placement, RdmaBackend
-from rdmad.claims import ClaimBook
+from rdmad.core.backend import NetdevBackend, NetnsResolver, Placement, RdmaBackend
+from rdmad.core.claims import ClaimBook
+from rdmad.core.inventory import Inventory
+from rdmad.core.logfields import MESSAGE_NOT_RETURNED, log_claim_event, log_event
+from rdmad.core.steps import step
 from rdmad.errors import RdmadError
-from rdmad.inventory import Inventory
-from rdmad.logfields import MESSAGE_NOT_RETURNED, log_claim_event, log_event
 from rdmad.model import Claim, Netdev
-from rdmad.steps import step
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def placement(claim: Claim) -> Placement:
 
 
 class Tracking(Protocol):
-    """What GiveBack asks of the inventory tracker (rdmad.tracking.InventoryTracker): to see
+    """What GiveBack asks of the inventory tracker (rdmad.core.tracking.InventoryTracker): to see
     what it moved at once (the events of its own steps lag), and to wait for what the
     kernel brings home by itself."""
 

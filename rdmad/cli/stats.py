@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from dbus_fast.errors import DBusError
 
-from rdmad.argtypes import positive_seconds
+from rdmad.bus.argtypes import positive_seconds
 from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE
-from rdmad.cli_table import table
+from rdmad.cli.table import table
 from rdmad.errors import NoSuchClaim, NoSuchDevice
 
 if TYPE_CHECKING:

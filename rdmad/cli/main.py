@@ -3,7 +3,7 @@
 The global options (--json, --bus-address, --timeout) are accepted before and after the
 subcommand. Output: aligned tables by default; with --json, the stable JSON shapes of
 docs/dbus-api.md#rdmactl (stats: docs/metrics.md#rdmactl-stats). Exit statuses: the table in
-rdmad/cli_exit.py, which --help shows.
+rdmad/cli/exitcodes.py, which --help shows.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dbus_fast import Message, MessageType, Variant
 from dbus_fast.errors import DBusError
 
 from rdmad import __version__
-from rdmad.argtypes import add_bus_address, positive_seconds
 from rdmad.bus.address import bus_address
+from rdmad.bus.argtypes import add_bus_address, positive_seconds
 from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.connection import BusConnection
 from rdmad.bus.names import (
@@ -34,9 +34,9 @@ from rdmad.bus.names import (
     MANAGER_IFACE,
     MANAGER_PATH,
 )
-from rdmad.cli_exit import Exit, help_text
-from rdmad.cli_stats import check_stats_arguments, cmd_stats, stats_arguments
-from rdmad.cli_table import table
+from rdmad.cli.exitcodes import Exit, help_text
+from rdmad.cli.stats import check_stats_arguments, cmd_stats, stats_arguments
+from rdmad.cli.table import table
 from rdmad.model import ChardevKind
 from rdmad.options import NETNS_MODES
 

@@ -20,23 +20,25 @@ import logging
 import signal
 import sys
 
-from rdmad import __version__, journal, logfields, systemd
-from rdmad.backend import EventSource, RdmaBackend
+from rdmad import __version__
 from rdmad.bus.service import NameTaken, connect_bus, start_service
-from rdmad.cdi import CdiWriter
-from rdmad.config import Config, ConfigError, load
-from rdmad.core import Core
+from rdmad.core import logfields
+from rdmad.core.backend import EventSource, RdmaBackend
+from rdmad.core.core import Core
+from rdmad.core.store import Store
+from rdmad.daemon import journal, systemd
+from rdmad.daemon.cdi import CdiWriter
+from rdmad.daemon.config import Config, ConfigError, load
+from rdmad.daemon.eventlog import EventLog
 from rdmad.errors import RdmadError
-from rdmad.eventlog import EventLog
 from rdmad.kernel.addr_events import AddrEventSource
 from rdmad.kernel.netns import KernelNetnsResolver
 from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_events import RtnlEventSource
+from rdmad.kernel.sim import SimRdma, parse_sim_devices
 from rdmad.model import ClaimPhase
 from rdmad.options import parse_netns_mode, parse_table_range
-from rdmad.sim import SimRdma, parse_sim_devices
-from rdmad.store import Store
 
 log = logging.getLogger("rdmad")
 

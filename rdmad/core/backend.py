@@ -1,7 +1,7 @@
 """The interfaces the core drives. Adapters in rdmad.kernel (and the simulator) implement them.
 
 The core never sees a socket: it sees these protocols, plain data from rdmad.model and the
-events in rdmad.events. Every operation that changes the kernel has an inverse, so the core
+events in rdmad.core.events. Every operation that changes the kernel has an inverse, so the core
 can roll a half-done claim back.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from rdmad.events import Event
+from rdmad.core.events import Event
 from rdmad.model import (
     CharDev,
     ChardevKind,

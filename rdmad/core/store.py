@@ -10,7 +10,7 @@ docs/performance.md ("In the node's size"), not here, where figures would go sta
 
     daemon.json          the daemon-wide settings: netdevs to restore when they come home
     claims/<id>.json     one claim each
-    claims/.spare        the last replaced content of a file (rdmad.swapfile); never read
+    claims/.spare        the last replaced content of a file (rdmad.core.swapfile); never read
     aside/<name>.<time>  files start could not read, kept for the operator
 
 Every file carries the schema version. A file that cannot be read is set aside with a log
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from rdmad.core.swapfile import remove, write_new, write_swapped
 from rdmad.errors import KernelError
 from rdmad.model import (
     CharDev,
@@ -41,7 +42,6 @@ from rdmad.model import (
     RdmaDevice,
     ReleaseReason,
 )
-from rdmad.swapfile import remove, write_new, write_swapped
 
 SCHEMA_VERSION = 2
 DAEMON_FILE = "daemon.json"
@@ -158,7 +158,7 @@ class Store:
         path = self.claims_dir / f"{claim_id}.json"
         try:
             # Frees the inode through RCU, but after the claim's last kernel step, when its
-            # CDI spec is removed too (rdmad.cdi).
+            # CDI spec is removed too (rdmad.daemon.cdi).
             remove(path)
         except OSError as exc:
             raise KernelError(exc.errno or 0, f"cannot remove state file {path}") from exc

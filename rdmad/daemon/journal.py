@@ -1,6 +1,6 @@
 """Logging: structured journal entries under systemd, one-line key=value text elsewhere.
 
-Event records carry the fields of rdmad.logfields (written with its `log_event()`); this
+Event records carry the fields of rdmad.core.logfields (written with its `log_event()`); this
 module sends them to the journal, or shows them as key=value on stderr.
 """
 
@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any, Final
 
-from rdmad.logfields import EVENT_FIELDS
+from rdmad.core.logfields import EVENT_FIELDS
 
 # systemd-python, imported by name: for mypy, the checkout's top-level systemd/ directory
 # (unit files) is a namespace package that shadows it; at runtime the real package wins.
@@ -65,7 +65,7 @@ class RdmadJournalHandler(_journal.JournalHandler):  # type: ignore[misc]  # unt
 
 class KeyValueFormatter(logging.Formatter):
     """`LEVEL logger: message device=... netns=... claim=...` (and whichever other
-    rdmad.logfields fields the record has), one line."""
+    rdmad.core.logfields fields the record has), one line."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
