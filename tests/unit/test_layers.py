@@ -63,7 +63,7 @@ def layer_of(module: str) -> str:
     parts = module.split(".")
     if module in VOCABULARY:
         return "vocabulary"
-    assert len(parts) > 2 or module.count(".") == 1 and (ROOT / parts[1]).is_dir(), (
+    assert len(parts) > 2 or (module.count(".") == 1 and (ROOT / parts[1]).is_dir()), (
         f"{module}: a module at the top of rdmad/ that is not vocabulary; put it in a layer"
     )
     return parts[1]
