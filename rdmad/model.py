@@ -183,6 +183,7 @@ class ClaimOptions:
     pod_cdi_name: str = ""  # a CDI device name for all the claims of its netns (rdmad.daemon.cdi)
     table: int | None = None  # policy routing: the claim's table; TABLE_AUTO: rdmad picks
     routes: tuple[Route, ...] = ()  # placed in `table`, beside the connected routes
+    claimant: int = 0  # the caller's uid (not an a{sv} option: the bus edge sets it)
 
 
 TABLE_AUTO = 0  # the kernel's RT_TABLE_UNSPEC, never a real table: "choose one for me"
@@ -251,6 +252,7 @@ class Claim:
     # next start lists again while the move hides it (None: not moving it, or an older rdmad)
     moved_device: RdmaDevice | None = None
     end_reason: ReleaseReason | None = None  # ENDED: why, for its Released
+    claimant: int = 0  # the uid that made the claim (0 when saved by an older rdmad)
 
     @property
     def netns(self) -> str:

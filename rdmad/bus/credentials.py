@@ -1,4 +1,5 @@
-"""Who is calling: the sender of the method call being handled, and its uid and groups.
+"""Who is calling: the sender of the method call being handled, its uid, and whether
+polkit lets it do what it asks (rdmad.bus.polkit).
 
 dbus-fast method handlers get only the arguments. The bus runs user message handlers
 (BaseMessageBus.add_message_handler) synchronously just before it dispatches a call, and
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
-from dbus_fast import Message, MessageType
+from dbus_fast import Message, MessageFlag, MessageType
 from dbus_fast.aio import MessageBus
 
 from rdmad.bus.names import DBUS_NAME, DBUS_PATH
+from rdmad.bus.polkit import Action, Polkit
 from rdmad.errors import AccessDenied, RdmadError
 
 _current: ContextVar[Message | None] = ContextVar("rdmad_current_message", default=None)
@@ -30,18 +32,19 @@ def current_message() -> Message | None:
 
 
 class Credentials:
-    """Looks up (and caches per unique name) the unix uid and groups of bus peers."""
+    """Looks up (and caches per unique name) the unix uid of bus peers, and asks polkit
+    about those that are not root."""
 
-    def __init__(self, bus: MessageBus, allowed_gid: int | None) -> None:
+    def __init__(self, bus: MessageBus, polkit: Polkit) -> None:
         self._bus = bus
-        self.allowed_gid = allowed_gid
+        self._polkit = polkit
         self._uids: dict[str, int] = {}
-        self._groups: dict[str, frozenset[int]] = {}
 
     async def start(self) -> None:
         """Hook into dispatch and watch for peers leaving. Call before exporting objects."""
         self._bus.add_message_handler(self._on_message)
         await self._dbus_call("AddMatch", "s", [_NAME_OWNER_CHANGED])
+        await self._polkit.start()
 
     def stop(self) -> None:
         self._bus.remove_message_handler(self._on_message)
@@ -57,7 +60,6 @@ class Credentials:
             and msg.body[2] == ""
         ):
             self._uids.pop(msg.body[0], None)
-            self._groups.pop(msg.body[0], None)
 
     async def uid(self, sender: str) -> int:
         if sender not in self._uids:
@@ -65,29 +67,33 @@ class Credentials:
             self._uids[sender] = int(reply.body[0])
         return self._uids[sender]
 
-    async def groups(self, sender: str) -> frozenset[int]:
-        if sender not in self._groups:
-            reply = await self._dbus_call("GetConnectionCredentials", "s", [sender])
-            gids = reply.body[0].get("UnixGroupIDs")
-            self._groups[sender] = frozenset(gids.value) if gids is not None else frozenset()
-        return self._groups[sender]
-
-    async def require_privileged(self, action: str) -> None:
-        """Raise AccessDenied unless the current caller is root or in the allowed group,
-        or when the bus daemon cannot say who the caller is (it may have left)."""
-        msg = current_message()
-        sender = msg.sender if msg is not None else None
-        if not sender:
-            # Not dispatched from the bus (no message): refuse rather than guess.
-            raise AccessDenied(f"{action}: cannot identify the caller")
+    async def caller_uid(self, action: Action) -> int:
+        """The uid of the current caller; AccessDenied (naming `action`) when the bus
+        daemon cannot say (the caller may have left), or outside a call."""
+        sender = self._sender(action)
         try:
-            if await self.uid(sender) == 0:
-                return
-            if self.allowed_gid is not None and self.allowed_gid in await self.groups(sender):
-                return
+            return await self.uid(sender)
         except RdmadError as exc:
             raise AccessDenied(f"{action}: cannot identify the caller: {exc}") from exc
-        raise AccessDenied(f"{action} needs root or membership of the configured group")
+
+    async def authorize(self, action: Action, details: dict[str, str]) -> int:
+        """The current caller's uid, once it may do `action`: root always, anyone else if
+        polkit says so (asked with `details`, and allowed to ask for a password if the
+        call carries ALLOW_INTERACTIVE_AUTHORIZATION). Raises AccessDenied otherwise."""
+        uid = await self.caller_uid(action)
+        if uid != 0:
+            msg = current_message()
+            assert msg is not None and msg.sender  # caller_uid checked both
+            interactive = bool(msg.flags & MessageFlag.ALLOW_INTERACTIVE_AUTHORIZATION)
+            await self._polkit.check(msg.sender, action, details, interactive)
+        return uid
+
+    def _sender(self, action: Action) -> str:
+        msg = current_message()
+        if msg is None or not msg.sender:
+            # Not dispatched from the bus (no message): refuse rather than guess.
+            raise AccessDenied(f"{action}: cannot identify the caller")
+        return msg.sender
 
     async def _dbus_call(self, member: str, signature: str, body: list[object]) -> Message:
         """Call the bus daemon; its refusal, no reply or a lost connection (EOFError,

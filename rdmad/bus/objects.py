@@ -8,6 +8,7 @@ are Signal declarations (rdmad.bus.signals), which the Service sends.
 """
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from typing import Annotated, Protocol
@@ -20,13 +21,22 @@ from rdmad import __version__
 from rdmad.bus.credentials import Credentials
 from rdmad.bus.mapping import bus_errors
 from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE, MANAGER_IFACE, claim_path, device_path
+from rdmad.bus.polkit import Action
 from rdmad.bus.properties import Prop, PropertyTable
 from rdmad.bus.signals import Signal
 from rdmad.core.backend import NetnsResolver, NetnsTarget
 from rdmad.core.observer import CoreObserver
 from rdmad.core.opstats import Histogram, OpStats
-from rdmad.errors import InvalidArgs, RdmadError
-from rdmad.model import Claim, ClaimOptions, ClaimPhase, Counters, DeviceView, NetnsMode
+from rdmad.errors import AccessDenied, InvalidArgs, RdmadError
+from rdmad.model import (
+    Claim,
+    ClaimOptions,
+    ClaimPhase,
+    Counters,
+    DeviceView,
+    NetnsMode,
+    netns_label,
+)
 from rdmad.options import parse_claim_options, parse_netns_mode
 
 DeviceRow = tuple[str, str, str, str]
@@ -148,6 +158,22 @@ def attach_options(raw: dict[str, Variant]) -> tuple[str, ClaimOptions]:
     return parsed.ifname or "", ClaimOptions(addresses=parsed.addresses)
 
 
+def claim_action(options: ClaimOptions) -> Action:
+    return Action.CLAIM_SHARE if options.shared else Action.CLAIM_DEVICE
+
+
+async def authorize_release(
+    credentials: Credentials, core: CoreAPI, claim_id: str, own: Action
+) -> None:
+    """Release and Detach: `own` for the caller's own claim (or one that does not exist:
+    the core then says NoSuchClaim), release-any for another's."""
+    uid = await credentials.caller_uid(own)
+    claim = next((c for c in core.claims() if c.id == claim_id), None)
+    action = own if claim is None or claim.claimant == uid else Action.RELEASE_ANY
+    device = claim.device if claim is not None else ""
+    await credentials.authorize(action, {"claim": claim_id, "device": device})
+
+
 class ManagerInterface(ServiceInterface):
     def __init__(
         self,
@@ -192,10 +218,12 @@ class ManagerInterface(ServiceInterface):
     @bus_errors
     async def Claim(self, device: DBusStr, netns: DBusStr, options: DBusDict) -> DBusObjectPath:
         with counted(self._core.stats, "claim"):
-            await self._credentials.require_privileged("Claim")
             parsed = claim_options(options)  # before opening anything
-            target = self._resolver.open(netns)
-        claim = await self._core.claim(device, target, parsed)
+            action = claim_action(parsed)
+            uid = await self._credentials.caller_uid(action)
+            target = self._resolver.open(netns, uid or None)
+            await self._authorize_into(target, action, device, netns)
+        claim = await self._core.claim(device, target, dataclasses.replace(parsed, claimant=uid))
         return self._claim_exported(claim)
 
     @dbus_method()
@@ -203,23 +231,38 @@ class ManagerInterface(ServiceInterface):
     async def ClaimFd(
         self, device: DBusStr, netns: DBusUnixFd, options: DBusDict
     ) -> DBusObjectPath:
-        try:
-            with counted(self._core.stats, "claim"):
-                await self._credentials.require_privileged("ClaimFd")
+        with counted(self._core.stats, "claim"):
+            try:
                 parsed = claim_options(options)
-                target = self._resolver.adopt_fd(netns)  # dup'ed: ours is closed below
-        finally:
-            os.close(netns)  # dbus-fast hands received fds over and never closes them
-        claim = await self._core.claim(device, target, parsed)
+                action = claim_action(parsed)
+                uid = await self._credentials.caller_uid(action)
+                target = self._resolver.adopt_fd(netns, uid or None)  # dup'ed: ours is closed
+            finally:
+                os.close(netns)  # dbus-fast hands received fds over and never closes them
+            await self._authorize_into(target, action, device, "")
+        claim = await self._core.claim(device, target, dataclasses.replace(parsed, claimant=uid))
         return self._claim_exported(claim)
+
+    async def _authorize_into(
+        self, target: NetnsTarget, action: Action, device: str, netns: str
+    ) -> None:
+        """Ask polkit about `action` into the opened `target` (named `netns`, "" for an fd:
+        its label then); close the target if refused."""
+        details = {"device": device, "netns": netns or netns_label(target.inode)}
+        try:
+            await self._credentials.authorize(action, details)
+        except BaseException:
+            target.close()
+            raise
 
     @dbus_method()
     @bus_errors
     async def Hold(self, device: DBusStr, pod_uid: DBusStr, options: DBusDict) -> DBusObjectPath:
         with counted(self._core.stats, "claim"):
-            await self._credentials.require_privileged("Hold")
             parsed = claim_options(options)
-        claim = await self._core.hold(device, pod_uid, parsed)
+            details = {"device": device, "pod_uid": pod_uid}
+            uid = await self._credentials.authorize(Action.HOLD, details)
+        claim = await self._core.hold(device, pod_uid, dataclasses.replace(parsed, claimant=uid))
         return self._claim_exported(claim)
 
     @dbus_method()
@@ -228,29 +271,43 @@ class ManagerInterface(ServiceInterface):
         self, pod_uid: DBusStr, netns: DBusStr, options: DBusDict
     ) -> Annotated[list[str], DBusSignature("ao")]:
         with counted(self._core.stats, "claim"):
-            await self._credentials.require_privileged("Attach")
             ifname, parsed = attach_options(options)
-            target = self._resolver.open(netns)
+            uid = await self._credentials.caller_uid(Action.HOLD)
+            self._refuse_others_holds(uid, pod_uid)
+            target = self._resolver.open(netns, uid or None)
+            await self._authorize_into(target, Action.HOLD, "", netns)
         return [claim_path(c.id) for c in await self._core.attach(pod_uid, target, ifname, parsed)]
+
+    def _refuse_others_holds(self, uid: int, pod_uid: str) -> None:
+        """Attach: a caller that is not root attaches only the holds it made."""
+        others = [
+            c.id
+            for c in self._core.claims()
+            if c.hold is not None and c.hold.pod_uid == pod_uid and uid not in (0, c.claimant)
+        ]
+        if others:
+            raise AccessDenied(
+                f"{Action.HOLD}: pod {pod_uid}'s holds {', '.join(others)} are not uid {uid}'s"
+            )
 
     @dbus_method()
     @bus_errors
     async def Detach(self, claim_id: DBusStr) -> None:
         with counted(self._core.stats, "release"):
-            await self._credentials.require_privileged("Detach")
+            await authorize_release(self._credentials, self._core, claim_id, Action.HOLD)
         await self._core.detach(claim_id)
 
     @dbus_method()
     @bus_errors
     async def Release(self, claim_id: DBusStr) -> None:
         with counted(self._core.stats, "release"):
-            await self._credentials.require_privileged("Release")
+            await authorize_release(self._credentials, self._core, claim_id, Action.RELEASE_OWN)
         await self._core.release(claim_id)
 
     @dbus_method()
     @bus_errors
     async def SetNetnsMode(self, mode: DBusStr) -> None:
-        await self._credentials.require_privileged("SetNetnsMode")
+        await self._credentials.authorize(Action.SET_NETNS_MODE, {"mode": mode})
         await self._core.set_netns_mode(parse_netns_mode(mode))
 
 
@@ -376,7 +433,9 @@ class ClaimInterface(ServiceInterface):
     @bus_errors
     async def Release(self) -> None:
         with counted(self._core.stats, "release"):
-            await self._credentials.require_privileged("Release")
+            await authorize_release(
+                self._credentials, self._core, self.claim.id, Action.RELEASE_OWN
+            )
         await self._core.release(self.claim.id)
 
     @dbus_method()

@@ -4,7 +4,7 @@ keeps them in step with the core as a CoreObserver (machined's machine-dbus.c ro
 Wiring (rdmad.daemon.main):
 
     bus = await connect_bus(address)            # None: the system bus
-    service = await start_service(bus, core, resolver, allowed_gid)
+    service = await start_service(bus, core, resolver)
     ...                                         # run
     await service.stop()
 
@@ -44,6 +44,7 @@ from rdmad.bus.objects import (
     DeviceInterface,
     ManagerInterface,
 )
+from rdmad.bus.polkit import AUTHORIZATION_TIMEOUT, Polkit
 from rdmad.bus.signals import INTERFACES_ADDED, INTERFACES_REMOVED, PROPERTIES_CHANGED
 from rdmad.core.backend import NetnsResolver
 from rdmad.core.observer import CoreObserver
@@ -147,11 +148,11 @@ class Service(CoreObserver):
         bus: RdmadMessageBus,
         core: CoreAPI,
         resolver: NetnsResolver,
-        allowed_gid: int | None,
+        authorization_timeout: float,
     ) -> None:
         self.bus = bus
         self.core = core
-        self.credentials = Credentials(bus, allowed_gid)
+        self.credentials = Credentials(bus, Polkit(bus, authorization_timeout))
         self.manager = ManagerInterface(core, resolver, self.credentials, self._export_claim)
         self._devices: dict[str, DeviceInterface] = {}
         self._claims: dict[str, ClaimInterface] = {}
@@ -263,14 +264,15 @@ async def start_service(
     bus: RdmadMessageBus,
     core: CoreAPI,
     resolver: NetnsResolver,
-    allowed_gid: int | None = None,
+    authorization_timeout: float = AUTHORIZATION_TIMEOUT,
 ) -> Service:
     """Export everything, subscribe to the core, then take io.rdmad1 (last).
 
     `core` is an rdmad.core.core.Core (objects.CoreAPI lists what the bus edge uses of it).
-    Raises NameTaken if another rdmad runs.
+    `authorization_timeout` bounds each wait for polkit's answer. Raises NameTaken if
+    another rdmad runs.
     """
-    service = Service(bus, core, resolver, allowed_gid)
+    service = Service(bus, core, resolver, authorization_timeout)
     await service.credentials.start()
     bus.add_message_handler(_refuse_claim_fd_without_its_fd)
     bus.add_message_handler(service._refuse_calls_on_ended_claims)

@@ -51,14 +51,16 @@ class NetnsTarget(Protocol):
 
 
 class NetnsResolver(Protocol):
-    def open(self, spec: str) -> NetnsTarget:
+    def open(self, spec: str, owner: int | None = None) -> NetnsTarget:
         """Open a netns named as /run/netns/NAME, /proc/PID/ns/net, NAME or pid:PID.
 
-        Raises InvalidNetns for anything that is not a netns other than init_net.
+        Raises InvalidNetns for anything that is not a netns other than init_net, and, when
+        `owner` is a uid, AccessDenied for a netns whose owning user namespace's owner is
+        another uid (init_net's is root's), checked before init_net is.
         """
         ...
 
-    def adopt_fd(self, fd: int) -> NetnsTarget:
+    def adopt_fd(self, fd: int, owner: int | None = None) -> NetnsTarget:
         """Wrap a caller's netns fd (dup'ed; the caller keeps its own). Same checks as open."""
         ...
 

@@ -21,7 +21,6 @@ class Config:
     log_level: str = "info"
     netns_mode: str = ""  # apply this RDMA netns mode at start ("" = leave the kernel's)
     shared_limit: int = 16  # shared claims per device
-    allowed_group: str = ""  # a group whose members may claim, besides root
     sim_devices: str = ""  # NAME=NETDEV,...: the explicit simulated RDMA backend
     sim_mode: str = "shared"
     # Policy routing: the tables a claim's table=auto is given from. Spiderpool and DRANET
@@ -48,7 +47,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--netns-mode", metavar="{shared,exclusive}", help="apply at start")
     p.add_argument("--shared-limit", type=int, help="shared claims per device (default 16)")
-    p.add_argument("--allowed-group", help="group allowed to claim and release, besides root")
     p.add_argument(
         "--route-tables", metavar="FIRST-LAST", help="tables for table=auto (default 1000-1999)"
     )
@@ -74,6 +72,13 @@ def load(argv: list[str] | None = None) -> Config:
     return cfg
 
 
+# Settings that no longer exist, and what took their place.
+_GONE = {
+    "allowed_group": "polkit decides who besides root may change state; the rule that "
+    "lets a group do it is in docs/dbus-api.md (Who may call what)",
+}
+
+
 def _apply_file(cfg: Config, path: Path) -> None:
     try:
         doc = tomllib.loads(path.read_text())
@@ -82,6 +87,8 @@ def _apply_file(cfg: Config, path: Path) -> None:
     known = {f.name: f for f in fields(Config)}
     for key, value in doc.items():
         name = key.replace("-", "_")
+        if name in _GONE:
+            raise ConfigError(f"{path}: {key} is gone: {_GONE[name]}")
         if name not in known:
             raise ConfigError(f"{path}: unknown setting {key!r}")
         default = getattr(Config(), name)

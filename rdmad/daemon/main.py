@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import grp
 import logging
 import signal
 import sys
@@ -78,15 +77,6 @@ def _event_sources(cfg: Config) -> list[EventSource]:
     return sources
 
 
-def _allowed_gid(cfg: Config) -> int | None:
-    if not cfg.allowed_group:
-        return None
-    try:
-        return grp.getgrnam(cfg.allowed_group).gr_gid
-    except KeyError:
-        raise ConfigError(f"allowed_group {cfg.allowed_group!r} does not exist") from None
-
-
 async def run(cfg: Config) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -129,7 +119,7 @@ async def run(cfg: Config) -> int:
 
     try:
         bus = await connect_bus(cfg.bus_address or None)
-        service = await start_service(bus, core, resolver, _allowed_gid(cfg))
+        service = await start_service(bus, core, resolver)
     except (OSError, NameTaken, ConfigError, RdmadError) as exc:
         # RdmadError: the bus daemon refused a call of start's own (AddMatch)
         log.error("cannot serve on the bus: %s", exc)

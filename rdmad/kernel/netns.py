@@ -27,12 +27,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from rdmad.core.backend import NetnsTarget
-from rdmad.errors import InvalidNetns
+from rdmad.errors import AccessDenied, InvalidNetns
 from rdmad.kernel.nlsocket import rtnl_busy
 from rdmad.model import netns_label
 
 CLONE_NEWNET = 0x40000000
-NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3), include/uapi/linux/nsfs.h
+NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1), include/uapi/linux/nsfs.h
+NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3)
+NS_GET_OWNER_UID = 0xB704  # _IO(0xb7, 0x4)
 SO_NETNS_COOKIE = 71  # include/uapi/asm-generic/socket.h, Linux 5.14; not in Python 3.11
 
 RUN_NETNS = "/run/netns"
@@ -125,6 +127,19 @@ def _ns_type(fd: int) -> int:
     return int(fcntl.ioctl(fd, NS_GET_NSTYPE))
 
 
+def owner_uid(fd: int) -> int:
+    """The uid that owns the user namespace owning the namespace `fd` (as rdmad's own user
+    namespace sees it): 0 for init_net and the netns root makes, the user's for a netns made
+    in a user's user namespace (a rootless container's)."""
+    userns = int(fcntl.ioctl(fd, NS_GET_USERNS))
+    try:
+        uid = bytearray(4)
+        fcntl.ioctl(userns, NS_GET_OWNER_UID, uid)
+    finally:
+        os.close(userns)
+    return int.from_bytes(uid, sys.byteorder)
+
+
 class KernelNetnsResolver:
     """Implements rdmad.core.backend.NetnsResolver against the running kernel.
 
@@ -149,7 +164,7 @@ class KernelNetnsResolver:
 
     # -- NetnsResolver ------------------------------------------------------------------
 
-    def open(self, spec: str) -> NetnsHandle:
+    def open(self, spec: str, owner: int | None = None) -> NetnsHandle:
         path = spec_to_path(spec)
         try:
             st = os.stat(path)
@@ -165,15 +180,15 @@ class KernelNetnsResolver:
             raise InvalidNetns(self._missing(spec, path)) from None
         except OSError as e:
             raise InvalidNetns(f"{spec!r}: cannot open {path}: {os.strerror(e.errno or 0)}") from e
-        return self._wrap(fd, spec, path)
+        return self._wrap(fd, spec, path, owner)
 
-    def adopt_fd(self, fd: int) -> NetnsHandle:
+    def adopt_fd(self, fd: int, owner: int | None = None) -> NetnsHandle:
         try:
             mine = os.dup(fd)
         except OSError as e:
             raise InvalidNetns(f"fd {fd} is not usable: {os.strerror(e.errno or 0)}") from e
         os.set_inheritable(mine, False)
-        return self._wrap(mine, f"fd {fd}", "")
+        return self._wrap(mine, f"fd {fd}", "", owner)
 
     def reopen(self, inode: int, path_hint: str) -> NetnsHandle | None:
         if inode == self._init_ino:
@@ -233,8 +248,9 @@ class KernelNetnsResolver:
         if not stat.S_ISREG(st.st_mode) or st.st_dev != self._nsfs_dev:
             raise InvalidNetns(f"{spec!r} is {_kind_of(st.st_mode)}, not a network namespace")
 
-    def _wrap(self, fd: int, spec: str, path: str) -> NetnsHandle:
-        """Verify an fd we own is a netns other than init_net; close it on any refusal."""
+    def _wrap(self, fd: int, spec: str, path: str, owner: int | None = None) -> NetnsHandle:
+        """Verify an fd we own is a netns other than init_net, owned by `owner` if that is
+        a uid; close it on any refusal."""
         try:
             st = os.fstat(fd)
             self._check_stat(spec, st)
@@ -244,6 +260,11 @@ class KernelNetnsResolver:
                 raise InvalidNetns(f"{spec!r} is not a namespace file") from e
             if kind != CLONE_NEWNET:
                 raise InvalidNetns(f"{spec!r} is a namespace, but not a network namespace")
+            if owner is not None and owner_uid(fd) != owner:
+                raise AccessDenied(
+                    f"{spec!r} is not uid {owner}'s: a caller that is not root may claim "
+                    "only into a network namespace its own user namespace owns"
+                )
             if st.st_ino == self._init_ino:
                 raise InvalidNetns(
                     f"{spec!r} is init_net, the host's own network namespace: "

@@ -13,6 +13,7 @@ from dbus_fast.aio import MessageBus
 from dbus_fast.errors import DBusError
 
 from rdmad.bus.names import BUS_NAME, MANAGER_IFACE, MANAGER_PATH, PROPERTIES_IFACE
+from rdmad.bus.polkit import AUTHORIZATION_TIMEOUT
 from rdmad.bus.service import Service, connect_bus, start_service
 from tests.bus.fakes import FakeCore, fake_resolver
 from tests.support.bus import PrivateBus, policy_bus, private_bus  # noqa: F401
@@ -73,10 +74,13 @@ class Live:
                 await self._arrived.wait()
 
 
-async def _start(address: str, allowed_gid: int | None) -> AsyncIterator[Live]:
+async def start_live(
+    address: str, authorization_timeout: float = AUTHORIZATION_TIMEOUT
+) -> AsyncIterator[Live]:
+    """rdmad's bus edge serving FakeCore on the bus at `address`, plus a client (root)."""
     core = FakeCore()
     server = await connect_bus(address)
-    service = await start_service(server, core, fake_resolver(), allowed_gid)
+    service = await start_service(server, core, fake_resolver(), authorization_timeout)
     client = await MessageBus(bus_address=address, negotiate_unix_fd=True).connect()
     signals: list[Message] = []
     arrived = asyncio.Event()
@@ -109,19 +113,12 @@ async def _start(address: str, allowed_gid: int | None) -> AsyncIterator[Live]:
 @pytest.fixture
 async def live(private_bus: PrivateBus) -> AsyncIterator[Live]:  # noqa: F811
     """rdmad's bus edge serving FakeCore on the permissive private bus, plus a client."""
-    async for value in _start(private_bus.address, None):
-        yield value
-
-
-@pytest.fixture
-async def live_group(private_bus: PrivateBus) -> AsyncIterator[Live]:  # noqa: F811
-    """As `live`, with group 4242 allowed to change state."""
-    async for value in _start(private_bus.address, 4242):
+    async for value in start_live(private_bus.address):
         yield value
 
 
 @pytest.fixture
 async def live_policy(policy_bus: PrivateBus) -> AsyncIterator[Live]:  # noqa: F811
     """As `live`, on the bus that enforces the shipped dbus/io.rdmad1.conf."""
-    async for value in _start(policy_bus.address, None):
+    async for value in start_live(policy_bus.address):
         yield value

@@ -29,6 +29,10 @@ from rdmad.model import (
 )
 from tests.support.fake_kernel import FakeKernel
 
+NOBODY = 65534
+DAEMON = 1  # the "daemon" and "sys" users of Debian's base-passwd
+SYS = 3
+
 MLX = RdmaDevice(
     index=1,
     name="mlx5_0",
@@ -45,9 +49,12 @@ MLX = RdmaDevice(
 
 
 def fake_resolver() -> NetnsResolver:
-    """Resolves `ns1`, and an fd on the test's own netns (as a caller passes to ClaimFd)."""
+    """Resolves `ns1` (root's), `uid65534`, `uid1` and `uid3` (each made in that uid's
+    user namespace), and an fd on the test's own netns (as a caller passes to ClaimFd)."""
     kernel = FakeKernel()
     kernel.add_netns("ns1")
+    for uid in (NOBODY, DAEMON, SYS):
+        kernel.add_netns(f"uid{uid}", owner_uid=uid)
     kernel.add_netns("callers-own", inode=os.stat("/proc/self/ns/net").st_ino)
     return kernel.process().resolver
 
@@ -118,6 +125,7 @@ class FakeCore:
             ifname=options.ifname or "net1",
             shared=options.shared,
             owner=options.owner,
+            claimant=options.claimant,
             created_at_us=1_700_000_000_000_000,
             chardevs=(CharDev(ChardevKind.UVERBS, "/dev/infiniband/uverbs0", 231, 192),),
             cdi_device=f"rdmad.io/rdma=c{self._n}",
@@ -142,6 +150,7 @@ class FakeCore:
             ifname=options.ifname or "net1",
             shared=options.shared,
             owner=options.owner,
+            claimant=options.claimant,
             created_at_us=1_700_000_000_000_000,
             cdi_device=f"rdmad.io/rdma=c{self._n}",
             phase=ClaimPhase.HELD,

@@ -1,4 +1,5 @@
-"""The daemon checks callers itself, on a bus that lets everything through."""
+"""The daemon checks callers itself, on a bus that lets everything through (and has no
+polkitd: only root may change state; tests/bus/test_polkit.py has polkitd)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dbus_fast.aio import MessageBus
 
 from rdmad.bus.credentials import Credentials
 from rdmad.bus.names import MANAGER_IFACE, MANAGER_PATH
+from rdmad.bus.polkit import Action, Polkit
 from rdmad.errors import AccessDenied
 from tests.bus.conftest import Live
 from tests.support.bus import run_as
@@ -28,17 +30,6 @@ async def test_daemon_denies_mutating_methods_to_a_non_root_caller(live: Live) -
 
 async def test_daemon_lets_a_non_root_caller_read(live: Live) -> None:
     assert await run_as(live.address, MANAGER_PATH, MANAGER_IFACE, "ListDevices") == "ok"
-
-
-async def test_daemon_allows_members_of_the_configured_group(live_group: Live) -> None:
-    got = await run_as(live_group.address, MANAGER_PATH, MANAGER_IFACE, *CLAIM, extra_groups=[4242])
-    assert got == "ok"
-    assert len(live_group.core.claims()) == 1
-
-
-async def test_daemon_denies_non_members_when_a_group_is_configured(live_group: Live) -> None:
-    got = await run_as(live_group.address, MANAGER_PATH, MANAGER_IFACE, *CLAIM, extra_groups=[4243])
-    assert got == "org.freedesktop.DBus.Error.AccessDenied"
 
 
 class BusOfALeftCaller:
@@ -60,10 +51,12 @@ class BusOfALeftCaller:
 
 async def test_a_caller_the_bus_daemon_cannot_identify_is_denied() -> None:
     bus = BusOfALeftCaller()
-    credentials = Credentials(cast(MessageBus, bus), allowed_gid=4242)
+    credentials = Credentials(cast(MessageBus, bus), Polkit(cast(MessageBus, bus)))
     await credentials.start()
     call = Message(path=MANAGER_PATH, interface=MANAGER_IFACE, member="Claim", sender=":1.42")
     for handler in bus.handlers:  # as the bus does just before it dispatches the call
         handler(call)
-    with pytest.raises(AccessDenied, match=r"Claim: cannot identify the caller: .*NameHasNoOwner"):
-        await credentials.require_privileged("Claim")
+    with pytest.raises(
+        AccessDenied, match=r"io.rdmad1.claim-share: cannot identify the caller: .*NameHasNoOwner"
+    ):
+        await credentials.authorize(Action.CLAIM_SHARE, {})

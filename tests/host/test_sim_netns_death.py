@@ -38,11 +38,11 @@ class KernelHandingOnInodes:
         """The kernel has given `inode`, a dead netns's, to the named `netns`."""
         self._handed_on[inode] = f"/run/netns/{netns}"
 
-    def open(self, spec: str) -> NetnsHandle:
-        return self._kernel.open(spec)
+    def open(self, spec: str, owner: int | None = None) -> NetnsHandle:
+        return self._kernel.open(spec, owner)
 
-    def adopt_fd(self, fd: int) -> NetnsHandle:
-        return self._kernel.adopt_fd(fd)
+    def adopt_fd(self, fd: int, owner: int | None = None) -> NetnsHandle:
+        return self._kernel.adopt_fd(fd, owner)
 
     def reopen(self, inode: int, path_hint: str) -> NetnsHandle | None:
         path = self._handed_on.get(inode)

@@ -1,6 +1,7 @@
-"""Who may do what, against the real daemon: a real uid != 0 (nobody) is refused every
-mutating method with AccessDenied, once by the shipped bus policy and once, on a bus that
-lets everyone through, by the daemon's own check of the caller's uid. Reads work."""
+"""Who may do what, against the real daemon without polkitd: a real uid != 0 (nobody) is
+refused every mutating method with AccessDenied, by the daemon (the shipped bus policy lets
+anyone call), under the shipped bus policy and on a bus that lets everyone through. Reads
+work."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ async def guarded(
     request: pytest.FixtureRequest, tmp_path: Path, netns: str
 ) -> AsyncIterator[tuple[str, Rig]]:
     """`policy`: the shipped dbus/io.rdmad1.conf is loaded. `daemon`: a bus that allows
-    everything, so only the daemon's own uid check stands between nobody and a claim."""
+    everything. Either way the daemon's own check stands between nobody and a claim."""
     bus: PrivateBus = request.getfixturevalue(
         "policy_bus" if request.param == "policy" else "private_bus"
     )

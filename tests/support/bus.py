@@ -163,7 +163,12 @@ async def main():
     fds = [os.open("/proc/self/ns/net", os.O_RDONLY)] if "h" in sig else []
     reply = await bus.call(Message(destination="io.rdmad1", path=path, interface=iface,
                                    member=member, signature=sig, body=body, unix_fds=fds))
-    print(reply.error_name if reply.message_type is MessageType.ERROR else "ok")
+    if reply.message_type is not MessageType.ERROR:
+        print("ok")
+    elif sys.argv[7] == "message":
+        print(f"{reply.error_name}: {reply.body[0] if reply.body else ''}")
+    else:
+        print(reply.error_name)
 
 asyncio.run(main())
 """
@@ -179,13 +184,18 @@ async def run_as(
     *,
     uid: int = NOBODY,
     extra_groups: Sequence[int] = (),
+    message: bool = False,
+    wrap: Sequence[str] = (),
 ) -> str:
     """Make one call to io.rdmad1 from a process running as `uid`; returns "ok" or the
-    error name. `body` is a Python expression (Variant is in scope). Async, so a service
-    running on the test's own event loop can answer meanwhile."""
+    error name (`message`: "NAME: message"). `body` is a Python expression (Variant is in
+    scope); an `h` argument is the caller's own netns. `wrap` runs the caller under a
+    command (e.g. unshare). Async, so a service running on the test's own event loop can
+    answer meanwhile."""
     python = _CALLER_PYTHON
     env = {"PYTHONPATH": f"{sysconfig.get_paths()['purelib']}:{REPO}", "PATH": "/usr/bin:/bin"}
     proc = await asyncio.create_subprocess_exec(
+        *wrap,
         python,
         "-c",
         _CALL,
@@ -195,6 +205,7 @@ async def run_as(
         member,
         signature,
         body,
+        "message" if message else "name",
         user=uid,
         group=NOBODY,
         extra_groups=list(extra_groups),

@@ -37,6 +37,7 @@ from rdmad.core.events import (
     RdmaChanged,
 )
 from rdmad.errors import (
+    AccessDenied,
     InvalidArgs,
     InvalidNetns,
     KernelError,
@@ -80,6 +81,7 @@ class FakeNetns:
     nsid: int | None = None  # init_net's id for it
     dead: bool = False
     cookie: int = 0  # never reused, unlike the inode and the nsid
+    owner_uid: int = 0  # its owning user namespace's owner
     # policy routing: (source address, table) per rule; (table, dst, via, ifindex) per route
     rules: set[tuple[str, int]] = field(default_factory=set)
     routes: set[tuple[int, str, str, int]] = field(default_factory=set)
@@ -177,9 +179,9 @@ class FakeKernel:
         del self.rdma[name]
         self.emit(RdmaChanged(f"remove infiniband/{name}", device=name))
 
-    def add_netns(self, name: str, inode: int | None = None) -> FakeNetns:
+    def add_netns(self, name: str, inode: int | None = None, owner_uid: int = 0) -> FakeNetns:
         inode = inode if inode is not None else next(self._inodes)
-        ns = FakeNetns(inode, name, cookie=next(self._cookies))
+        ns = FakeNetns(inode, name, cookie=next(self._cookies), owner_uid=owner_uid)
         self.namespaces[ns.inode] = ns
         return ns
 
@@ -479,19 +481,24 @@ class FakeResolver:
     def __init__(self, kernel: FakeKernel, process: Process) -> None:
         self._kernel, self._process = kernel, process
 
-    def open(self, spec: str) -> FakeHandle:
+    def open(self, spec: str, owner: int | None = None) -> FakeHandle:
         name = spec.removeprefix("/run/netns/")
         for ns in self._kernel.namespaces.values():
             if ns.name == name and ns.named and ns.alive:
-                return FakeHandle(self._kernel, self._process, ns, spec)
+                return self._handle(ns, spec, owner)
         raise InvalidNetns(f"{spec!r}: /run/netns/{name} does not exist")
 
-    def adopt_fd(self, fd: int) -> FakeHandle:
+    def adopt_fd(self, fd: int, owner: int | None = None) -> FakeHandle:
         inode = os.fstat(fd).st_ino
         ns = self._kernel.namespaces.get(inode)
         if ns is None or not ns.alive:
             raise InvalidNetns(f"fd {fd} is not a network namespace")
-        return FakeHandle(self._kernel, self._process, ns, "")
+        return self._handle(ns, "", owner)
+
+    def _handle(self, ns: FakeNetns, path: str, owner: int | None) -> FakeHandle:
+        if owner is not None and ns.owner_uid != owner:
+            raise AccessDenied(f"{ns.name} is not uid {owner}'s")
+        return FakeHandle(self._kernel, self._process, ns, path)
 
     def reopen(self, inode: int, path_hint: str) -> FakeHandle | None:
         ns = self._kernel.namespaces.get(inode)
