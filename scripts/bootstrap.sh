@@ -50,12 +50,13 @@ done
 #   userspace driver); crun runs the CDI test's container (runc killed the guest, issue 19).
 # rdmad-cni (Go): the compiler and the Go libraries it imports, Debian's (GOPATH mode, no
 #   module downloads; also the package's Build-Depends).
+# polkitd: tests/bus/test_polkit.py runs it on the test's private system bus.
 PKGS=(prometheus libsystemd-dev pkg-config gcc python3-dev python3-venv dbus iproute2
       qemu-system-x86 kmod busybox-static udev ca-certificates containernetworking-plugins
       podman runc catatonit ibverbs-utils rdmacm-utils perftest ibverbs-providers crun
       build-essential debhelper dh-virtualenv help2man lintian
       golang-go golang-dbus-dev golang-github-vishvananda-netlink-dev
-      golang-github-vishvananda-netns-dev linux-perf)
+      golang-github-vishvananda-netns-dev linux-perf polkitd)
 
 missing_pkgs() {
     # one dpkg-query for all packages; anything not "installed" counts as missing

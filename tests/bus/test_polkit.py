@@ -18,7 +18,7 @@ from rdmad.bus.polkit import POLKIT_IFACE, POLKIT_NAME
 from tests.bus.conftest import Live, start_live
 from tests.bus.fakes import DAEMON, NOBODY, SYS
 from tests.support.bus import PrivateBus, private_bus, run_as, start_private_bus  # noqa: F401
-from tests.support.polkit import start_polkitd
+from tests.support.polkit import TEST_RULES, start_polkitd
 
 pytestmark = pytest.mark.bus
 
@@ -27,20 +27,6 @@ DENIED = "org.freedesktop.DBus.Error.AccessDenied"
 NOT_AUTHORIZED = (
     "not authorized by polkit (authentication is required: allow interactive authorization)"
 )
-
-# nobody's primary group is nogroup; "daemon" may take mlx5_0 whole, and nothing else.
-RULES = """
-polkit.addRule(function(action, subject) {
-    if (subject.isInGroup("nogroup") &&
-        (action.id == "io.rdmad1.claim-share" || action.id == "io.rdmad1.release-own"))
-        return polkit.Result.YES;
-});
-polkit.addRule(function(action, subject) {
-    if (action.id == "io.rdmad1.claim-device" && subject.user == "daemon" &&
-        action.lookup("device") == "mlx5_0")
-        return polkit.Result.YES;
-});
-"""
 
 
 def claim(device: str, netns: str, shared: bool) -> tuple[str, str, str, str, str]:
@@ -82,8 +68,8 @@ class PolkitCalls:
 
 @pytest.fixture(scope="module")
 def polkit_bus() -> Iterator[PrivateBus]:
-    """A private system bus with polkitd on it, under RULES."""
-    with start_private_bus() as bus, start_polkitd(bus, RULES):
+    """A private system bus with polkitd on it, under TEST_RULES."""
+    with start_private_bus() as bus, start_polkitd(bus, TEST_RULES):
         yield bus
 
 
@@ -206,7 +192,7 @@ async def test_a_polkitd_that_stops_or_dies_leaves_root_only_without_a_hang(fate
     from dbus_fast import Variant
 
     bound = 0.5
-    with start_private_bus() as bus, start_polkitd(bus, RULES) as polkitd:
+    with start_private_bus() as bus, start_polkitd(bus, TEST_RULES) as polkitd:
         async for live in start_live(bus.address, bound):
             polkitd.send_signal(signal.SIGSTOP if fate == "stopped" else signal.SIGKILL)
             async with asyncio.timeout(10 * bound + 5):  # the caller's own start included

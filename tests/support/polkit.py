@@ -27,8 +27,23 @@ POLKITD = Path("/usr/lib/polkit-1/polkitd")
 POLKIT_NAME = "org.freedesktop.PolicyKit1"
 SHIPPED_ACTIONS = REPO / "polkit" / "io.rdmad1.policy"
 ACTIONS = Path("/usr/share/polkit-1/actions") / SHIPPED_ACTIONS.name
-RULES = Path("/etc/polkit-1/rules.d/50-rdmad-tests.rules")
+RULES_FILE = Path("/etc/polkit-1/rules.d/50-rdmad-tests.rules")
 START_TIMEOUT = 10
+
+# The tests' rules: nobody (whose primary group is nogroup) may take shares and release its
+# own claims; "daemon" may take mlx5_0 whole, and nothing else; other users nothing.
+TEST_RULES = """
+polkit.addRule(function(action, subject) {
+    if (subject.isInGroup("nogroup") &&
+        (action.id == "io.rdmad1.claim-share" || action.id == "io.rdmad1.release-own"))
+        return polkit.Result.YES;
+});
+polkit.addRule(function(action, subject) {
+    if (action.id == "io.rdmad1.claim-device" && subject.user == "daemon" &&
+        action.lookup("device") == "mlx5_0")
+        return polkit.Result.YES;
+});
+"""
 
 
 @contextmanager
@@ -62,7 +77,7 @@ def start_polkitd(bus: PrivateBus, rules: str) -> Iterator[subprocess.Popen[byte
     require_polkitd()
     env = {"DBUS_SYSTEM_BUS_ADDRESS": bus.address, "PATH": "/usr/bin:/bin"}
     log = bus.directory / "polkitd.log"
-    with _written(ACTIONS, SHIPPED_ACTIONS.read_text()), _written(RULES, rules):
+    with _written(ACTIONS, SHIPPED_ACTIONS.read_text()), _written(RULES_FILE, rules):
         with log.open("wb") as out:
             proc = popen([str(POLKITD), "--no-debug"], env=env, stdout=out, stderr=out)
         try:

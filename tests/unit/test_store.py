@@ -343,3 +343,21 @@ def test_an_unreadable_old_state_is_set_aside_whole(
     ]
     assert (tmp_path / "aside").is_dir() and not (tmp_path / "state.json").exists()
     assert caplog.text.count("state file unreadable") == 2
+
+
+# ---------------------------------------------------------------- claimant
+
+
+def test_the_claimant_loads_back(tmp_path: Path) -> None:
+    state = State([replace(a_claim(), claimant=1001)], [])
+    Store(tmp_path).save(state)
+    assert [c.claimant for c in Store(tmp_path).load().claims] == [1001]
+
+
+def test_a_claim_saved_before_claimants_were_kept_loads_as_roots(tmp_path: Path) -> None:
+    raw = plain(a_claim())
+    del raw["claimant"]
+    (tmp_path / "claims").mkdir()
+    doc = {"version": SCHEMA_VERSION, "claim": raw}
+    (tmp_path / "claims" / f"{raw['id']}.json").write_text(json.dumps(doc))
+    assert [c.claimant for c in Store(tmp_path).load().claims] == [0]
