@@ -409,7 +409,7 @@ COMMANDS: dict[str, Command] = {
     "show": Command(cmd_show, "show every property of one device", _show_arguments),
     "claim": Command(
         cmd_claim,
-        "claim a device for a network namespace (root or the allowed group)",
+        "claim a device for a network namespace (root, or as polkit allows)",
         _claim_arguments,
         "Give DEVICE (or, with --shared, a macvlan child of its netdev) to the network "
         "namespace NETNS, and print the claim. The claim lasts until `rdmactl release` or "
@@ -417,12 +417,12 @@ COMMANDS: dict[str, Command] = {
     ),
     "release": Command(
         cmd_release,
-        "release a claim and restore the host side (root or the allowed group)",
+        "release a claim and restore the host side (root, or as polkit allows)",
         _release_arguments,
     ),
     "mode": Command(
         cmd_mode,
-        "show or set the kernel's RDMA netns mode (setting: root or the allowed group)",
+        "show or set the kernel's RDMA netns mode (setting: root, or as polkit allows)",
         _mode_arguments,
     ),
     "stats": Command(

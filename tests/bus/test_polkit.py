@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -202,3 +203,28 @@ async def test_a_polkitd_that_stops_or_dies_leaves_root_only_without_a_hang(fate
             polkitd.send_signal(signal.SIGCONT)
     reason = f"did not answer within {bound:g} s" if fate == "stopped" else "could not be asked"
     assert got.startswith(f"{DENIED}: io.rdmad1.claim-share: polkit {reason}")
+
+
+async def test_a_callers_interactive_authorization_flag_is_passed_on(
+    live: Live, polkit_calls: PolkitCalls
+) -> None:
+    # busctl allows interactive authorization by default; no polkit agent is running
+    proc = await asyncio.create_subprocess_exec(
+        "busctl",
+        f"--address={live.address}",
+        "--allow-interactive-authorization=yes",
+        "call",
+        *("io.rdmad1", MANAGER_PATH, MANAGER_IFACE, "Claim", "ssa{sv}"),
+        *("mlx5_0", f"uid{SYS}", "1", "shared", "b", "true"),
+        user=SYS,
+        group=NOBODY,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    async with asyncio.timeout(30):
+        _, err = await proc.communicate()
+    assert proc.returncode != 0
+    assert err.decode() == "Call failed: Access denied\n"  # busctl's words for AccessDenied
+    (asked,) = await polkit_calls.made()
+    assert asked.body[3] == 1  # AllowUserInteraction
+    assert live.core.claims() == []

@@ -41,6 +41,7 @@ def test_bus_address_falls_back_to_the_environment(monkeypatch: pytest.MonkeyPat
         ("netns_mode = 'promiscuous'\n", "netns_mode"),
         ("shared_limit = 0\n", "at least 1"),
         ("this is not toml", "cannot read"),
+        ("allowed_group = 'rdma'\n", "allowed_group is gone: polkit decides"),
     ],
 )
 def test_bad_files_are_refused_with_the_reason(tmp_path: Path, text: str, says: str) -> None:
