@@ -82,10 +82,12 @@ class Polkit:
         authorized, challenge, _ = reply.body[0]
         if authorized:
             return
-        hint = " (authentication is required: allow interactive authorization)" * (
-            bool(challenge) and not interactive
-        )
-        raise AccessDenied(f"{action}: not authorized by polkit{hint}")
+        if challenge and not interactive:
+            raise AccessDenied(
+                f"{action}: not authorized by polkit (authentication is required: allow "
+                "interactive authorization)"
+            )
+        raise AccessDenied(f"{action}: not authorized by polkit")
 
     async def _ask_bus(self, member: str, signature: str, body: list[object]) -> Message:
         msg = Message(

@@ -228,3 +228,29 @@ async def test_a_callers_interactive_authorization_flag_is_passed_on(
     (asked,) = await polkit_calls.made()
     assert asked.body[3] == 1  # AllowUserInteraction
     assert live.core.claims() == []
+
+
+def pod_call(member: str, *args: str) -> tuple[str, str, str, str, str]:
+    signature = {"Hold": "ssa{sv}", "Attach": "ssa{sv}", "Detach": "s"}[member]
+    body = f"[{', '.join(repr(a) for a in args)}{', {}' if signature.endswith('}') else ''}]"
+    return MANAGER_PATH, MANAGER_IFACE, member, signature, body
+
+
+async def test_a_caller_holds_attaches_and_detaches_for_its_pod(live: Live) -> None:
+    assert await run_as(live.address, *pod_call("Hold", "mlx5_0", "pod-1")) == "ok"
+    assert await run_as(live.address, *pod_call("Attach", "pod-1", f"uid{NOBODY}")) == "ok"
+    (held,) = live.core.claims()
+    assert (held.claimant, held.phase) == (NOBODY, "active")
+    assert await run_as(live.address, *pod_call("Detach", held.id)) == "ok"
+    assert held.phase == "held"
+
+
+async def test_a_caller_may_not_attach_or_detach_anothers_hold(live: Live) -> None:
+    await live.call("Hold", "ssa{sv}", ["mlx5_0", "pod-1", {}])
+    (roots,) = live.core.claims()
+    got = await run_as(live.address, *pod_call("Attach", "pod-1", f"uid{NOBODY}"), message=True)
+    assert got == f"{DENIED}: io.rdmad1.hold: pod pod-1's holds {roots.id} are not uid {NOBODY}'s"
+    await live.call("Attach", "ssa{sv}", ["pod-1", "ns1", {}])
+    got = await run_as(live.address, *pod_call("Detach", roots.id), message=True)
+    assert got == f"{DENIED}: io.rdmad1.release-any: {NOT_AUTHORIZED}"
+    assert roots.phase == "active"

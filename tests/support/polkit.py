@@ -30,12 +30,13 @@ ACTIONS = Path("/usr/share/polkit-1/actions") / SHIPPED_ACTIONS.name
 RULES_FILE = Path("/etc/polkit-1/rules.d/50-rdmad-tests.rules")
 START_TIMEOUT = 10
 
-# The tests' rules: nobody (whose primary group is nogroup) may take shares and release its
-# own claims; "daemon" may take mlx5_0 whole, and nothing else; other users nothing.
+# The tests' rules: nobody (whose primary group is nogroup) may take shares, hold for pods
+# and release its own claims; "daemon" may take mlx5_0 whole, and nothing else; other users
+# nothing.
 TEST_RULES = """
 polkit.addRule(function(action, subject) {
-    if (subject.isInGroup("nogroup") &&
-        (action.id == "io.rdmad1.claim-share" || action.id == "io.rdmad1.release-own"))
+    var granted = ["io.rdmad1.claim-share", "io.rdmad1.hold", "io.rdmad1.release-own"];
+    if (subject.isInGroup("nogroup") && granted.indexOf(action.id) >= 0)
         return polkit.Result.YES;
 });
 polkit.addRule(function(action, subject) {
