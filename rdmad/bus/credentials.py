@@ -70,30 +70,33 @@ class Credentials:
     async def caller_uid(self, action: Action) -> int:
         """The uid of the current caller; AccessDenied (naming `action`) when the bus
         daemon cannot say (the caller may have left), or outside a call."""
-        sender = self._sender(action)
-        try:
-            return await self.uid(sender)
-        except RdmadError as exc:
-            raise AccessDenied(f"{action}: cannot identify the caller: {exc}") from exc
+        return await self._uid_of(self._call(action), action)
 
     async def authorize(self, action: Action, details: dict[str, str]) -> int:
         """The current caller's uid, once it may do `action`: root always, anyone else if
         polkit says so (asked with `details`, and allowed to ask for a password if the
         call carries ALLOW_INTERACTIVE_AUTHORIZATION). Raises AccessDenied otherwise."""
-        uid = await self.caller_uid(action)
+        msg = self._call(action)
+        sender = msg.sender or ""  # _call checked it
+        uid = await self._uid_of(msg, action)
         if uid != 0:
-            msg = current_message()
-            assert msg is not None and msg.sender  # caller_uid checked both
             interactive = bool(msg.flags & MessageFlag.ALLOW_INTERACTIVE_AUTHORIZATION)
-            await self._polkit.check(msg.sender, action, details, interactive)
+            await self._polkit.check(sender, action, details, interactive)
         return uid
 
-    def _sender(self, action: Action) -> str:
+    def _call(self, action: Action) -> Message:
+        """The method call being handled, with its sender."""
         msg = current_message()
         if msg is None or not msg.sender:
             # Not dispatched from the bus (no message): refuse rather than guess.
             raise AccessDenied(f"{action}: cannot identify the caller")
-        return msg.sender
+        return msg
+
+    async def _uid_of(self, msg: Message, action: Action) -> int:
+        try:
+            return await self.uid(msg.sender or "")
+        except RdmadError as exc:
+            raise AccessDenied(f"{action}: cannot identify the caller: {exc}") from exc
 
     async def _dbus_call(self, member: str, signature: str, body: list[object]) -> Message:
         """Call the bus daemon; its refusal, no reply or a lost connection (EOFError,

@@ -12,8 +12,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from rdmad.errors import InvalidNetns
-from rdmad.kernel.netns import KernelNetnsResolver, move_from_netns, run_in_netns
+from rdmad.errors import AccessDenied, InvalidNetns
+from rdmad.kernel.netns import (
+    KernelNetnsResolver,
+    NetnsHandle,
+    move_from_netns,
+    owner_uid,
+    run_in_netns,
+)
 from tests.support.net import netns_inode, temp_netns
 
 
@@ -235,3 +241,62 @@ async def test_moves_are_sent_by_one_thread_in_the_order_asked(
     assert [k for k, _ in sent] == list(range(8))
     assert len({thread for _, thread in sent}) == 1
     assert sent[0][1] != threading.get_ident()  # not the event loop's thread
+
+
+@pytest.fixture
+def users_netns() -> Iterator[int]:
+    """The pid of a process of uid 65534 (nobody) in a user namespace and a netns of its
+    own (unshare), once they exist."""
+    proc = subprocess.Popen(
+        ["unshare", "--user", "--net", "--map-current-user", "sh", "-c", "echo ready; exec cat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        user=65534,
+        group=65534,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_netns_is_its_user_namespace_owners(
+    resolver: KernelNetnsResolver, netns: str, users_netns: int
+) -> None:
+    for spec, uid in ((netns, 0), (f"pid:{users_netns}", 65534)):
+        with resolver.open(spec) as handle:
+            assert owner_uid(handle.fd) == uid, spec
+
+
+def open_as(resolver: KernelNetnsResolver, path: str, opening: str, owner: int) -> NetnsHandle:
+    """`path` opened by the resolver, or adopted from an fd of ours (as ClaimFd does)."""
+    if opening == "path":
+        return resolver.open(path, owner)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return resolver.adopt_fd(fd, owner)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("opening", ["path", "fd"])
+@pytest.mark.parametrize("whose", ["roots", "init_net"])
+def test_an_owner_is_refused_a_netns_it_does_not_own(
+    resolver: KernelNetnsResolver, netns: str, no_fd_leak: None, opening: str, whose: str
+) -> None:
+    # the test runs in init_net, as rdmad does
+    path = f"/run/netns/{netns}" if whose == "roots" else f"/proc/{os.getpid()}/ns/net"
+    with pytest.raises(AccessDenied, match="is not uid 65534's"):
+        open_as(resolver, path, opening, 65534)
+
+
+@pytest.mark.parametrize("opening", ["path", "fd"])
+def test_an_owner_opens_its_own_netns(
+    resolver: KernelNetnsResolver, users_netns: int, opening: str
+) -> None:
+    path = f"/proc/{users_netns}/ns/net"
+    with open_as(resolver, path, opening, 65534) as handle:
+        assert handle.inode == os.stat(path).st_ino
