@@ -222,7 +222,7 @@ class ManagerInterface(ServiceInterface):
             action = claim_action(parsed)
             uid = await self._credentials.caller_uid(action)
             target = self._resolver.open(netns, uid or None)
-            await self._authorize_into(target, action, device, netns)
+            await self._authorize_into(target, action, netns, device=device)
         claim = await self._core.claim(device, target, dataclasses.replace(parsed, claimant=uid))
         return self._claim_exported(claim)
 
@@ -239,18 +239,18 @@ class ManagerInterface(ServiceInterface):
                 target = self._resolver.adopt_fd(netns, uid or None)  # dup'ed: ours is closed
             finally:
                 os.close(netns)  # dbus-fast hands received fds over and never closes them
-            await self._authorize_into(target, action, device, "")
+            await self._authorize_into(target, action, "", device=device)
         claim = await self._core.claim(device, target, dataclasses.replace(parsed, claimant=uid))
         return self._claim_exported(claim)
 
     async def _authorize_into(
-        self, target: NetnsTarget, action: Action, device: str, netns: str
+        self, target: NetnsTarget, action: Action, netns: str, **details: str
     ) -> None:
         """Ask polkit about `action` into the opened `target` (named `netns`, "" for an fd:
-        its label then); close the target if refused."""
-        details = {"device": device, "netns": netns or netns_label(target.inode)}
+        its label then), with `details`; close the target if refused."""
         try:
-            await self._credentials.authorize(action, details)
+            netns = netns or netns_label(target.inode)
+            await self._credentials.authorize(action, {**details, "netns": netns})
         except BaseException:
             target.close()
             raise
@@ -275,7 +275,7 @@ class ManagerInterface(ServiceInterface):
             uid = await self._credentials.caller_uid(Action.HOLD)
             self._refuse_others_holds(uid, pod_uid)
             target = self._resolver.open(netns, uid or None)
-            await self._authorize_into(target, Action.HOLD, "", netns)
+            await self._authorize_into(target, Action.HOLD, netns, pod_uid=pod_uid)
         return [claim_path(c.id) for c in await self._core.attach(pod_uid, target, ifname, parsed)]
 
     def _refuse_others_holds(self, uid: int, pod_uid: str) -> None:

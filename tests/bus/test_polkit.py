@@ -236,13 +236,20 @@ def pod_call(member: str, *args: str) -> tuple[str, str, str, str, str]:
     return MANAGER_PATH, MANAGER_IFACE, member, signature, body
 
 
-async def test_a_caller_holds_attaches_and_detaches_for_its_pod(live: Live) -> None:
+async def test_a_caller_holds_attaches_and_detaches_for_its_pod(
+    live: Live, polkit_calls: PolkitCalls
+) -> None:
     assert await run_as(live.address, *pod_call("Hold", "mlx5_0", "pod-1")) == "ok"
     assert await run_as(live.address, *pod_call("Attach", "pod-1", f"uid{NOBODY}")) == "ok"
     (held,) = live.core.claims()
     assert (held.claimant, held.phase) == (NOBODY, "active")
     assert await run_as(live.address, *pod_call("Detach", held.id)) == "ok"
     assert held.phase == "held"
+    assert [(c.body[1], c.body[2]) for c in await polkit_calls.made()] == [
+        ("io.rdmad1.hold", {"device": "mlx5_0", "pod_uid": "pod-1"}),
+        ("io.rdmad1.hold", {"pod_uid": "pod-1", "netns": f"uid{NOBODY}"}),
+        ("io.rdmad1.hold", {"claim": held.id, "device": "mlx5_0"}),
+    ]
 
 
 async def test_a_caller_may_not_attach_or_detach_anothers_hold(live: Live) -> None:
