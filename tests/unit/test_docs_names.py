@@ -159,6 +159,7 @@ class BusIndex:
 
     members: dict[str, set[str]]  # io.rdmad1.Manager and Manager -> methods, signals, props
     errors: set[str]
+    actions: set[str]  # polkit/io.rdmad1.policy: io.rdmad1.claim-share, ...
 
 
 @cache
@@ -174,7 +175,9 @@ def bus_index() -> BusIndex:
         if isinstance(node, ast.BinOp) and isinstance(node.right, ast.Constant):
             assert isinstance(node.right.value, str)
             errors.add(f"io.rdmad1.Error.{node.right.value}")
-    return BusIndex(members, errors)
+    policy = ET.parse(REPO / "polkit/io.rdmad1.policy").getroot()
+    actions = {a.get("id", "") for a in policy.iter("action")}
+    return BusIndex(members, errors, actions)
 
 
 def _resolve_module(dotted: str) -> tuple[str, list[str]] | None:
@@ -231,6 +234,10 @@ def bus_name_problem(dotted: str) -> str | None:
         return None if dotted in bus.errors else "no such error name in rdmad/errors.py"
     if dotted in bus.members or dotted in {"io.rdmad1", "io.rdmad1.conf", "io.rdmad1.service"}:
         return None
+    if dotted in bus.actions:
+        return None
+    if "-" in dotted:
+        return "no such action in polkit/io.rdmad1.policy"
     iface, _, member = dotted.rpartition(".")
     if iface in bus.members and member in bus.members[iface]:
         return None
@@ -260,7 +267,7 @@ def name_problems(doc: Path) -> list[str]:
         if token.rsplit(".", 1)[-1] in FILE_SUFFIXES:
             why = file_name_problem(token)
         elif token.startswith("io.rdmad1"):
-            why = bus_name_problem(re.match(r"[\w.]+", token)[0])  # type: ignore[index]
+            why = bus_name_problem(re.match(r"[\w.-]+", token)[0])  # type: ignore[index]
         elif DOTTED_RE.fullmatch(token):
             why = python_name_problem(token)
         elif PRIVATE_RE.fullmatch(token):
