@@ -45,7 +45,7 @@ check:
 	$(VENV)/bin/ruff check rdmad tests bench
 	$(VENV)/bin/ruff format --check rdmad tests bench
 	$(VENV)/bin/mypy --strict
-	$(PY) -m pytest tests/unit tests/cli bench/tests --ignore=bench/tests/test_perfsplit.py -q
+	$(PY) -m pytest tests/unit tests/cli bench/tests -q
 
 test-host: setup
 	$(PY) -m pytest tests -ra --durations=15

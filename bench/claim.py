@@ -15,10 +15,6 @@ ended (bench.common.Settler), so it pays for little of what the operation before
 (not nothing: see bench.columns) and starts at a random phase of the tick, as a claim on a node
 does. Back to back: shown beside it; there a move's cost depends on the operation before it
 (docs/performance.md).
-
-Where tracefs is available, each operation's own kernel move is subtracted too (bench.ktrace):
-the move's cost comes in whole scheduler ticks and dominates all three columns, so the time
-outside it is the fair view of what each tool adds.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from pathlib import Path
 
 from pyroute2 import AsyncIPRoute
 
-from bench.columns import Pass, Ways, measure, own_time_row
+from bench.columns import Pass, Ways, measure
 from bench.common import (
     Params,
     Results,
@@ -41,7 +37,6 @@ from bench.common import (
     many_veths,
     rdmad,
 )
-from bench.ktrace import MoveTrace
 from bench.stats import RatioCheck, spread
 from rdmad.kernel.netns import run_in_netns
 from tests.support.net import addresses, ip, link, temp_netns
@@ -145,7 +140,6 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
         raw = Raw(host, _ifindex(host), netns)
         await raw.open()
         opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR])
-        trace = MoveTrace.open()
         try:
             async with rdmad(bus, nics.sim_spec()) as _d, client(bus) as c:
                 rdmad_claim, rdmad_release = claim_cycle(c, "sim0", netns, opts)
@@ -166,25 +160,16 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                         ps,
                         ways,
                         p.warmup,
-                        trace,
                         lambda: check_claimed(netns),
                         lambda: check_home(host),
                     )
         finally:
             raw.close()
-            if trace is not None:
-                trace.close()
-    moves = trace.moves() if trace is not None else None
     for ps in passes:
-        _report(ps, res, moves, main=ps is passes[0])
-    if moves is None:
-        res.notes.append(
-            "Claim/release: the split into the kernel's move and each tool's own time was not"
-            " measured (it needs root and tracefs at /sys/kernel/tracing)."
-        )
+        _report(ps, res, main=ps is passes[0])
 
 
-def _report(ps: Pass, res: Results, moves: dict[str, float] | None, main: bool) -> None:
+def _report(ps: Pass, res: Results, main: bool) -> None:
     """The settled pass carries the targets and the plots; back to back is shown beside it."""
     for op, label in (("c", "Claim"), ("r", "Release")):
         r, w, cl = ps.t["r" + op], ps.t["w" + op], ps.t["c" + op]
@@ -207,8 +192,6 @@ def _report(ps: Pass, res: Results, moves: dict[str, float] | None, main: bool) 
                 all(c.met for c in checks) if main else None,
             )
         )
-        if moves is not None:
-            res.rows.append(own_time_row(f"{label}, {ps.name}", op, ps.t, ps.labels, moves))
 
 
 def _ifindex(name: str) -> int:

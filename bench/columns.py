@@ -14,9 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from bench.common import Row, Settler, ms_since
-from bench.ktrace import MoveTrace
-from bench.stats import pct, spread
+from bench.common import Settler, ms_since
 
 Op = Callable[[], Awaitable[None]]
 Ways = dict[str, tuple[Op, Op]]  # column key -> (claim, release)
@@ -36,14 +34,12 @@ class Pass:
     reps: int
     settle: Settler | None  # None: back to back
     t: dict[str, list[float]] = field(default_factory=dict)  # column+op -> ms
-    labels: dict[str, list[str]] = field(default_factory=dict)  # column+op -> trace labels
 
 
 async def measure(
     ps: Pass,
     ways: Ways,
     warmup: int,
-    trace: MoveTrace | None,
     check_claimed: Callable[[], None],
     check_released: Callable[[], None],
 ) -> None:
@@ -51,45 +47,16 @@ async def measure(
     orders = ORDERS["".join(ways)]
     for key in ways:
         for op in "cr":
-            ps.t[key + op], ps.labels[key + op] = [], []
+            ps.t[key + op] = []
     for i in range(warmup + ps.reps):
         for key in orders[(i - warmup) % len(orders)]:  # measured reps: whole cycles
             for op, fn in zip("cr", ways[key], strict=True):
                 if ps.settle is not None:
                     await ps.settle()
-                label = f"{ps.name[0]}{key}{op}{i}"
-                if trace is not None:
-                    trace.begin(label)
                 t0 = time.perf_counter()
                 await fn()
                 took = ms_since(t0)
-                if trace is not None:
-                    trace.end(label)
                 if i == 0:
                     (check_claimed if op == "c" else check_released)()
                 if i >= warmup:
                     ps.t[key + op].append(took)
-                    ps.labels[key + op].append(label)
-
-
-def own_time_row(
-    label: str,
-    op: str,
-    t: dict[str, list[float]],
-    labels: dict[str, list[str]],
-    moves: dict[str, float],
-) -> Row:
-    """rdmad, raw and the CLI's time outside the kernel's move (see bench.ktrace)."""
-    own: dict[str, list[float]] = {}
-    for key in "rwc":
-        pairs = zip(t[key + op], labels[key + op], strict=True)
-        own[key] = [took - moves[lab] for took, lab in pairs if lab in moves]
-    r, w, cl = own["r"], own["w"], own["c"]
-    return Row(
-        f"1. {label}: time outside the kernel's move (ftrace)",
-        spread(r),
-        spread(w),
-        spread(cl),
-        f"rdmad - raw {pct(r, 50) - pct(w, 50):.2f} ms; rdmad - CLI"
-        f" {pct(r, 50) - pct(cl, 50):.2f} ms (p50)",
-    )

@@ -37,7 +37,7 @@ class Params:
     smoke: bool
     reps: int  # repetitions per latency measurement (the issue asks >= 200)
     # Claim/release against raw and the CLI: more, since each move lands on a whole number
-    # of scheduler ticks and a p50 of multimodal samples needs them (bench.ktrace). Whole
+    # of scheduler ticks and a p50 of multimodal samples needs them. Whole
     # cycles of bench.columns.ORDERS["rwc"] (a multiple of 6), so each column follows each
     # alike.
     latency_reps: int
@@ -50,18 +50,13 @@ class Params:
     # (RDMA-capable netdevs, unrelated interfaces) per modelled node, smallest first
     scale_nodes: tuple[tuple[int, int], ...]
     scale_reps: int  # claim/release cycles per pass per node
-    split_reps: int  # claim/release cycles per node sampled by perf (bench.perfsplit)
     starts: int  # daemon starts per node
     shared_reps: int  # whole cycles of bench.columns.ORDERS["rwcn"] (a multiple of 8)
     cni_reps: int  # rounds of ADD then DEL per CNI plugin column
     burst: int  # claims at once, from as many clients on as many devices
     bursts: int  # bursts of each kind, each against a serial raw sequence
     pod_reps: int  # 8-rail pods per column and kind (bench.pod), a multiple of 6
-    clients: int
-    rounds: int  # claim/release rounds per client in the throughput test
-    list_seconds: float
     idle_seconds: float
-    profile_reps: int
 
     @classmethod
     def full(cls) -> Params:
@@ -75,18 +70,13 @@ class Params:
             warmup=10,
             scale_nodes=((16, 0), (128, 256), (1024, 2048)),
             scale_reps=300,  # at 100, its p90 flatness intervals were too wide to decide
-            split_reps=100,  # about 3000 samples in user space per kind of operation
             starts=3,
             shared_reps=104,
             cni_reps=100,
             burst=64,
             bursts=6,
             pod_reps=60,
-            clients=64,
-            rounds=4,
-            list_seconds=5.0,
             idle_seconds=60.0,
-            profile_reps=200,
         )
 
     @classmethod
@@ -102,18 +92,13 @@ class Params:
             # the second node is the guard's: 1024 interfaces against none (bench.scale)
             scale_nodes=((4, 0), (4, 1024)),
             scale_reps=16,
-            split_reps=8,
             starts=1,
             shared_reps=8,
             cni_reps=4,
             burst=8,
             bursts=1,
             pod_reps=1,
-            clients=8,
-            rounds=1,
-            list_seconds=0.5,
             idle_seconds=2.0,
-            profile_reps=10,
         )
 
 
@@ -154,7 +139,6 @@ class Results:
     rows: list[Row] = field(default_factory=list)
     dists: dict[str, list[float]] = field(default_factory=dict)  # name -> samples, ms
     # curve name -> {"n": [...], series name -> [...]}
-    curves: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     scenario_seconds: dict[str, float] = field(default_factory=dict)

@@ -69,4 +69,3 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
             met=cpu_ms / p.idle_seconds / 10 < 0.1 and wakeups < 1.0,
         )
     )
-    res.curves["idle"] = {"cpu_ms": [cpu_ms], "wakeups_per_s": [wakeups], "events": [events]}

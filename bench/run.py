@@ -1,4 +1,4 @@
-"""Run every benchmark scenario side by side and write results.md, results.json and PNGs.
+"""Run every benchmark scenario side by side and write results.md and results.json.
 
     python -m bench.run            # full: N up to 1024 + 2048 others, 60 s idle -> bench/out/
     python -m bench.run --smoke    # CI: tiny N, few reps, a few seconds idle -> bench/out/smoke/
@@ -24,13 +24,9 @@ from bench import (
     cni,
     dra,
     idle,
-    netlink,
     pod,
-    profile,
-    reclaim,
     scale,
     shared,
-    throughput,
 )
 from bench.common import BENCH_DIR, Params, Results
 from bench.report import write_report
@@ -41,15 +37,11 @@ SCENARIOS: dict[str, Scenario] = {
     "claim": claim.run,
     "shared": shared.run,
     "cni": cni.run,
-    "reclaim": reclaim.run,
     "scale": scale.run,
     "burst": burst.run,
     "pod": pod.run,
     "dra": dra.run,
-    "netlink": netlink.run,
-    "throughput": throughput.run,
     "idle": idle.run,
-    "profile": profile.run,
 }
 
 

@@ -12,15 +12,9 @@ raw column) on a veth of the same node, with this process's CPU time (user + sys
 operation. The kernel's own work in a move grows with the interfaces of the netns it
 leaves or joins, whoever sends it; raw shows by how much.
 
-Last, at each size, rdmad's claims and releases and raw's, settled, sampled by perf
-(bench.perfsplit): the CPU of each one's own code (user space) apart from the kernel's,
-which /proc cannot split over one operation. rdmad's user CPU is judged over raw's, measured
-rep by rep beside it, so that the host's drift in speed between the nodes (10-20% here over
-minutes) cancels.
-
 Targets: claim and release latency (p50 and p90) and CPU per operation flat within 1.15x
 from the smallest node to the largest, in absolute terms and over raw (rdmad's latency as
-a ratio of raw's, rdmad's CPU minus raw's), and rdmad's user-space CPU per operation. The
+a ratio of raw's, rdmad's CPU minus raw's). The
 guard: if the daemon's CPU per claim on the largest node is more than GUARD times the
 smallest node's, the scenario fails, loudly, in smoke mode too (a ratio within one run, not
 an absolute time).
@@ -28,8 +22,6 @@ an absolute time).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import socket
 import statistics
 import subprocess
@@ -56,7 +48,6 @@ from bench.common import (
     release,
     rss_mb,
 )
-from bench.perfsplit import Sampler, Split, user_growth
 from bench.stats import JUDGED, RatioCheck, p99_text, pct, spread
 from tests.support.daemon import ROOT, Client
 from tests.support.net import temp_netns
@@ -106,8 +97,6 @@ class Node:
     rss: float = 0.0
     lists: list[float] = field(default_factory=list)
     passes: dict[str, Pass] = field(default_factory=dict)
-    # (column, op) -> CPU per operation, perf-sampled; column "rdmad" or "raw"
-    split: dict[tuple[str, str], Split] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -203,37 +192,6 @@ async def _cycles(
     return ps
 
 
-async def _split(
-    c: Client, pid: int, device: str, netns: str, raw: Raw, reps: int, settle: Settler
-) -> dict[tuple[str, str], Split]:
-    """rdmad's claims and releases, then raw's, settled, each kind of each column sampled by
-    its own perf from its start to the next operation's, so the work after the reply
-    counts: the CPU per operation by (column, op). Raw's run in this process."""
-    samplers = {
-        (column, op): Sampler(who)
-        for column, who in (("rdmad", pid), ("raw", os.getpid()))
-        for op in ("claim", "release")
-    }
-    with contextlib.ExitStack() as stack:
-        for sampler in samplers.values():
-            stack.enter_context(sampler)
-        rd = _Rdmad(c, device, netns)
-        steps = (
-            (rd.claim, samplers["rdmad", "claim"]),
-            (rd.release, samplers["rdmad", "release"]),
-            (raw.claim, samplers["raw", "claim"]),
-            (raw.release, samplers["raw", "release"]),
-        )
-        for _ in range(reps):
-            for work, sampler in steps:
-                await settle()
-                sampler.enable()
-                await work()
-                await settle()
-                sampler.disable()
-        return {key: sampler.split() for key, sampler in samplers.items()}
-
-
 async def _measure(bus: str, p: Params, netdevs: int, others: int) -> Node:
     node = Node(netdevs, others)
     with (
@@ -270,10 +228,6 @@ async def _measure(bus: str, p: Params, netdevs: int, others: int) -> Node:
                             c, pid_of(d), f"sim{netdevs // 2}", netns, raw,
                             p.scale_reps, p.warmup, settle,
                         )  # fmt: skip
-                    node.split = await _split(
-                        c, pid_of(d), f"sim{netdevs // 2}", netns, raw, p.split_reps,
-                        Settler(p),
-                    )  # fmt: skip
                 finally:
                     raw.close()
             node.rss = max(rss_ready, rss_mb(pid_of(d)))
@@ -287,7 +241,6 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
         node = await _measure(bus, p, netdevs, others)
         nodes.append(node)
         _node_rows(res, node, floor)
-    _curves(res, nodes)
     _flat_rows(res, nodes[0], nodes[-1])
 
 
@@ -318,16 +271,6 @@ def _node_rows(res: Results, node: Node, floor: float) -> None:
             met=all(pct(node.lists, q) < 5 for q in JUDGED) if big else None,
         ),
     ]
-    res.rows.append(
-        Row(
-            f"3. rdmad's CPU per operation in user space + in the kernel (perf), {node.label}",
-            "; ".join(
-                f"{op} {s.user_ms:.2f} + {s.kernel_ms:.2f} ms"
-                for (column, op), s in node.split.items()
-                if column == "rdmad"
-            ),
-        )
-    )
     for name, ps in node.passes.items():
         rd, raw = ps.rdmad, ps.raw
         res.rows.append(
@@ -377,23 +320,6 @@ def _flat_rows(res: Results, small: Node, large: Node) -> None:
                     met=over.met and own <= FLAT,
                 )
             )
-    for op in ("claim", "release"):
-        before, after = small.split["rdmad", op], large.split["rdmad", op]
-        raw_before, raw_after = small.split["raw", op], large.split["raw", op]
-        ratio, low, high = user_growth((after, raw_after), (before, raw_before))
-        res.rows.append(
-            Row(
-                f"3. {op.capitalize()}: rdmad's own code (user-space CPU, perf), flat: {sizes}",
-                f"per {op}: user {before.user_ms:.2f} -> {after.user_ms:.2f} ms; kernel"
-                f" {before.kernel_ms:.2f} -> {after.kernel_ms:.2f} ms",
-                f"raw per {op}: user {raw_before.user_ms:.2f} -> {raw_after.user_ms:.2f} ms;"
-                f" kernel {raw_before.kernel_ms:.2f} -> {raw_after.kernel_ms:.2f} ms",
-                ratio=f"rdmad/raw user CPU, large over small: {ratio:.2f} ({low:.2f}-{high:.2f},"
-                f" sampling only); rdmad's alone {after.user_ms / before.user_ms:.2f}",
-                target=f"<= {FLAT}",
-                met=high <= FLAT,
-            )
-        )
     cpu = large.passes["settled"].rdmad.cpu_per("claim") / small.passes["settled"].rdmad.cpu_per(
         "claim"
     )
@@ -412,31 +338,3 @@ def _flat_rows(res: Results, small: Node, large: Node) -> None:
             f" interfaces ({large.label}) what it is with {small.interfaces} ({small.label});"
             f" the guard allows {GUARD:g}x: a per-claim path grows with the node's interfaces"
         )
-
-
-def _curves(res: Results, nodes: list[Node]) -> None:
-    curve: dict[str, list[float]] = {"n": [float(n.interfaces) for n in nodes]}
-    for node in nodes:
-        settled, raw = node.passes["settled"].rdmad, node.passes["settled"].raw
-        for key, val in (
-            ("start_ms", statistics.median(node.starts)),
-            ("rss_mb", node.rss),
-            ("list_p50_ms", pct(node.lists, 50)),
-            ("list_p90_ms", pct(node.lists, 90)),
-            ("claim_p50_ms", pct(settled.claim_ms, 50)),
-            ("claim_p90_ms", pct(settled.claim_ms, 90)),
-            ("release_p50_ms", pct(settled.release_ms, 50)),
-            ("release_p90_ms", pct(settled.release_ms, 90)),
-            ("cpu_claim_ms", settled.cpu_per("claim")),
-            ("cpu_release_ms", settled.cpu_per("release")),
-            ("user_cpu_claim_ms", node.split["rdmad", "claim"].user_ms),
-            ("user_cpu_release_ms", node.split["rdmad", "release"].user_ms),
-            ("raw_user_cpu_claim_ms", node.split["raw", "claim"].user_ms),
-            ("raw_user_cpu_release_ms", node.split["raw", "release"].user_ms),
-            ("raw_claim_p50_ms", pct(raw.claim_ms, 50)),
-            ("raw_release_p50_ms", pct(raw.release_ms, 50)),
-            ("raw_cpu_claim_ms", raw.cpu_per("claim")),
-            ("raw_cpu_release_ms", raw.cpu_per("release")),
-        ):
-            curve.setdefault(key, []).append(float(val))
-    res.curves["scale"] = curve

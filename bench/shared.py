@@ -154,7 +154,6 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                     ps,
                     ways,
                     p.warmup,
-                    None,
                     lambda: check_claimed(netns),
                     lambda: check_released(netns),
                 )

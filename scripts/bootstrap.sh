@@ -38,8 +38,7 @@ done
 #   guest), busybox-static (virtme-ng's initramfs), udev (virtme-ng's exit-code channel
 #   needs /dev/virtio-ports links); python3-venv for the venvs; ca-certificates for pip.
 # rdmad-exporter's tests: prometheus (promtool check metrics).
-# bench: containernetworking-plugins (the macvlan CNI plugin, side by side with a shared claim);
-#   linux-perf (perf samples rdmad's CPU in user space apart from the kernel's: bench/perfsplit.py).
+# bench: containernetworking-plugins (the macvlan CNI plugin, side by side with a shared claim).
 # rdmad-cni's tests: podman (4.3, CNI backend) with runc, Debian's CNI plugins (host-local
 #   IPAM, and host-device/macvlan for the benchmark), catatonit (podman's pod pause binary).
 # Debian package (make deb): debhelper + dh-virtualenv build it, help2man writes its man
@@ -56,7 +55,7 @@ PKGS=(prometheus libsystemd-dev pkg-config gcc python3-dev python3-venv dbus ipr
       podman runc catatonit ibverbs-utils rdmacm-utils perftest ibverbs-providers crun
       build-essential debhelper dh-virtualenv help2man lintian
       golang-go golang-dbus-dev golang-github-vishvananda-netlink-dev
-      golang-github-vishvananda-netns-dev linux-perf polkitd)
+      golang-github-vishvananda-netns-dev polkitd)
 
 missing_pkgs() {
     # one dpkg-query for all packages; anything not "installed" counts as missing
