@@ -2,8 +2,8 @@
 # lock.sh - re-resolve the dependency locks (`make lock`): every package at its newest
 # version that pyproject.toml allows, each with the hashes of all its files on the index.
 #
-#   runtime.txt  pyproject's dependencies (+ runtime.in) and the build backend: the rdmad
-#                package's venv (debian/rules) installs exactly this
+#   runtime.txt  pyproject's dependencies, the exporter extra (+ runtime.in) and the build
+#                backend: the rdmad package's venv (debian/rules) installs exactly this
 #   dra.txt      the same + the dra extra, at runtime.txt's versions (dra.in): the
 #                rdmad-dra package's venv
 #   dev.txt      the same + the dev, bench and dra extras: scripts/bootstrap.sh's .venv
@@ -18,6 +18,7 @@ compile=(env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL -u PIP_CO
          PIP_CONFIG_FILE=/dev/null CUSTOM_COMPILE_COMMAND="make lock"
          "$ROOT/.venv/bin/pip-compile" --quiet --upgrade --generate-hashes --allow-unsafe
          --strip-extras --no-emit-find-links --no-emit-index-url)
-"${compile[@]}" -o requirements/runtime.txt pyproject.toml requirements/runtime.in
+"${compile[@]}" --extra exporter -o requirements/runtime.txt pyproject.toml requirements/runtime.in
 "${compile[@]}" --extra dra -o requirements/dra.txt pyproject.toml requirements/dra.in
-"${compile[@]}" --extra dev --extra bench --extra dra -o requirements/dev.txt pyproject.toml requirements/dev.in
+"${compile[@]}" --extra exporter --extra dev --extra bench --extra dra -o requirements/dev.txt \
+    pyproject.toml requirements/dev.in
