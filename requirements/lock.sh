@@ -6,6 +6,8 @@
 #                backend: the rdmad package's venv (debian/rules) installs exactly this
 #   dra.txt      the same + the dra extra, at runtime.txt's versions (dra.in): the
 #                rdmad-dra package's venv
+#   build.txt    grpcio-tools at dra.txt's versions (build.in): debian/rules generates
+#                rdmad-dra's *_pb2 modules with it (scripts/gen-proto.sh); not shipped
 #   dev.txt      the same + the dev, bench and dra extras: scripts/bootstrap.sh's .venv
 #
 # Run from a bootstrapped checkout (pip-compile comes from the dev extra). The locks are
@@ -20,5 +22,6 @@ compile=(env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL -u PIP_CO
          --strip-extras --no-emit-find-links --no-emit-index-url)
 "${compile[@]}" --extra exporter -o requirements/runtime.txt pyproject.toml requirements/runtime.in
 "${compile[@]}" --extra dra -o requirements/dra.txt pyproject.toml requirements/dra.in
+"${compile[@]}" -o requirements/build.txt requirements/build.in
 "${compile[@]}" --extra exporter --extra dev --extra bench --extra dra -o requirements/dev.txt \
     pyproject.toml requirements/dev.in

@@ -12,8 +12,9 @@
 # the lock so pip is skipped when nothing changed.
 # Python packages come from the lock (requirements/dev.txt, hashes checked; `make lock`
 # updates it), then rdmad itself, editable, with no dependency or build step of its own.
-# Last, the CNI plugin (Go) into build/cni/rdmad-cni (scripts/build-cni.sh), every run:
-# Go's build cache makes that a no-op when cni/ did not change.
+# Then rdmad-dra's *_pb2 modules (scripts/gen-proto.sh). Last, the CNI plugin (Go) into
+# build/cni/rdmad-cni (scripts/build-cni.sh), every run: Go's build cache makes that a no-op
+# when cni/ did not change.
 # The guest kernels are NOT fetched here: tests/guest/harness/prepare-kernel.sh does that.
 set -euo pipefail
 
@@ -118,6 +119,9 @@ else
         || die "pip install -e . failed"
     echo "$want_stamp" > "$STAMP"
 fi
+
+# rdmad-dra's protobuf modules, generated from its .proto files (not in git), every run
+"$ROOT/scripts/gen-proto.sh" "$VENV/bin/python" || die "scripts/gen-proto.sh failed"
 
 # ------------------------------------------------------------------ CNI plugin
 "$ROOT/scripts/build-cni.sh" || die "the CNI plugin did not build (scripts/build-cni.sh)"

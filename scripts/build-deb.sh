@@ -21,7 +21,7 @@ for tool in dpkg-buildpackage dh_virtualenv lintian go; do
     command -v "$tool" >/dev/null || die "$tool missing: run scripts/bootstrap.sh"
 done
 PKG_FILES=(pyproject.toml README.md docs/metrics.md docs/kubernetes.md rdmad systemd dbus debian requirements cni
-           scripts/build-cni.sh scripts/go.sh)
+           scripts/build-cni.sh scripts/go.sh scripts/gen-proto.sh)
 mkdir -p "$OUT"
 src_tar=$(mktemp)
 trap 'rm -f "$src_tar"' EXIT

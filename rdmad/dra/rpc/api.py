@@ -1,13 +1,13 @@
-"""The kubelet's gRPC APIs that rdmad-dra serves, loaded from the .proto files beside it.
-
-Loaded at start with grpc.protos_and_services (grpcio-tools parses them in-process, once,
-in about 0.1 s) rather than generated at build time: the .proto files are the one source
-of the wire contract, no generated code sits in the tree or the .deb, and mypy reads no
-generated modules (the messages are dynamic, typed Any).
+"""The kubelet's gRPC APIs that rdmad-dra serves: the messages of the .proto files in
+rdmad/dra/rpc/proto, from the *_pb2 modules generated when the package is built
+(scripts/gen-proto.sh). The .proto files are the one source of the wire contract; the
+generated modules are not in git, and are imported by name: mypy reads none of them (the
+messages are dynamic, typed Any).
 """
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 from typing import Any
 
@@ -28,9 +28,7 @@ DRA_SERVICES = {
 
 
 def _load(name: str) -> ModuleType:
-    protos, _services = grpc.protos_and_services(f"rdmad/dra/rpc/proto/{name}.proto")
-    module: ModuleType = protos
-    return module
+    return importlib.import_module(f"rdmad.dra.rpc.proto.{name}_pb2")
 
 
 registration = _load("pluginregistration")
