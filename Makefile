@@ -27,8 +27,8 @@ kernels: setup
 # Python: ruff, mypy. The CNI plugin (Go): gofmt, then vet and its tests through scripts/go.sh
 # (the GOPATH mode it is built in).
 lint: setup
-	$(VENV)/bin/ruff check rdmad tests bench
-	$(VENV)/bin/ruff format --check rdmad tests bench
+	$(VENV)/bin/ruff check rdmad testbed tests bench
+	$(VENV)/bin/ruff format --check rdmad testbed tests bench
 	$(VENV)/bin/mypy --strict
 	@unformatted=$$(gofmt -l cni) && [ -z "$$unformatted" ] \
 		|| { echo "gofmt -l cni: not gofmt-formatted:" $$unformatted; exit 1; }
@@ -42,8 +42,8 @@ lint: setup
 check:
 	@[ -x $(PY) ] || { echo "make check: no $(VENV) here. Make it once with 'make setup'" \
 		"(root: apt packages too) or 'scripts/bootstrap.sh --no-apt' (no root)." >&2; exit 2; }
-	$(VENV)/bin/ruff check rdmad tests bench
-	$(VENV)/bin/ruff format --check rdmad tests bench
+	$(VENV)/bin/ruff check rdmad testbed tests bench
+	$(VENV)/bin/ruff format --check rdmad testbed tests bench
 	$(VENV)/bin/mypy --strict
 	$(PY) -m pytest tests/unit tests/cli bench/tests -q
 

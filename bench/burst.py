@@ -38,7 +38,7 @@ from bench.common import (
 )
 from bench.shared import RawShared
 from bench.stats import RatioCheck, pct, spread
-from tests.support.daemon import Client
+from testbed.daemon import Client
 
 FLAT = 1.15
 DRAIN_S = 0.5  # after a burst and its releases: 2K moves' RCU work is a lot

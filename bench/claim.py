@@ -39,7 +39,7 @@ from bench.common import (
 )
 from bench.stats import RatioCheck, spread
 from rdmad.kernel.netns import run_in_netns
-from tests.support.net import addresses, ip, link, temp_netns
+from testbed.net import addresses, ip, link, temp_netns
 
 HOST_MTU, NS_MTU = 1500, 1400
 HOST_ADDR, NS_ADDR = "192.0.2.1/24", "198.51.100.2/24"

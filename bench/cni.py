@@ -24,8 +24,8 @@ from typing import Any
 
 from bench.common import Params, Results, Row, Settler, cpu_seconds, many_veths, pid_of, rdmad
 from bench.stats import RatioCheck, pct, spread
-from tests.support.cni_plugin import PLUGIN as RDMAD_CNI
-from tests.support.net import temp_netns
+from testbed.cni_plugin import PLUGIN as RDMAD_CNI
+from testbed.net import temp_netns
 
 GO_PLUGINS = Path("/usr/lib/cni")
 TARGET = 1.5  # rdmad's whole-device ADD over host-device's (the CNI issue's goal)

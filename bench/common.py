@@ -1,6 +1,6 @@
 """Shared pieces of the benchmark: parameters, results, fast veth creation, a rig.
 
-Everything here is built on tests/support (the real daemon process, the raw D-Bus client,
+Everything here is built on testbed/ (the real daemon process, the raw D-Bus client,
 the private bus, ip helpers); this module adds only what a benchmark needs on top: many
 netdevs at once, timestamps, and per-process counters from /proc.
 """
@@ -22,8 +22,8 @@ from typing import Any
 
 from dbus_fast import Variant
 
-from tests.support.daemon import Client, RdmadProcess
-from tests.support.net import ip
+from testbed.daemon import Client, RdmadProcess
+from testbed.net import ip
 
 BENCH_DIR = Path(__file__).resolve().parent
 # tmpfs, as /run (rdmad's default state dir) is on real hosts; / is ext4 on this machine.

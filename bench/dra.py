@@ -1,5 +1,5 @@
 """10. rdmad-dra, the DRA kubelet plugin (issue 28), against what it stands in for, on a
-real rdmad (sim devices on real veths) with the contract tests' doubles (tests/dra): the
+real rdmad (sim devices on real veths) with the contract tests' doubles (testbed/dra): the
 loopback API server in a thread of this process, the kubelet's side of the gRPC contract,
 and the plugin as its own process.
 
@@ -16,7 +16,7 @@ and the plugin as its own process.
             and nothing else, the least a chained plugin costs. `loopback` does netns and
             netlink work, and `true` lacks the Go runtime's start and the parse.
   hotplug:  a sim device plugged into (then unplugged from) rdmad in this process
-            (tests/dra/hotplug_rdmad.py: no outside process can hot-plug a running daemon's
+            (testbed/dra/hotplug_rdmad.py: no outside process can hot-plug a running daemon's
             sim) to the ResourceSlice write that shows it at the API server double. Target:
             p99 <= 1 s, over its whole 95% interval.
   RSS and idle: the plugin's VmRSS after start and after the runs; its CPU ticks and
@@ -62,15 +62,15 @@ from bench.common import (
     rss_mb,
 )
 from bench.stats import RatioCheck, pct, pct_interval, spread
-from tests.dra import kubelet
-from tests.dra.apiserver import ApiServer
-from tests.dra.claims import DRIVER, NODE, POD_UID, claim
-from tests.dra.hotplug_rdmad import hotplug_rdmad
-from tests.dra.plugin_process import Plugin, running_plugin
-from tests.support.cni_plugin import PLUGIN as RDMAD_CNI
-from tests.support.daemon import Client
-from tests.support.net import temp_netns
-from tests.support.threads import Thread, switches, woken
+from testbed.cni_plugin import PLUGIN as RDMAD_CNI
+from testbed.daemon import Client
+from testbed.dra import kubelet
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.claims import DRIVER, NODE, POD_UID, claim
+from testbed.dra.hotplug_rdmad import hotplug_rdmad
+from testbed.dra.plugin_process import Plugin, running_plugin
+from testbed.net import temp_netns
+from testbed.threads import Thread, switches, woken
 
 ADD_TARGET = 1.1  # the held device's ADD over the ADD by device name (issue 28)
 HOTPLUG_P99_MS = 1000.0

@@ -54,8 +54,8 @@ from rdmad.kernel.rtnl_routing import (
     RTM_SETLINK,
     RULE_PRIORITY,
 )
-from tests.support.daemon import Client
-from tests.support.net import temp_netns
+from testbed.daemon import Client
+from testbed.net import temp_netns
 
 RAILS = 8
 TARGET = 1.15

@@ -30,7 +30,7 @@ from bench import (
 )
 from bench.common import BENCH_DIR, Params, Results
 from bench.report import write_report
-from tests.support.bus import start_private_bus
+from testbed.bus import start_private_bus
 
 Scenario = Callable[[str, Params, Results, Path], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {

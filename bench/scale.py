@@ -49,8 +49,8 @@ from bench.common import (
     rss_mb,
 )
 from bench.stats import JUDGED, RatioCheck, p99_text, pct, spread
-from tests.support.daemon import ROOT, Client
-from tests.support.net import temp_netns
+from testbed.daemon import ROOT, Client
+from testbed.net import temp_netns
 
 FLAT = 1.15  # latency and CPU per operation, largest node against the smallest
 GUARD = 3.0  # CPU per claim, largest node against the smallest: beyond it the run fails

@@ -33,7 +33,7 @@ from bench.common import (
     rdmad,
 )
 from bench.stats import RatioCheck, spread
-from tests.support.net import addresses, ip, link, temp_netns
+from testbed.net import addresses, ip, link, temp_netns
 
 CNI_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 

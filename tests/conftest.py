@@ -7,7 +7,7 @@
 - Nothing of the caller's session reaches a test or its children: not the settings rdmad and
   its tools read from the environment, nor the umask, nor an ignored SIGCHLD (see
   `pytest_configure`); children a test signals start with every signal at its default
-  (tests/support/children.py).
+  (testbed/children.py).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.bus import start_private_bus
-from tests.support.net import temp_netns
+from testbed.bus import start_private_bus
+from testbed.net import temp_netns
 
 collect_ignore_glob = [] if os.environ.get("RDMA_VM_GUEST") == "1" else ["guest/*"]
 

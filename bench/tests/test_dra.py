@@ -17,7 +17,7 @@ from bench.dra import (
     pod_args,
     take_turns,
 )
-from tests.support.threads import Thread, woken
+from testbed.threads import Thread, woken
 
 
 def device(rdma: str, name: str) -> dict[str, dict[str, object]]:

@@ -15,8 +15,8 @@ from dbus_fast.errors import DBusError
 from rdmad.bus.names import BUS_NAME, MANAGER_IFACE, MANAGER_PATH, PROPERTIES_IFACE
 from rdmad.bus.polkit import AUTHORIZATION_TIMEOUT
 from rdmad.bus.service import Service, connect_bus, start_service
+from testbed.bus import PrivateBus, policy_bus, private_bus  # noqa: F401
 from tests.bus.fakes import FakeCore, fake_resolver
-from tests.support.bus import PrivateBus, policy_bus, private_bus  # noqa: F401
 
 WAIT = 5.0
 

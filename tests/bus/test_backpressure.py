@@ -13,7 +13,7 @@ from dbus_fast import Message
 from dbus_fast.aio import MessageBus
 
 from rdmad.bus.service import connect_bus
-from tests.support.bus import PrivateBus, start_private_bus
+from testbed.bus import PrivateBus, start_private_bus
 
 
 @contextmanager

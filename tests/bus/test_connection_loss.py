@@ -18,7 +18,7 @@ from dbus_fast.aio import MessageBus
 
 from rdmad.bus.connection import BusConnection
 from rdmad.bus.names import DBUS_NAME, DBUS_PATH
-from tests.support.bus import PrivateBus, start_private_bus
+from testbed.bus import PrivateBus, start_private_bus
 
 pytestmark = pytest.mark.bus  # a private dbus-daemon, each test's own: the test kills it
 

@@ -14,8 +14,8 @@ from rdmad.bus.credentials import Credentials
 from rdmad.bus.names import MANAGER_IFACE, MANAGER_PATH
 from rdmad.bus.polkit import Action, Polkit
 from rdmad.errors import AccessDenied
+from testbed.bus import run_as
 from tests.bus.conftest import Live
-from tests.support.bus import run_as
 
 pytestmark = pytest.mark.bus
 

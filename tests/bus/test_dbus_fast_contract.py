@@ -33,7 +33,7 @@ from dbus_fast.service import ServiceInterface
 from rdmad.bus.connection import BusConnection
 from rdmad.bus.names import MANAGER_PATH, OBJECT_MANAGER_IFACE
 from rdmad.bus.service import RdmadMessageBus, _PatientSocket
-from tests.support.bus import PrivateBus
+from testbed.bus import PrivateBus
 
 # The dbus-fast release these overrides were last read against. On a new one: re-read
 # dbus_fast/message_bus.py and aio/message_bus.py for every member named above, then bump.

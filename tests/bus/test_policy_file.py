@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from rdmad.bus.names import CLAIM_IFACE, MANAGER_IFACE, MANAGER_PATH, PROPERTIES_IFACE
+from testbed.bus import PrivateBus, run_as
 from tests.bus.conftest import Live
-from tests.support.bus import PrivateBus, run_as
 
 pytestmark = pytest.mark.bus
 

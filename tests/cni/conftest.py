@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from testbed.cni_plugin import PLUGIN
+from testbed.net import require_root
 from tests.support import sim_rig
-from tests.support.cni_plugin import PLUGIN
-from tests.support.net import require_root
 
 CNI_PLUGIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
 PCI = {"sim0": "0000:5e:00.0", "sim1": "0000:5e:00.1"}

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cni_plugin import PLUGIN
+from testbed.cni_plugin import PLUGIN
 
 BUSYBOX = Path("/bin/busybox")
 APPLETS = ("sh", "ip", "sleep", "cat", "ls")

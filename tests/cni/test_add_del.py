@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from testbed.net import addresses, ip, is_up, link, link_names, netns_inode, temp_netns
 from tests.cni.conftest import CLAIM_SPECS, PCI, CniRig
-from tests.support.net import addresses, ip, is_up, link, link_names, netns_inode, temp_netns
 
 
 async def owners(rig: CniRig) -> list[str]:

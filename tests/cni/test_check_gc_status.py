@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from testbed.net import ip, temp_netns
 from tests.cni.conftest import CniRig
-from tests.support.net import ip, temp_netns
 
 
 def added(rig: CniRig, netns: str, **keys: Any) -> dict[str, Any]:

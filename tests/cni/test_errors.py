@@ -3,8 +3,8 @@ ADD leaves nothing behind (no claim, no interface, no IPAM lease)."""
 
 from __future__ import annotations
 
+from testbed.net import ip, link, link_names, temp_netns
 from tests.cni.conftest import CniRig
-from tests.support.net import ip, link, link_names, temp_netns
 
 
 async def claim_count(rig: CniRig) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from testbed.net import ip, temp_netns
 from tests.cni.conftest import CniRig, FakeIpam
-from tests.support.net import ip, temp_netns
 
 
 async def test_ipam_stderr_reaches_the_runtime(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from testbed.net import ip, link, link_names
 from tests.cni.conftest import PCI, CniRig
-from tests.support.net import ip, link, link_names
 
 SRIOV_RESULT = {
     "cniVersion": "1.0.0",

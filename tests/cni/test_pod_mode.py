@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dbus_fast import Variant
 
+from testbed.net import addresses, link
 from tests.cni.conftest import CniRig
-from tests.support.net import addresses, link
 
 POD_UID = "6f1c0a52-3b7d-4e0a-9c1f-2d5e8b7a4c30"
 POD_ARGS = f"IgnoreUnknown=1;K8S_POD_NAMESPACE=ml;K8S_POD_NAME=trainer-0;K8S_POD_UID={POD_UID}"

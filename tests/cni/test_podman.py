@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from testbed.net import addresses, ip, is_up, link
 from tests.cni.conftest import CLAIM_SPECS, CniRig
 from tests.cni.podman import Podman, require_podman
-from tests.support.net import addresses, ip, is_up, link
 
 SUBNET = "10.88.77.0/24"
 

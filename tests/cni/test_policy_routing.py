@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from testbed.net import ip
 from tests.cni.conftest import CniRig, FakeIpam
-from tests.support.net import ip
 
 ROUTES = [{"dst": "10.67.0.0/16", "gw": "10.66.0.1"}]
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from testbed.cni_plugin import PLUGIN
+from testbed.net import require_root
 from tests.cni.conftest import CniRig, running_rig
-from tests.support.cni_plugin import PLUGIN
 from tests.support.cri.containerd import IMAGE, Containerd, private_containerd, require_containerd
 from tests.support.cri.image import write_image_archive
 from tests.support.cri.kubelet import Kubelet, Pod
-from tests.support.net import require_root
 
 NETWORK = "rdmanet"  # CniRig.conf's name: its IPAM leases are under it
 

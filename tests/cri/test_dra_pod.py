@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from testbed.dra import kubelet as dra
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.claims import DRIVER, NODE, claim
+from testbed.dra.plugin_process import Plugin, running_plugin
+from testbed.net import link
 from tests.cri.conftest import Node
 from tests.cri.test_containerd import char_devices, env_of, spec_nodes
-from tests.dra import kubelet as dra
-from tests.dra.apiserver import ApiServer
-from tests.dra.claims import DRIVER, NODE, claim
-from tests.dra.plugin_process import Plugin, running_plugin
 from tests.support.cri.kubelet import Container, Kubelet, Pod
-from tests.support.net import link
 
 SERVICE = "v1.DRAPlugin"
 

@@ -1,5 +1,5 @@
 """Contract tests of rdmad-dra: the kubelet's side of its gRPC sockets and a loopback API
-server that validates every ResourceSlice (tests/dra/kubelet.py, tests/dra/apiserver.py).
+server that validates every ResourceSlice (testbed/dra/kubelet.py, testbed/dra/apiserver.py).
 A test that needs rdmad gets `rig` (sim RDMA devices on real veths, a private bus; a module
 may override it with its own options) and `plugin`, the real rdmad-dra process on it."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.dra.apiserver import ApiServer
-from tests.dra.plugin_process import Plugin, running_plugin
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.plugin_process import Plugin, running_plugin
 from tests.support.sim_rig import Rig, running_rig
 
 DRIVER = "rdma.rdmad.io"

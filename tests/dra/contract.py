@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.dra import kubelet
-from tests.dra.apiserver import ApiServer
-from tests.dra.claims import claim
-from tests.dra.plugin_process import Plugin
+from testbed.dra import kubelet
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.claims import claim
+from testbed.dra.plugin_process import Plugin
 from tests.support.sim_rig import Rig
 
 SERVICE = "v1.DRAPlugin"

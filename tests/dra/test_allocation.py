@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rdmad.dra.allocation import Params, Refused, Wanted, allocation_of
-from tests.dra.claims import DRIVER, NODE, POD_UID, claim
+from testbed.dra.claims import DRIVER, NODE, POD_UID, claim
 
 UID = "0b9f2c1e-1111-4c3e-9a6e-000000000001"
 SLOT = "mlx5-0--share-3"  # a share slot of mlx5_0 (rdmad/dra/offer.py)

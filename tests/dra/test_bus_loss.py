@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from rdmad.dra.plugin import EXIT_FAILED
-from tests.dra.apiserver import ApiServer
-from tests.dra.plugin_process import WAIT, running_plugin
-from tests.support.bus import PrivateBus, start_private_bus
-from tests.support.net import require_root
+from testbed.bus import PrivateBus, start_private_bus
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.plugin_process import WAIT, running_plugin
+from testbed.net import require_root
 from tests.support.sim_rig import Rig
 
 pytestmark = pytest.mark.bus  # a private dbus-daemon, this module's own: the test stops it

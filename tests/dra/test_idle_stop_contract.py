@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 
 from rdmad.dra.rpc.on_demand import IDLE_S
-from tests.dra import kubelet
-from tests.dra.apiserver import ApiServer
+from testbed.dra import kubelet
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.plugin_process import Plugin
+from testbed.net import require_root
 from tests.dra.contract import SERVICE, holds, serve
-from tests.dra.plugin_process import Plugin
-from tests.support.net import require_root
 from tests.support.sim_rig import Rig
 
 pytestmark = pytest.mark.bus  # a private dbus-daemon

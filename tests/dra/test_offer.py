@@ -24,7 +24,7 @@ from rdmad.dra.offer import (
     slot_name,
 )
 from rdmad.dra.owner import owner_label
-from tests.dra.apiserver import DNS_LABEL
+from testbed.dra.apiserver import DNS_LABEL
 
 HOST_PCI = sorted(os.listdir("/sys/bus/pci/devices"))
 

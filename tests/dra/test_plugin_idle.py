@@ -11,12 +11,12 @@ import asyncio
 import pytest
 
 from rdmad.dra.rpc.on_demand import IDLE_S
-from tests.dra import kubelet
-from tests.dra.apiserver import ApiServer
+from testbed.dra import kubelet
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.plugin_process import Plugin
+from testbed.net import require_root
+from testbed.threads import GRPC_CORE_THREADS, polling, switches, woken
 from tests.dra.contract import SERVICE, prepare, serve
-from tests.dra.plugin_process import Plugin
-from tests.support.net import require_root
-from tests.support.threads import GRPC_CORE_THREADS, polling, switches, woken
 
 pytestmark = pytest.mark.bus  # a private dbus-daemon
 

@@ -14,7 +14,7 @@ import pytest
 
 from rdmad.dra.kube import KubeSliceApi, api_client
 from rdmad.dra.slices import Backoff, Pool, SlicePublisher
-from tests.dra.apiserver import ApiServer
+from testbed.dra.apiserver import ApiServer
 from tests.dra.test_offer import offer, props
 
 

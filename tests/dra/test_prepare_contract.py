@@ -1,5 +1,5 @@
 """Contract tests of NodePrepareResources and NodeUnprepareResources: the kubelet's calls
-(tests/dra/kubelet.py) to the real plugin, which reads each ResourceClaim from the loopback
+(testbed/dra/kubelet.py) to the real plugin, which reads each ResourceClaim from the loopback
 API server and holds its devices in a real rdmad (sim RDMA devices on real veths, a private
 bus) for the pod the claim is reserved for."""
 
@@ -14,12 +14,12 @@ from dbus_fast import Variant
 
 from rdmad.dra.kube import CLAIM_READ_TIMEOUT
 from rdmad.dra.offer import is_slot, slot_name
-from tests.dra import kubelet
-from tests.dra.apiserver import ApiServer
-from tests.dra.claims import POD_UID
+from testbed.dra import kubelet
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.claims import POD_UID
+from testbed.dra.plugin_process import Plugin
+from testbed.net import require_root
 from tests.dra.contract import CLAIM_IFACE, SERVICE, holds, prepare, serve
-from tests.dra.plugin_process import Plugin
-from tests.support.net import require_root
 from tests.support.sim_rig import Rig
 
 pytestmark = pytest.mark.bus  # a private dbus-daemon

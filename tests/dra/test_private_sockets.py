@@ -12,9 +12,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.dra import kubelet
-from tests.dra.apiserver import ApiServer
-from tests.dra.plugin_process import Plugin, running_plugin
+from testbed.dra import kubelet
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.plugin_process import Plugin, running_plugin
 
 pytestmark = pytest.mark.bus  # a private dbus-daemon
 

@@ -1,5 +1,5 @@
 """Contract tests of a kubelet that connects, drops its channel and reconnects (it restarts,
-or its connection breaks), as the kubelet does it (tests/dra/kubelet.py): the plugin process
+or its connection breaks), as the kubelet does it (testbed/dra/kubelet.py): the plugin process
 stays up, registers again on the new channel, and a prepare of the same claim answers the
 same with one hold in rdmad, whether the dropped channel took a prepare's answer with it or
 not. A real rdmad (sim RDMA devices on real veths, a private bus) and the loopback API
@@ -11,11 +11,11 @@ import asyncio
 
 import pytest
 
-from tests.dra import kubelet
-from tests.dra.apiserver import ApiServer
+from testbed.dra import kubelet
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.plugin_process import Plugin
+from testbed.net import require_root
 from tests.dra.contract import SERVICE, holds, serve
-from tests.dra.plugin_process import Plugin
-from tests.support.net import require_root
 from tests.support.sim_rig import Rig
 
 pytestmark = pytest.mark.bus  # a private dbus-daemon

@@ -1,5 +1,5 @@
 """Contract tests: the kubelet registers rdmad-dra and calls its DRA service, exactly as the
-kubelet's plugin watcher and DRA manager do (tests/dra/kubelet.py speaks their wire format,
+kubelet's plugin watcher and DRA manager do (testbed/dra/kubelet.py speaks their wire format,
 built from the kubelet's API definitions, not from the plugin's .proto files)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.dra import kubelet
-from tests.dra.apiserver import ApiServer
-from tests.dra.plugin_process import running_plugin
+from testbed.dra import kubelet
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.plugin_process import running_plugin
 
 pytestmark = pytest.mark.bus  # a private dbus-daemon
 

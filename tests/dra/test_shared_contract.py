@@ -1,6 +1,6 @@
 """Contract tests of shared mode: rdmad's shared limit offered as share slots (one device of
 the slice per share), pods prepared on the slots of one device, each holding its own share
-in rdmad, through the kubelet's calls (tests/dra/kubelet.py) to the real plugin, with a real
+in rdmad, through the kubelet's calls (testbed/dra/kubelet.py) to the real plugin, with a real
 rdmad (sim RDMA devices on real veths, a private bus, shared netns mode, a limit of 2)."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import pytest
 from dbus_fast import Variant
 
 from rdmad.dra.offer import is_slot
-from tests.dra import kubelet
-from tests.dra.apiserver import ApiServer
-from tests.dra.claims import POD_UID
+from testbed.dra import kubelet
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.claims import POD_UID
+from testbed.dra.plugin_process import Plugin, running_plugin
+from testbed.net import require_root
 from tests.dra.contract import CLAIM_IFACE, SERVICE, prepare, serve
-from tests.dra.plugin_process import Plugin, running_plugin
-from tests.support.net import require_root
 from tests.support.sim_rig import Rig, running_rig
 
 pytestmark = pytest.mark.bus  # a private dbus-daemon

@@ -13,11 +13,11 @@ import pytest
 from dbus_fast import Variant
 
 from rdmad.dra.offer import is_slot
-from tests.dra import kubelet
-from tests.dra.apiserver import ApiServer
-from tests.dra.hotplug_rdmad import hotplug_rdmad
-from tests.dra.plugin_process import Plugin, running_plugin
-from tests.support.net import require_root, temp_veth
+from testbed.dra import kubelet
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.hotplug_rdmad import hotplug_rdmad
+from testbed.dra.plugin_process import Plugin, running_plugin
+from testbed.net import require_root, temp_veth
 from tests.support.sim_rig import Rig, running_rig
 
 pytestmark = pytest.mark.bus  # a private dbus-daemon

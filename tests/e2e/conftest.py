@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.net import require_root
+from testbed.net import require_root
 from tests.support.sim_rig import Rig, running_rig
 
 

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 from dbus_fast import Variant
 
-from tests.support.daemon import BUS_NAME, DBusCallError
-from tests.support.net import (
+from testbed.daemon import BUS_NAME, DBusCallError
+from testbed.net import (
     addresses,
     ip,
     is_up,

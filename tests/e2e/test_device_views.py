@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from tests.support.net import ip
+from testbed.net import ip
 from tests.support.sim_rig import Rig
 
 

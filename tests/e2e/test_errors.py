@@ -11,8 +11,8 @@ import pytest
 from dbus_fast import Variant
 
 from rdmad.bus.names import BUS_NAME, CLAIM_IFACE
-from tests.support.daemon import Client, DBusCallError, RdmadProcess
-from tests.support.net import ip, link
+from testbed.daemon import Client, DBusCallError, RdmadProcess
+from testbed.net import ip, link
 from tests.support.sim_rig import Rig, running_rig
 
 E = "io.rdmad1.Error."

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dbus_fast import Variant
 
-from tests.support.net import ip, link, netns_inode
+from testbed.net import ip, link, netns_inode
 from tests.support.sim_rig import Rig
 
 DEVICE = "io.rdmad1.Device"

@@ -7,7 +7,7 @@ import json
 
 from dbus_fast import Variant
 
-from tests.support.net import addresses, ip, link, netns_inode
+from testbed.net import addresses, ip, link, netns_inode
 from tests.support.sim_rig import Rig
 
 CLAIM_IFACE = "io.rdmad1.Claim"

@@ -13,8 +13,8 @@ import pytest
 from dbus_fast import Variant
 
 from rdmad.errors import InvalidArgs
-from tests.support.daemon import DBusCallError
-from tests.support.net import temp_netns
+from testbed.daemon import DBusCallError
+from testbed.net import temp_netns
 from tests.support.sim_rig import Rig, running_rig
 
 CLAIM_IFACE = "io.rdmad1.Claim"

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from dbus_fast import Variant
 
+from testbed.daemon import BUS_NAME, Client, DBusCallError, RdmadProcess
+from testbed.net import VethPair, ip, temp_netns, temp_veth
 from tests.e2e.test_rdmactl import rdmactl
-from tests.support.daemon import BUS_NAME, Client, DBusCallError, RdmadProcess
-from tests.support.net import VethPair, ip, temp_netns, temp_veth
 from tests.support.sim_rig import Rig
 
 CLAIM_IFACE = "io.rdmad1.Claim"

@@ -3,7 +3,7 @@
 Each command goes over the private bus exactly as an operator's would; what it claims to have
 done is checked independently with iproute2 (`ip`). Subprocesses are run with
 asyncio, so the test's own D-Bus client (on this loop) keeps working, and with every signal at
-its default (tests.support.children), so that Ctrl-C reaches them.
+its default (testbed.children), so that Ctrl-C reaches them.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import pytest
 
 from rdmad import __version__
 from rdmad.bus.names import CLAIM_IFACE, MANAGER_PATH, device_path
-from tests.support.children import spawn
-from tests.support.daemon import ROOT
-from tests.support.net import addresses, is_up, link, netns_inode
+from testbed.children import spawn
+from testbed.daemon import ROOT
+from testbed.net import addresses, is_up, link, netns_inode
 from tests.support.sim_rig import Rig
 
 RUN_TIMEOUT = 20.0

@@ -11,9 +11,9 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
+from testbed.children import spawn
+from testbed.net import ip, link
 from tests.e2e.test_rdmactl import RUN_TIMEOUT, argv, env, rdmactl
-from tests.support.children import spawn
-from tests.support.net import ip, link
 from tests.support.sim_rig import Rig
 
 FRAMES = 25

@@ -18,7 +18,7 @@ import pytest
 
 from rdmad.core.events import Event
 from rdmad.kernel.udev import UdevEvents
-from tests.support.daemon import Client, RdmadProcess
+from testbed.daemon import Client, RdmadProcess
 from tests.support.rdma import Rxe, temp_rxe
 
 DAEMON_START = 180.0  # s: imports (dbus-fast, pyroute2, pyudev) over 9p under TCG, loaded host

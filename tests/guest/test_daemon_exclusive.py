@@ -18,8 +18,8 @@ import pytest
 from dbus_fast import Variant
 
 from rdmad.core.events import Event
-from tests.support.daemon import Client, DBusCallError, RdmadProcess
-from tests.support.net import ip, link, netns_inode
+from testbed.daemon import Client, DBusCallError, RdmadProcess
+from testbed.net import ip, link, netns_inode
 from tests.support.rdma import (
     CLAIM_IFACE,
     Rxe,

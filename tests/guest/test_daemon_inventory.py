@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.daemon import Client
-from tests.support.net import unique_name
+from testbed.daemon import Client
+from testbed.net import unique_name
 from tests.support.rdma import (
     SYS_IB,
     Rxe,

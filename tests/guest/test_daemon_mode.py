@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.daemon import Client, DBusCallError
+from testbed.daemon import Client, DBusCallError
 from tests.support.rdma import rdma_netns_mode, set_netns_mode
 
 pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]

@@ -17,8 +17,8 @@ import pytest
 from dbus_fast import Variant
 
 from rdmad.kernel.rdma_gids import SETTLE_S
-from tests.support.daemon import Client, DBusCallError, RdmadProcess
-from tests.support.net import (
+from testbed.daemon import Client, DBusCallError, RdmadProcess
+from testbed.net import (
     addresses,
     eventually,
     ip,

@@ -1,7 +1,7 @@
 """uevent overrun: the daemon's uevent socket loses events (ENOBUFS) and it notices.
 
 The module's daemon runs with a tiny uevent receive buffer (UDEV_RCVBUF,
-tests/support/faulty_rdmad.py) and the
+testbed/faulty_rdmad.py) and the
 default rtnetlink one. While it is stopped (SIGSTOP), rxe devices are added on fresh veths and
 half of them removed again, far more uevents than the buffer holds, so the kernel drops some
 and flags the socket. After SIGCONT the daemon must log the *udev* resync (the proof the loss
@@ -18,9 +18,9 @@ import tempfile
 
 import pytest
 
-from tests.support.daemon import Client, RdmadProcess
-from tests.support.faulty_rdmad import RCVBUF, UDEV_RCVBUF
-from tests.support.net import eventually, ip, unique_name
+from testbed.daemon import Client, RdmadProcess
+from testbed.faulty_rdmad import RCVBUF, UDEV_RCVBUF
+from testbed.net import eventually, ip, unique_name
 from tests.support.rdma import WAIT, listed, rdma_dev_names, sh
 
 pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]

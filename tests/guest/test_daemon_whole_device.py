@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import pytest
 from dbus_fast import Variant
 
-from tests.support.daemon import Client
-from tests.support.net import addresses, ip, is_up, link, netns_inode
+from testbed.daemon import Client
+from testbed.net import addresses, ip, is_up, link, netns_inode
 from tests.support.rdma import CLAIM_IFACE, WAIT, all_props, device_props, known_to_rdmad
 
 pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]

@@ -21,9 +21,9 @@ import pytest
 from dbus_fast import Variant
 
 from rdmad.bus.names import device_path
-from tests.support.daemon import ROOT, Client, RdmadProcess
+from testbed.daemon import ROOT, Client, RdmadProcess
+from testbed.net import eventually, link_local_usable, temp_netns
 from tests.support.exporter import running_exporter
-from tests.support.net import eventually, link_local_usable, temp_netns
 from tests.support.rdma import (
     CLAIM_IFACE,
     SYS_IB,

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from dbus_fast import Variant
 
-from tests.support.daemon import Client, DBusCallError, RdmadProcess
+from testbed.daemon import Client, DBusCallError, RdmadProcess
 from tests.support.rdma import CLAIM_IFACE, WAIT, Rxe, all_props, kernel, known_to_rdmad, sh
 from tests.support.traffic import (
     PINGPONG_ITERS,

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from testbed.daemon import Client, RdmadProcess
 from tests.cni.podman import Podman
-from tests.support.daemon import Client, RdmadProcess
 from tests.support.rdma import (
     kernel,
     known_to_rdmad,

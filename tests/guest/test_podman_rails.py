@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 from dbus_fast import Variant
 
+from testbed.daemon import Client, DBusCallError, RdmadProcess
+from testbed.net import eventually, temp_netns
 from tests.cni.podman import Podman
-from tests.support.daemon import Client, DBusCallError, RdmadProcess
-from tests.support.net import eventually, temp_netns
 from tests.support.rdma import (
     WAIT,
     Rxe,

@@ -23,7 +23,7 @@ from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rdma import KernelRdma
 from rdmad.kernel.udev import RdmaMonitorEvents
 from rdmad.model import ChardevKind, NetnsMode, RdmaDevice
-from tests.support.net import fixed_mac
+from testbed.net import fixed_mac
 
 pytestmark = pytest.mark.guest
 

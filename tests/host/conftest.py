@@ -10,7 +10,7 @@ import pytest
 from rdmad.kernel.netns import KernelNetnsResolver
 from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rtnl import RtnlBackend
-from tests.support.net import VethPair, require_root, temp_veth
+from testbed.net import VethPair, require_root, temp_veth
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ import pytest
 
 from rdmad.core.events import AddressChanged, Event
 from rdmad.kernel.addr_events import AddrEventSource
-from tests.support.net import ip, queue_sink, temp_veth
+from testbed.net import ip, queue_sink, temp_veth
 
 WAIT = 10.0
 

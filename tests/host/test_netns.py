@@ -20,7 +20,7 @@ from rdmad.kernel.netns import (
     owner_uid,
     run_in_netns,
 )
-from tests.support.net import netns_inode, temp_netns
+from testbed.net import netns_inode, temp_netns
 
 
 def _open_fds() -> set[str]:

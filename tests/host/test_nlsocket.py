@@ -20,7 +20,7 @@ from rdmad.kernel.rtnl_msgs import (
     getlink,
     setlink,
 )
-from tests.support.net import VethPair
+from testbed.net import VethPair
 from tests.support.sending_threads import SendingThreads, watched_channel
 
 MANY = 600  # addresses: more than one dump part holds (the kernel caps a part near 32 KiB)

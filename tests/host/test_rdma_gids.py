@@ -16,7 +16,7 @@ from rdmad.errors import RdmadError
 from rdmad.kernel.netns import KernelNetnsResolver, run_in_netns
 from rdmad.kernel.rdma_gids import addresses_of, mount_sysfs
 from rdmad.kernel.rtnl import RtnlBackend
-from tests.support.net import ip, link
+from testbed.net import ip, link
 
 
 def _net_class_of_own_sysfs() -> list[str]:

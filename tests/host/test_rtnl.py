@@ -22,9 +22,9 @@ from rdmad.kernel.nlsocket import RECV_SIZE, NlChannel, open_socket
 from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_msgs import RTM_NEWADDR, RTM_NEWLINK, RTNLGRP_LINK, addr_from, link_from
 from rdmad.model import HostConfig
-from tests.support.net import VethPair, addresses, ip, is_up, link, temp_netns, unique_name
+from testbed.net import VethPair, addresses, ip, is_up, link, temp_netns, unique_name
+from testbed.steps import on_steps
 from tests.support.sending_threads import watched_channel
-from tests.support.steps import on_steps
 
 
 def _host(veth: VethPair, mtu: int = 1500, addrs: tuple[str, ...] = ()) -> HostConfig:

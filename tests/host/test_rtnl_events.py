@@ -12,7 +12,7 @@ from rdmad.core.events import Event, LinkChanged, LinkRemoved, NetnsGone, Resync
 from rdmad.kernel.netns import KernelNetnsResolver
 from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_events import RtnlEventSource
-from tests.support.net import ip, queue_sink, run, temp_netns, unique_name, wait_for
+from testbed.net import ip, queue_sink, run, temp_netns, unique_name, wait_for
 
 
 @pytest.fixture

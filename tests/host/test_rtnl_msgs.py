@@ -40,7 +40,7 @@ from rdmad.kernel.rtnl_msgs import (
     netns_nsid,
     new_macvlan,
 )
-from tests.support.net import VethPair, ip, is_up, link
+from testbed.net import VethPair, ip, is_up, link
 
 
 @contextlib.asynccontextmanager

@@ -17,7 +17,7 @@ from rdmad.errors import KernelError
 from rdmad.kernel.netns import KernelNetnsResolver, NetnsHandle
 from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.options import parse_route
-from tests.support.net import ip, temp_netns, unique_name
+from testbed.net import ip, temp_netns, unique_name
 
 ADDRS = (ip_interface("10.5.0.2/24"), ip_interface("fd05::2/64"))
 KERNEL_TABLES = {253, 254, 255}

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from rdmad.kernel.sim import _IfNames
-from tests.support.net import VethPair, ip
+from testbed.net import VethPair, ip
 
 
 @pytest.fixture

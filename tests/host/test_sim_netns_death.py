@@ -15,7 +15,7 @@ from rdmad.kernel.netns import KernelNetnsResolver, NetnsHandle
 from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.sim import SimRdma
 from rdmad.model import ChardevKind, NetnsMode
-from tests.support.net import VethPair, ip, netns_inode, temp_netns
+from testbed.net import VethPair, ip, netns_inode, temp_netns
 
 DEVICE, INDEX = "sim0", 1
 

@@ -3,7 +3,7 @@ fault injection, N devices, and helpers to wait on a process state without sleep
 
 The rig of tests/support/sim_rig.py is reused, not copied (`bus_address` and `netns` come from
 tests/conftest.py): `reliability_rig` builds the same `Rig` with more devices and the fault
-variables of tests/support/faulty_rdmad.py.
+variables of testbed/faulty_rdmad.py.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.daemon import Client, RdmadProcess
+from testbed.daemon import Client, RdmadProcess
+from testbed.net import VethPair, require_root, temp_veth
 from tests.support.invariants import HostSettings, host_settings
-from tests.support.net import VethPair, require_root, temp_veth
 from tests.support.sim_rig import Rig
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed.bus import PrivateBus, policy_bus, private_bus, run_as  # noqa: F401
+from testbed.net import link
 from tests.reliability.conftest import reliability_rig, settings_of
-from tests.support.bus import PrivateBus, policy_bus, private_bus, run_as  # noqa: F401
 from tests.support.invariants import assert_invariants
-from tests.support.net import link
 from tests.support.sim_rig import Rig
 
 DENIED = "org.freedesktop.DBus.Error.AccessDenied"

@@ -10,13 +10,13 @@ import pytest
 from dbus_fast import Variant
 
 from rdmad.daemon.main import EXIT_BUS
+from testbed.bus import start_private_bus
+from testbed.daemon import Client, RdmadProcess
+from testbed.faulty_rdmad import PAUSE_AT
+from testbed.net import link, temp_veth
 from tests.reliability.conftest import reliability_rig, restart, settings_of
 from tests.reliability.test_faults import paused_at
-from tests.support.bus import start_private_bus
-from tests.support.daemon import Client, RdmadProcess
-from tests.support.faulty_rdmad import PAUSE_AT
 from tests.support.invariants import assert_invariants
-from tests.support.net import link, temp_veth
 from tests.support.sim_rig import Rig
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.conftest import reliability_rig, restart
-from tests.support.bus import NOBODY, PrivateBus, run_as, start_private_bus
-from tests.support.children import spawn
+from testbed.bus import NOBODY, PrivateBus, run_as, start_private_bus
+from testbed.children import spawn
 from tests.support.polkit import TEST_RULES, start_polkitd
 from tests.support.sim_rig import Rig
 

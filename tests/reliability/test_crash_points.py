@@ -1,4 +1,4 @@
-"""SIGKILL-equivalent crash (os._exit(137) at CRASH_AT, tests/support/faulty_rdmad.py) at
+"""SIGKILL-equivalent crash (os._exit(137) at CRASH_AT, testbed/faulty_rdmad.py) at
 every step of a claim and of a release; after a restart each device is either home with its
 host name and settings, or in its netns with the claim listed. Never in between, never
 forgotten."""
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from dbus_fast import Variant
 
+from testbed.daemon import BUS_NAME, DBusCallError
+from testbed.faulty_rdmad import CRASH_AT
+from testbed.net import ip, link, temp_netns
 from tests.reliability.conftest import reliability_rig, restart, settings_of
-from tests.support.daemon import BUS_NAME, DBusCallError
-from tests.support.faulty_rdmad import CRASH_AT
 from tests.support.invariants import assert_invariants
-from tests.support.net import ip, link, temp_netns
 from tests.support.sim_rig import Rig
 
 CLAIM_IFACE = "io.rdmad1.Claim"

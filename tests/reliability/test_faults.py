@@ -24,9 +24,10 @@ from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_events import RtnlEventSource
 from rdmad.kernel.sim import SimRdma
 from rdmad.model import Claim, ClaimOptions, ReleaseReason
+from testbed.daemon import DBusCallError
+from testbed.faulty_rdmad import PAUSE_AT
+from testbed.net import eventually, ip, link, temp_veth
 from tests.reliability.conftest import is_stopped, reliability_rig, settings_of
-from tests.support.daemon import DBusCallError
-from tests.support.faulty_rdmad import PAUSE_AT
 from tests.support.invariants import (
     DaemonView,
     HostSettings,
@@ -34,7 +35,6 @@ from tests.support.invariants import (
     compare,
     host_settings,
 )
-from tests.support.net import eventually, ip, link, temp_veth
 from tests.support.sim_rig import Rig
 
 Settings = Mapping[str, HostSettings]

@@ -27,10 +27,10 @@ from dbus_fast.errors import InvalidMessageError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from testbed.daemon import BUS_NAME, MANAGER_IFACE, MANAGER_PATH, Client, DBusCallError
+from testbed.net import temp_netns
 from tests.reliability.conftest import reliability_rig, settings_of
-from tests.support.daemon import BUS_NAME, MANAGER_IFACE, MANAGER_PATH, Client, DBusCallError
 from tests.support.invariants import HostSettings, assert_invariants, host_settings
-from tests.support.net import temp_netns
 from tests.support.sim_rig import Rig
 
 EXAMPLES = 60

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from dbus_fast import Variant
 
+from testbed.daemon import Client, DBusCallError
+from testbed.net import ip, unique_name
 from tests.reliability.conftest import reliability_rig, settings_of
 from tests.reliability.test_overrun import burst
-from tests.support.daemon import Client, DBusCallError
 from tests.support.invariants import assert_invariants
-from tests.support.net import ip, unique_name
 from tests.support.sim_rig import Rig
 
 CLIENTS, DEVICES, ROUNDS = 64, 32, 4

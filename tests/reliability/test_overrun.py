@@ -15,10 +15,10 @@ from typing import Any
 
 from dbus_fast import Variant
 
+from testbed.faulty_rdmad import RCVBUF
+from testbed.net import eventually, ip, temp_netns, unique_name
 from tests.reliability.conftest import reliability_rig, settings_of
-from tests.support.faulty_rdmad import RCVBUF
 from tests.support.invariants import assert_invariants
-from tests.support.net import eventually, ip, temp_netns, unique_name
 
 BURST = 300  # netdevs added and deleted while the daemon is stopped
 OVERRUN = "events were lost (socket overrun): resynchronising"

@@ -17,11 +17,11 @@ from dbus_fast import Variant
 from rdmad.core.store import State as StoreState
 from rdmad.core.store import Store
 from rdmad.model import ClaimPhase
+from testbed.daemon import DBusCallError
+from testbed.faulty_rdmad import PAUSE_AT
+from testbed.net import eventually
 from tests.reliability.conftest import is_stopped, reliability_rig, settings_of
-from tests.support.daemon import DBusCallError
-from tests.support.faulty_rdmad import PAUSE_AT
 from tests.support.invariants import assert_invariants
-from tests.support.net import eventually
 from tests.unit.test_store import a_claim
 
 CLAIM_FILE = "claims/3f92088486aabbcc.json"

@@ -29,12 +29,12 @@ from typing import Any
 
 from dbus_fast import Variant
 
+from testbed.daemon import BUS_NAME, MANAGER_IFACE, MANAGER_PATH, Client, DBusCallError
 from tests.cni.conftest import Outcome, run_plugin
 from tests.cni.podman import Podman
 from tests.soak.clock import Clock
 from tests.soak.node import BUS_LOST, Node, Slot
 from tests.soak.schedule import FD_FORM, PODMAN_DEVICE, Action
-from tests.support.daemon import BUS_NAME, MANAGER_IFACE, MANAGER_PATH, Client, DBusCallError
 
 CALL_TIMEOUT = 40.0  # longer than any fault's window: an unanswered call is an outcome
 # One rdmad-cni run, times the clock's pace: the guest's TCG runs everything slower.

@@ -1,5 +1,5 @@
 """rdmad-dra in the soak: per node, the real plugin process against the node's bus and a
-loopback API server of its own (tests/dra/apiserver.py), supervised as systemd's
+loopback API server of its own (testbed/dra/apiserver.py), supervised as systemd's
 Restart= would; the kubelet's side of it (DraActor); SIGKILL of the plugin (PluginKiller);
 and what must hold of its slices at each check (slices_settled).
 
@@ -26,15 +26,15 @@ from typing import Any, NamedTuple
 
 from rdmad.dra.device_watch import DeviceWatch
 from rdmad.dra.offer import offered
-from tests.dra.apiserver import ApiServer
-from tests.dra.claims import DRIVER, claim
-from tests.dra.plugin_process import argv
+from testbed.children import spawn
+from testbed.daemon import ROOT, Client
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.claims import DRIVER, claim
+from testbed.dra.plugin_process import argv
 from tests.soak.actors import HoldActor, Pod, World, present
 from tests.soak.invariants import SETTLE_S, Verdict
 from tests.soak.node import BUS_LOST, Node
 from tests.soak.schedule import DRA_DEVICES, Action
-from tests.support.children import spawn
-from tests.support.daemon import ROOT, Client
 
 EXIT_FAILED = 1  # rdmad.dra.plugin's (not imported: it loads gRPC, see kubelet_calls.py)
 START_S = 120.0  # the plugin's imports (grpc, the kubernetes client) on a loaded host
@@ -180,7 +180,7 @@ async def running_kubelet(pace: float) -> AsyncIterator[Kubelet]:
 
 
 class ClaimRef(NamedTuple):
-    """A ResourceClaim as the kubelet names it (tests/dra/kubelet.py's Claim)."""
+    """A ResourceClaim as the kubelet names it (testbed/dra/kubelet.py's Claim)."""
 
     namespace: str
     uid: str

@@ -23,12 +23,12 @@ import signal
 from typing import Any
 
 from rdmad.daemon.main import EXIT_BUS
+from testbed.net import eventually, ip_json
 from tests.reliability.test_overrun import OVERRUN, burst
 from tests.reliability.test_state_file import fill
 from tests.soak.actors import World
 from tests.soak.node import Node
 from tests.soak.schedule import Action
-from tests.support.net import eventually, ip_json
 
 FLOOD = 300
 

@@ -41,10 +41,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from testbed.daemon import BUS_NAME, MANAGER_PATH, Client, DBusCallError
+from testbed.net import ip_json
 from tests.soak.node import BUS_LOST, Node, Slot
-from tests.support.daemon import BUS_NAME, MANAGER_PATH, Client, DBusCallError
 from tests.support.invariants import DaemonView, compare, daemon_view
-from tests.support.net import ip_json
 
 CLAIM_IFACE, PROPERTIES = "io.rdmad1.Claim", "org.freedesktop.DBus.Properties"
 SETTLE_S = 30.0  # rdmad ends claims of a netns deleted just before, from kernel events

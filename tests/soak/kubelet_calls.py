@@ -1,4 +1,4 @@
-"""The kubelet's calls to rdmad-dra (tests/dra/kubelet.py), made for the soak in a process
+"""The kubelet's calls to rdmad-dra (testbed/dra/kubelet.py), made for the soak in a process
 of their own: gRPC's fork handlers, in a process that forks and execs all the time as the
 soak's does (rdmad-cni, ip, rdmad), can crash or hang a child forked while a call is in
 flight (grpc/grpc#13998, #22624). With the calls in the soak's process, an rdmad-dra it
@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from tests.dra import kubelet
+from testbed.dra import kubelet
 from tests.dra.contract import SERVICE
 
 

@@ -28,14 +28,14 @@ from pathlib import Path
 
 from dbus_fast.errors import AuthError
 
+from testbed.bus import START_TIMEOUT, write_config
+from testbed.daemon import ROOT, Client, RdmadProcess
+from testbed.faulty_rdmad import RCVBUF
+from testbed.net import VethPair, eventually, fixed_mac, ip, link, unique_name
 from tests.reliability.test_state_file import tiny_tmpfs
 from tests.soak.schedule import DEVICES
-from tests.support.bus import START_TIMEOUT, write_config
-from tests.support.daemon import ROOT, Client, RdmadProcess
 from tests.support.exporter import Exporter, running_exporter
-from tests.support.faulty_rdmad import RCVBUF
 from tests.support.invariants import HostSettings, host_settings
-from tests.support.net import VethPair, eventually, fixed_mac, ip, link, unique_name
 from tests.support.rdma import sh
 
 # rtnetlink's event socket is this small so that a flood overruns it (as in test_overrun).

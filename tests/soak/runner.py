@@ -34,6 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.daemon import Client
+from testbed.net import ip
+from testbed.threads import kernel_report
 from tests.cni.conftest import cni_path
 from tests.cni.podman import BUSYBOX, Podman
 from tests.soak.actors import (
@@ -61,9 +64,6 @@ from tests.soak.invariants import Verdict, growth, rules, settled
 from tests.soak.node import Node, Slot, running_node
 from tests.soak.schedule import NODES, SLOTS, Action, Schedule, generate
 from tests.soak.stalls import STALL_S, stalls, watched_loop
-from tests.support.daemon import Client
-from tests.support.net import ip
-from tests.support.threads import kernel_report
 
 
 class Violation(Exception):

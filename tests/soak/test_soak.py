@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed.cni_plugin import PLUGIN
+from testbed.net import require_root
 from tests.cni.podman import require_podman
 from tests.soak.runner import Violation, has_podman, soak
-from tests.support.cni_plugin import PLUGIN
-from tests.support.net import require_root
 
 SECONDS = 60.0
 

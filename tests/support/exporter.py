@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.children import spawn
-from tests.support.daemon import ROOT
+from testbed.children import spawn
+from testbed.daemon import ROOT
 
 WAIT = 60.0
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support.daemon import Client
-from tests.support.net import VethPair, addresses, ip_json, is_up
+from testbed.daemon import Client
+from testbed.net import VethPair, addresses, ip_json, is_up
 
 SETTLE_S = 2.0
 

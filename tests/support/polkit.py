@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.bus import REPO, PrivateBus
-from tests.support.children import popen
+from testbed.bus import REPO, PrivateBus
+from testbed.children import popen
 
 POLKITD = Path("/usr/lib/polkit-1/polkitd")
 POLKIT_NAME = "org.freedesktop.PolicyKit1"

@@ -5,7 +5,7 @@ test compares rdmad's answers with the kernel's own. Used by tests/guest (fixtur
 tests/guest/conftest.py).
 
 Waiting: never sleep. Wait on a D-Bus signal (`Client.wait_signal`) or re-check a kernel
-condition after each udev event (`until`). tests.support.net.eventually polls, and is only
+condition after each udev event (`until`). testbed.net.eventually polls, and is only
 for kernel state that nothing announces (the GID table).
 """
 
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from tests.support.daemon import Client, DBusCallError
-from tests.support.net import ip, temp_veth, unique_name
+from testbed.daemon import Client, DBusCallError
+from testbed.net import ip, temp_veth, unique_name
 
 # Python under TCG is slow: bounded, but generous. A wait ends at the first match.
 WAIT = 60.0

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.daemon import Client, RdmadProcess
-from tests.support.net import VethPair, temp_veth
+from testbed.daemon import Client, RdmadProcess
+from testbed.net import VethPair, temp_veth
 
 
 @dataclass

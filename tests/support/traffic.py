@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.daemon import Client
+from testbed.daemon import Client
 from tests.support.rdma import SYS_IB, WAIT, ash, in_netns, sh
 
 PINGPONG_ITERS = 100

@@ -1,4 +1,4 @@
-"""tests.support.children: a child starts with the default signal dispositions and no signal
+"""testbed.children: a child starts with the default signal dispositions and no signal
 blocked, even when the test run ignores or blocks some (as under a script's `make test &`)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.children import UNCATCHABLE, popen, spawn
+from testbed.children import UNCATCHABLE, popen, spawn
 
 STATUS = ["grep", "-E", "^Sig(Ign|Blk):", "/proc/self/status"]
 # Every signal a process can set: not SIGKILL and SIGSTOP, nor the C library's own (32, 33),

@@ -1,4 +1,4 @@
-"""tests/support/faulty_rdmad.py: the fault-injecting entry point the reliability tests run."""
+"""testbed/faulty_rdmad.py: the fault-injecting entry point the reliability tests run."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import faulty_rdmad
-from tests.support.daemon import RdmadProcess
+from testbed import faulty_rdmad
+from testbed.daemon import RdmadProcess
 
 
 def test_a_misspelt_fault_variable_stops_the_daemon_instead_of_running_without_it() -> None:
@@ -23,4 +23,4 @@ def test_a_fault_variable_selects_the_faulty_entry_point(tmp_path: Path) -> None
         env={faulty_rdmad.CRASH_AT: "pending-written"},
     )
     assert plain.argv()[1:3] == ["-m", "rdmad.daemon.main"]
-    assert faulty.argv()[1:3] == ["-m", "tests.support.faulty_rdmad"]
+    assert faulty.argv()[1:3] == ["-m", "testbed.faulty_rdmad"]

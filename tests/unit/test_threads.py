@@ -1,4 +1,4 @@
-"""A process's threads as the kernel sees them (tests/support/threads.py: kernel_report)."""
+"""A process's threads as the kernel sees them (testbed/threads.py: kernel_report)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.threads import kernel_report
+from testbed.threads import kernel_report
 
 
 @pytest.fixture

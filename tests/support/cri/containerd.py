@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.children import spawn
-from tests.support.cni_plugin import PLUGIN
+from testbed.children import spawn
+from testbed.cni_plugin import PLUGIN
 from tests.support.cri.client import Cri
 from tests.support.cri.image import BUSYBOX
 

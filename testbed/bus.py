@@ -2,7 +2,7 @@
 
 Use the fixtures by importing them into a conftest.py:
 
-    from tests.support.bus import policy_bus, private_bus  # noqa: F401
+    from testbed.bus import policy_bus, private_bus  # noqa: F401
 
 - `private_bus`: a system-like bus that lets everyone do everything.
 - `policy_bus`: the same, with the shipped dbus/io.rdmad1.conf included, so the bus
@@ -33,9 +33,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.children import popen
+from testbed.children import popen
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SHIPPED_POLICY = REPO / "dbus" / "io.rdmad1.conf"
 START_TIMEOUT = 10.0
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from tests.dra import wire
+from testbed.dra import wire
 
 REGISTRATION = "/pluginregistration.Registration/"
 DRA_TYPE = "DRAPlugin"

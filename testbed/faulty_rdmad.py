@@ -1,7 +1,7 @@
-"""rdmad with test-only fault injection: `python -m tests.support.faulty_rdmad [rdmad options]`.
+"""rdmad with test-only fault injection: `python -m testbed.faulty_rdmad [rdmad options]`.
 
 It installs the faults its environment asks for into rdmad's wiring, then runs rdmad's own
-`main`. None of this is in rdmad itself. tests.support.daemon.RdmadProcess runs this entry
+`main`. None of this is in rdmad itself. testbed.daemon.RdmadProcess runs this entry
 point instead of `python -m rdmad.daemon.main` whenever its environment has an RDMAD_TEST_*
 variable.
 
@@ -32,7 +32,7 @@ import rdmad.daemon.main
 import rdmad.daemon.systemd
 import rdmad.kernel.udev
 from rdmad.kernel.rtnl_events import RtnlEventSource
-from tests.support.steps import watch_steps
+from testbed.steps import watch_steps
 
 PREFIX = "RDMAD_TEST_"
 CRASH_AT, PAUSE_AT = PREFIX + "CRASH_AT", PREFIX + "PAUSE_AT"

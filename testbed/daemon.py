@@ -2,7 +2,7 @@
 
 `RdmadProcess` starts `python -m rdmad.daemon.main` with its own NOTIFY_SOCKET, so "started"
 means the daemon said READY=1 (the same signal systemd waits for), never a sleep. With an
-RDMAD_TEST_* variable in its `env` it starts `python -m tests.support.faulty_rdmad` instead:
+RDMAD_TEST_* variable in its `env` it starts `python -m testbed.faulty_rdmad` instead:
 the same daemon with those faults installed.
 `Client` speaks raw D-Bus to io.rdmad1 and collects its signals, so tests see exactly what
 a runtime's bindings would see.
@@ -26,13 +26,13 @@ from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 
 from rdmad.bus.connection import BusConnection
-from tests.support import faulty_rdmad
-from tests.support.children import spawn
+from testbed import faulty_rdmad
+from testbed.children import spawn
 
 BUS_NAME = "io.rdmad1"
 MANAGER_PATH = "/io/rdmad1"
 MANAGER_IFACE = "io.rdmad1.Manager"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class DBusCallError(Exception):

@@ -5,4 +5,4 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PLUGIN = Path(__file__).resolve().parents[2] / "build" / "cni" / "rdmad-cni"
+PLUGIN = Path(__file__).resolve().parents[1] / "build" / "cni" / "rdmad-cni"

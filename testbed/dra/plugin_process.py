@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.dra.apiserver import ApiServer
-from tests.support.children import spawn
-from tests.support.daemon import ROOT
+from testbed.children import spawn
+from testbed.daemon import ROOT
+from testbed.dra.apiserver import ApiServer
 
 WAIT = 60.0
 
