@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.conftest import reliability_rig, restart
 from testbed.bus import NOBODY, PrivateBus, run_as, start_private_bus
 from testbed.children import spawn
+from tests.reliability.conftest import reliability_rig, restart
 from tests.support.polkit import TEST_RULES, start_polkitd
 from tests.support.sim_rig import Rig
 

@@ -22,10 +22,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted([*REPO.glob("docs/*.md"), REPO / "README.md", REPO / "bench/README.md"])
-PYTHON_TREES = ("rdmad", "tests", "bench")
+PYTHON_TREES = ("rdmad", "testbed", "tests", "bench")
 
 # The repo's top folders that a doc names paths under.
-TOP = ("rdmad", "tests", "scripts", "bench", "cni", "dbus", "debian", "systemd", "docs",
+TOP = ("rdmad", "testbed", "tests", "scripts", "bench", "cni", "dbus", "debian", "systemd", "docs",
        "requirements", ".ci")  # fmt: skip
 # Paths made by a build or a run, not kept in git.
 GENERATED = ("bench/out",)
@@ -204,7 +204,7 @@ def python_name_problem(dotted: str) -> str | None:
     first, rest = dotted.split(".", 1)[0], dotted.split(".")[1:]
     if dotted in OUTSIDE or (first in sys.stdlib_module_names and first not in index.by_basename):
         return None
-    if first in {"rdmad", "tests", "bench"}:
+    if first in {"rdmad", "testbed", "tests", "bench"}:
         found = _resolve_module(dotted)
         if found is None or not _in_module(*found):
             return "no such module, or no such name in it"
