@@ -2,8 +2,12 @@
 
 - tests/guest runs only inside the QEMU RDMA guest (tests/guest/harness/run-guest-tests.sh);
   the host session leaves it out.
-- Tests that need root, a bus or the guest fail loudly under CI=true when they cannot run:
-  a skipped test is not a pass.
+- What a test needs beyond Python is a marker: root, bus, guest, podman, containerd. The
+  fixtures that provide those things set it (`NEEDS`, below), so `-m "not root and ..."`
+  (`make check`) selects exactly the tests that run unprivileged; a module that needs one
+  without a fixture says so in its `pytestmark`.
+- Tests that need root, a bus, podman, containerd or the guest fail loudly under CI=true
+  when they cannot run: a skipped test is not a pass.
 - Nothing of the caller's session reaches a test or its children: not the settings rdmad and
   its tools read from the environment, nor the umask, nor an ignored SIGCHLD (see
   `pytest_configure`); children a test signals start with every signal at its default
@@ -19,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 from testbed.bus import start_private_bus
-from testbed.net import temp_netns
+from testbed.net import require_root, temp_netns
 
 collect_ignore_glob = [] if os.environ.get("RDMA_VM_GUEST") == "1" else ["guest/*"]
 
@@ -38,6 +42,27 @@ SETTINGS_FROM_THE_ENVIRONMENT = (
 )
 
 
+# The fixture that provides a thing -> the marker of the tests that get it, directly or through
+# another fixture. Each fails loudly under CI=true when it cannot provide.
+NEEDS = {
+    "root": "root",
+    "bus_address": "bus",
+    "private_bus": "bus",
+    "policy_bus": "bus",
+    "podman": "podman",
+    "containerd_node": "containerd",
+    "in_guest": "guest",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with what its fixtures need (fixturenames is their closure)."""
+    for item in items:
+        for fixture in set(getattr(item, "fixturenames", ())) & NEEDS.keys():
+            item.add_marker(NEEDS[fixture])
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """What the caller's session may hold, undone before the tests are collected
     (rdmad.daemon.config reads its defaults on import)."""
@@ -54,6 +79,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
+def root() -> None:
+    """Root: real netns, veths, another uid. Requested by each fixture or module that needs it."""
+    require_root()
+
+
+@pytest.fixture(scope="session")
 def bus_address() -> Iterator[str]:
     """A private dbus-daemon with the system bus's policy, for the whole session."""
     with start_private_bus() as bus:
@@ -61,7 +92,7 @@ def bus_address() -> Iterator[str]:
 
 
 @pytest.fixture
-def netns() -> Iterator[str]:
+def netns(root: None) -> Iterator[str]:
     """A named netns (/run/netns/NAME), deleted afterwards."""
     with temp_netns() as name:
         yield name

@@ -15,6 +15,8 @@ from dbus_fast.aio import MessageBus
 from rdmad.bus.service import connect_bus
 from testbed.bus import PrivateBus, start_private_bus
 
+pytestmark = pytest.mark.bus  # a private dbus-daemon, each test's own: the test stops it
+
 
 @contextmanager
 def _reading_nothing(bus: PrivateBus) -> Iterator[None]:

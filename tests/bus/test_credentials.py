@@ -17,17 +17,17 @@ from rdmad.errors import AccessDenied
 from testbed.bus import run_as
 from tests.bus.conftest import Live
 
-pytestmark = pytest.mark.bus
-
 CLAIM = ("Claim", "ssa{sv}", "['mlx5_0', 'ns1', {'shared': Variant('b', True)}]")
 
 
+@pytest.mark.usefixtures("root")  # run_as: a call as another uid
 async def test_daemon_denies_mutating_methods_to_a_non_root_caller(live: Live) -> None:
     got = await run_as(live.address, MANAGER_PATH, MANAGER_IFACE, *CLAIM)
     assert got == "org.freedesktop.DBus.Error.AccessDenied"
     assert live.core.claims() == []
 
 
+@pytest.mark.usefixtures("root")  # run_as: a call as another uid
 async def test_daemon_lets_a_non_root_caller_read(live: Live) -> None:
     assert await run_as(live.address, MANAGER_PATH, MANAGER_IFACE, "ListDevices") == "ok"
 

@@ -14,8 +14,6 @@ from rdmad.errors import InvalidArgs
 from rdmad.model import ClaimOptions
 from tests.bus.conftest import Live
 
-pytestmark = pytest.mark.bus
-
 POD = "0f6a2c44-7d1e-4c8e-9a55-3b7e1c2d9f10"
 
 

@@ -9,14 +9,13 @@ from rdmad.bus.names import CLAIM_IFACE, MANAGER_IFACE, MANAGER_PATH, PROPERTIES
 from testbed.bus import PrivateBus, run_as
 from tests.bus.conftest import Live
 
-pytestmark = pytest.mark.bus
-
 
 def test_dbus_daemon_starts_with_the_shipped_policy_included(policy_bus: PrivateBus) -> None:
     assert policy_bus.process.poll() is None
     assert policy_bus.address.startswith("unix:path=")
 
 
+@pytest.mark.usefixtures("root")  # the caller is this process
 async def test_root_may_claim_under_the_shipped_policy(live_policy: Live) -> None:
     from dbus_fast import Variant
 
@@ -26,6 +25,7 @@ async def test_root_may_claim_under_the_shipped_policy(live_policy: Live) -> Non
     assert path.startswith("/io/rdmad1/claim/")
 
 
+@pytest.mark.usefixtures("root")  # run_as: a call as another uid
 @pytest.mark.parametrize(
     ("interface", "member", "signature", "body"),
     [
@@ -46,6 +46,7 @@ async def test_anyone_may_read(
     )
 
 
+@pytest.mark.usefixtures("root")  # run_as: a call as another uid
 @pytest.mark.parametrize(
     ("path", "interface", "member", "signature", "body"),
     [

@@ -21,7 +21,7 @@ from tests.bus.conftest import Live, start_live
 from tests.bus.fakes import DAEMON, NOBODY, SYS
 from tests.support.polkit import TEST_RULES, start_polkitd
 
-pytestmark = pytest.mark.bus
+pytestmark = pytest.mark.usefixtures("root")  # polkitd's rules in /etc, calls as another uid
 
 DENIED = "org.freedesktop.DBus.Error.AccessDenied"
 # auth_admin: polkit would ask for a password, had the caller allowed it to

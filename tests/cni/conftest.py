@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from testbed.cni_plugin import PLUGIN
-from testbed.net import require_root
 from tests.support import sim_rig
 
 CNI_PLUGIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
@@ -36,8 +35,8 @@ def cni_path() -> str:
 
 
 @pytest.fixture(autouse=True)
-def _root() -> None:
-    require_root()
+def _root(root: None) -> None:
+    """Every test here needs root (the `root` marker, from tests/conftest.py) and the plugin."""
     assert PLUGIN.exists(), f"{PLUGIN} is not built: run scripts/build-cni.sh (or make setup)"
 
 

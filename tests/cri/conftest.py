@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from testbed.cni_plugin import PLUGIN
-from testbed.net import require_root
 from tests.cni.conftest import CniRig, running_rig
 from tests.support.cri.containerd import IMAGE, Containerd, private_containerd, require_containerd
 from tests.support.cri.image import write_image_archive
@@ -25,8 +24,9 @@ NETWORK = "rdmanet"  # CniRig.conf's name: its IPAM leases are under it
 
 
 @pytest.fixture(autouse=True)
-def _needs() -> None:
-    require_root()
+def containerd_node(root: None) -> None:
+    """Every test here needs root, and containerd with what it runs (the `root` and
+    `containerd` markers, from tests/conftest.py)."""
     require_containerd()
     assert PLUGIN.exists(), f"{PLUGIN} is not built: run scripts/build-cni.sh (or make setup)"
 

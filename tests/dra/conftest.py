@@ -27,7 +27,7 @@ def api() -> Iterator[ApiServer]:
 
 
 @pytest.fixture
-async def rig(bus_address: str, tmp_path: Path) -> AsyncIterator[Rig]:
+async def rig(root: None, bus_address: str, tmp_path: Path) -> AsyncIterator[Rig]:
     async with running_rig(bus_address, tmp_path) as r:
         yield r
 

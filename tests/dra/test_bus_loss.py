@@ -14,17 +14,12 @@ from rdmad.dra.plugin import EXIT_FAILED
 from testbed.bus import PrivateBus, start_private_bus
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.plugin_process import WAIT, running_plugin
-from testbed.net import require_root
 from tests.support.sim_rig import Rig
 
-pytestmark = pytest.mark.bus  # a private dbus-daemon, this module's own: the test stops it
+# A private dbus-daemon, this module's own: the test stops it. Real veths: root.
+pytestmark = [pytest.mark.bus, pytest.mark.usefixtures("root")]
 
 BUS_LOST = "rdmad.dra: stopped: the bus closed the connection ("
-
-
-@pytest.fixture(autouse=True)
-def _root() -> None:
-    require_root()
 
 
 @pytest.fixture

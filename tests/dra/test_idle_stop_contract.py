@@ -12,20 +12,14 @@ from rdmad.dra.rpc.on_demand import IDLE_S
 from testbed.dra import kubelet
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.plugin_process import Plugin
-from testbed.net import require_root
 from tests.dra.contract import SERVICE, holds, serve
 from tests.support.sim_rig import Rig
 
-pytestmark = pytest.mark.bus  # a private dbus-daemon
+pytestmark = pytest.mark.usefixtures("root")  # real veths
 
 A = kubelet.Claim("default", "0b9f2c1e-1111-4c3e-9a6e-000000000001", "pod-a-rdma")
 B = kubelet.Claim("default", "0b9f2c1e-2222-4c3e-9a6e-000000000002", "pod-b-rdma")
 STOP_WAIT_S = IDLE_S + 30  # the stop's own time on a loaded host
-
-
-@pytest.fixture(autouse=True)
-def _root() -> None:
-    require_root()
 
 
 async def stopped(plugin: Plugin, socket: object, nth: int = 1) -> None:

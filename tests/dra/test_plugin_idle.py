@@ -14,20 +14,14 @@ from rdmad.dra.rpc.on_demand import IDLE_S
 from testbed.dra import kubelet
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.plugin_process import Plugin
-from testbed.net import require_root
 from testbed.threads import GRPC_CORE_THREADS, polling, switches, woken
 from tests.dra.contract import SERVICE, prepare, serve
 
-pytestmark = pytest.mark.bus  # a private dbus-daemon
+pytestmark = pytest.mark.usefixtures("root")  # real veths
 
 SETTLE_S = 1.0  # the last slice write's reply reaching the loop, after its log line
 WINDOW_S = 3.0
 A = kubelet.Claim("default", "0b9f2c1e-1111-4c3e-9a6e-000000000001", "pod-a-rdma")
-
-
-@pytest.fixture(autouse=True)
-def _root() -> None:
-    require_root()
 
 
 @pytest.fixture

@@ -18,19 +18,13 @@ from testbed.dra import kubelet
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.claims import POD_UID
 from testbed.dra.plugin_process import Plugin
-from testbed.net import require_root
 from tests.dra.contract import CLAIM_IFACE, SERVICE, holds, prepare, serve
 from tests.support.sim_rig import Rig
 
-pytestmark = pytest.mark.bus  # a private dbus-daemon
+pytestmark = pytest.mark.usefixtures("root")  # real veths
 
 A = kubelet.Claim("default", "0b9f2c1e-1111-4c3e-9a6e-000000000001", "pod-a-rdma")
 B = kubelet.Claim("default", "0b9f2c1e-2222-4c3e-9a6e-000000000002", "pod-b-rdma")
-
-
-@pytest.fixture(autouse=True)
-def _root() -> None:
-    require_root()
 
 
 def whole(devices: dict[str, Any]) -> set[str]:

@@ -16,8 +16,6 @@ from testbed.dra import kubelet
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.plugin_process import Plugin, running_plugin
 
-pytestmark = pytest.mark.bus  # a private dbus-daemon
-
 A = kubelet.Claim("default", "0b9f2c1e-1111-4c3e-9a6e-000000000001", "pod-a-rdma")
 SERVICE = "v1.DRAPlugin"
 

@@ -14,19 +14,13 @@ import pytest
 from testbed.dra import kubelet
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.plugin_process import Plugin
-from testbed.net import require_root
 from tests.dra.contract import SERVICE, holds, serve
 from tests.support.sim_rig import Rig
 
-pytestmark = pytest.mark.bus  # a private dbus-daemon
+pytestmark = pytest.mark.usefixtures("root")  # real veths
 
 A = kubelet.Claim("default", "0b9f2c1e-1111-4c3e-9a6e-000000000001", "pod-a-rdma")
 REGISTERED = "the kubelet registered DRA driver rdma.rdmad.io"
-
-
-@pytest.fixture(autouse=True)
-def _root() -> None:
-    require_root()
 
 
 async def register(plugin: Plugin, times: int) -> kubelet.PluginInfo:

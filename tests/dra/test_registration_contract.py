@@ -8,13 +8,9 @@ import os
 import socket
 from pathlib import Path
 
-import pytest
-
 from testbed.dra import kubelet
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.plugin_process import running_plugin
-
-pytestmark = pytest.mark.bus  # a private dbus-daemon
 
 CLAIMS = [
     kubelet.Claim("default", "0b9f2c1e-1111-4c3e-9a6e-000000000001", "pod-a-rdma"),

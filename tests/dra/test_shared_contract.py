@@ -17,11 +17,10 @@ from testbed.dra import kubelet
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.claims import POD_UID
 from testbed.dra.plugin_process import Plugin, running_plugin
-from testbed.net import require_root
 from tests.dra.contract import CLAIM_IFACE, SERVICE, prepare, serve
 from tests.support.sim_rig import Rig, running_rig
 
-pytestmark = pytest.mark.bus  # a private dbus-daemon
+pytestmark = pytest.mark.usefixtures("root")  # real veths
 
 LIMIT = 2
 POD_B = "7a2d1b63-4c8e-4f1b-8d20-3e6f9c8b5d41"
@@ -29,11 +28,6 @@ A = kubelet.Claim("default", "0b9f2c1e-1111-4c3e-9a6e-000000000001", "pod-a-rdma
 B = kubelet.Claim("default", "0b9f2c1e-2222-4c3e-9a6e-000000000002", "pod-b-rdma")
 C = kubelet.Claim("default", "0b9f2c1e-3333-4c3e-9a6e-000000000003", "pod-c-rdma")
 SIM0_SLOTS = {"sim0--share-0", "sim0--share-1"}
-
-
-@pytest.fixture(autouse=True)
-def _root() -> None:
-    require_root()
 
 
 @pytest.fixture

@@ -17,18 +17,13 @@ from testbed.dra import kubelet
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.hotplug_rdmad import hotplug_rdmad
 from testbed.dra.plugin_process import Plugin, running_plugin
-from testbed.net import require_root, temp_veth
+from testbed.net import temp_veth
 from tests.support.sim_rig import Rig, running_rig
 
-pytestmark = pytest.mark.bus  # a private dbus-daemon
+pytestmark = pytest.mark.usefixtures("root")  # real veths
 
 HOST_PCI = sorted(os.listdir("/sys/bus/pci/devices"))[:2]
 Devices = dict[str, dict[str, Any]]
-
-
-@pytest.fixture(autouse=True)
-def _root() -> None:
-    require_root()
 
 
 @pytest.fixture

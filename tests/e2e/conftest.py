@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from testbed.net import require_root
 from tests.support.sim_rig import Rig, running_rig
 
 
 @pytest.fixture(autouse=True)
-def _root() -> None:
-    require_root()
+def _root(root: None) -> None:
+    """Every test here needs root (the `root` marker, from tests/conftest.py)."""
 
 
 @pytest.fixture

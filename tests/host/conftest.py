@@ -10,12 +10,12 @@ import pytest
 from rdmad.kernel.netns import KernelNetnsResolver
 from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rtnl import RtnlBackend
-from testbed.net import VethPair, require_root, temp_veth
+from testbed.net import VethPair, temp_veth
 
 
 @pytest.fixture(autouse=True)
-def _root() -> None:
-    require_root()
+def _root(root: None) -> None:
+    """Every test here needs root (the `root` marker, from tests/conftest.py)."""
 
 
 @pytest.fixture

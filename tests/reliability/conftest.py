@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from testbed.daemon import Client, RdmadProcess
-from testbed.net import VethPair, require_root, temp_veth
+from testbed.net import VethPair, temp_veth
 from tests.support.invariants import HostSettings, host_settings
 from tests.support.sim_rig import Rig
 
 
 @pytest.fixture(autouse=True)
-def _root() -> None:
-    require_root()
+def _root(root: None) -> None:
+    """Every test here needs root (the `root` marker, from tests/conftest.py)."""
 
 
 @contextlib.asynccontextmanager

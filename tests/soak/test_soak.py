@@ -9,17 +9,18 @@ from pathlib import Path
 import pytest
 
 from testbed.cni_plugin import PLUGIN
-from testbed.net import require_root
 from tests.cni.podman import require_podman
 from tests.soak.runner import Violation, has_podman, soak
 
 SECONDS = 60.0
 
+# Real netns and veths, and podman's containers among the soak's actors.
+pytestmark = [pytest.mark.usefixtures("root"), pytest.mark.podman]
+
 
 async def test_a_minute_of_mixed_faults_strands_nothing_and_loses_no_claim(
     tmp_path: Path,
 ) -> None:
-    require_root()
     require_podman()  # fails under CI=true when podman cannot run; skips the test elsewhere
     assert PLUGIN.exists(), f"{PLUGIN} is not built: run scripts/build-cni.sh (or make setup)"
     assert has_podman()
