@@ -1,4 +1,6 @@
-"""Fixtures for tests against the real kernel. Every test here needs root."""
+"""Fixtures for tests against the real kernel. What makes links or netns needs root: the
+`veth` fixture and tests/conftest.py's `netns` request it, and a module or test that makes
+them itself says so (`usefixtures("root")`)."""
 
 from __future__ import annotations
 
@@ -13,11 +15,6 @@ from rdmad.kernel.rtnl import RtnlBackend
 from testbed.net import VethPair, temp_veth
 
 
-@pytest.fixture(autouse=True)
-def _root(root: None) -> None:
-    """Every test here needs root (the `root` marker, from tests/conftest.py)."""
-
-
 @pytest.fixture
 def channel() -> Iterator[NlChannel]:
     """An rtnetlink channel in init_net, as the daemon opens it (strict checking)."""
@@ -29,7 +26,7 @@ def channel() -> Iterator[NlChannel]:
 
 
 @pytest.fixture
-def veth() -> Iterator[VethPair]:
+def veth(root: None) -> Iterator[VethPair]:
     with temp_veth() as pair:
         yield pair
 

@@ -13,6 +13,8 @@ from rdmad.core.events import AddressChanged, Event
 from rdmad.kernel.addr_events import AddrEventSource
 from testbed.net import ip, queue_sink, temp_veth
 
+pytestmark = pytest.mark.usefixtures("root")  # each test makes links or netns
+
 WAIT = 10.0
 
 

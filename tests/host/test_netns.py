@@ -156,6 +156,7 @@ def test_reopen_uses_the_path_hint(resolver: KernelNetnsResolver, netns: str) ->
     h.close()
 
 
+@pytest.mark.usefixtures("root")  # temp_netns
 def test_reopen_finds_netns_held_only_by_fd(resolver: KernelNetnsResolver) -> None:
     with temp_netns() as name:
         held = os.open(f"/run/netns/{name}", os.O_RDONLY)
@@ -168,6 +169,7 @@ def test_reopen_finds_netns_held_only_by_fd(resolver: KernelNetnsResolver) -> No
         os.close(held)
 
 
+@pytest.mark.usefixtures("root")  # temp_netns
 def test_reopen_returns_none_for_a_dead_netns(resolver: KernelNetnsResolver) -> None:
     with temp_netns() as name:
         inode = netns_inode(name)
@@ -185,6 +187,7 @@ async def test_a_netns_has_one_cookie_however_it_is_opened(
         assert await resolver.cookie(another) != await resolver.cookie(again)
 
 
+@pytest.mark.usefixtures("root")  # temp_netns
 async def test_a_netns_made_after_others_died_has_none_of_their_cookies(
     resolver: KernelNetnsResolver,
 ) -> None:

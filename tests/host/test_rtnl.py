@@ -26,6 +26,8 @@ from testbed.net import VethPair, addresses, ip, is_up, link, temp_netns, unique
 from testbed.steps import on_steps
 from tests.support.sending_threads import watched_channel
 
+pytestmark = pytest.mark.usefixtures("root")  # each test makes links or netns
+
 
 def _host(veth: VethPair, mtu: int = 1500, addrs: tuple[str, ...] = ()) -> HostConfig:
     return HostConfig(veth.host_ifindex(), veth.host, mtu, True, addrs)

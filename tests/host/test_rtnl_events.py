@@ -14,6 +14,8 @@ from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_events import RtnlEventSource
 from testbed.net import ip, queue_sink, run, temp_netns, unique_name, wait_for
 
+pytestmark = pytest.mark.usefixtures("root")  # each test makes links or netns
+
 
 @pytest.fixture
 async def events() -> AsyncIterator[asyncio.Queue[Event]]:

@@ -42,6 +42,8 @@ from rdmad.kernel.rtnl_msgs import (
 )
 from testbed.net import VethPair, ip, is_up, link
 
+pytestmark = pytest.mark.usefixtures("root")  # each test makes links or netns
+
 
 @contextlib.asynccontextmanager
 async def _opened(ipr: AsyncIPRoute) -> AsyncIterator[AsyncIPRoute]:

@@ -19,6 +19,8 @@ from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.options import parse_route
 from testbed.net import ip, temp_netns, unique_name
 
+pytestmark = pytest.mark.usefixtures("root")  # each test makes links or netns
+
 ADDRS = (ip_interface("10.5.0.2/24"), ip_interface("fd05::2/64"))
 KERNEL_TABLES = {253, 254, 255}
 

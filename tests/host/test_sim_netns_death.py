@@ -17,6 +17,8 @@ from rdmad.kernel.sim import SimRdma
 from rdmad.model import ChardevKind, NetnsMode
 from testbed.net import VethPair, ip, netns_inode, temp_netns
 
+pytestmark = pytest.mark.usefixtures("root")  # each test makes links or netns
+
 DEVICE, INDEX = "sim0", 1
 
 
