@@ -336,7 +336,10 @@ class ApiServer:
             self._serve()
 
     def _serve(self) -> None:
-        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+        # shutdown() waits for serve_forever's next poll: 0.5 s by default, at every test's end
+        self._thread = threading.Thread(
+            target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self._thread.start()
 
     def _stop(self) -> None:
