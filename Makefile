@@ -35,9 +35,11 @@ lint: setup
 	scripts/go.sh vet .
 	if ls cni/*_test.go >/dev/null 2>&1; then scripts/go.sh test .; fi
 
-# The fast loop while working on the code: lint, then the tests that need no root, no bus and
-# no guest (tests/unit, tests/cli, bench's own), in under a minute. It only uses the .venv
-# that `make setup` made: no apt, no root, no build. `make test` is still the whole proof.
+# The fast loop while working on the code: lint, then every test in tests/ and bench/tests that
+# needs none of root, a bus, the guest, podman or containerd (the markers the fixtures that
+# provide them set: tests/conftest.py), in under a minute. It only uses the .venv that
+# `make setup` made: no apt, no root, no capability, no build. `make test` is the whole proof.
+NEEDS_NOTHING := not root and not bus and not guest and not podman and not containerd
 .PHONY: check
 check:
 	@[ -x $(PY) ] || { echo "make check: no $(VENV) here. Make it once with 'make setup'" \
@@ -45,7 +47,7 @@ check:
 	$(VENV)/bin/ruff check rdmad testbed tests bench
 	$(VENV)/bin/ruff format --check rdmad testbed tests bench
 	$(VENV)/bin/mypy --strict
-	$(PY) -m pytest tests/unit tests/cli bench/tests -q
+	$(PY) -m pytest tests bench/tests -q -m "$(NEEDS_NOTHING)"
 
 test-host: setup
 	$(PY) -m pytest tests -ra --durations=15
