@@ -66,7 +66,12 @@ test-guest: test-guest-7.3 test-guest-6.1
 test-systemd: kernels deb
 	$(GUEST)/run-systemd-check.sh
 
-test: lint test-host test-guest deb test-systemd bench-smoke
+# The stages of `make test`, each once, in this order, stopping at the first that fails; then
+# one line per stage with its duration (scripts/timed-stages.sh), whether it passed or not.
+TEST_STAGES := setup lint test-host kernels test-guest-7.3 test-guest-6.1 deb test-systemd \
+	bench-smoke
+test:
+	@scripts/timed-stages.sh "$(MAKE)" $(TEST_STAGES)
 
 demo: kernels
 	scripts/demo.sh --guest
