@@ -247,7 +247,7 @@ async def test_moves_are_sent_by_one_thread_in_the_order_asked(
 
 
 @pytest.fixture
-def users_netns() -> Iterator[int]:
+def users_netns(root: None) -> Iterator[int]:
     """The pid of a process of uid 65534 (nobody) in a user namespace and a netns of its
     own (unshare), once they exist."""
     proc = subprocess.Popen(
