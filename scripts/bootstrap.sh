@@ -49,7 +49,8 @@ done
 #   ibv_devices), rdmacm-utils (rping), perftest (ib_write_bw), ibverbs-providers (rxe's
 #   userspace driver); crun runs the CDI test's container (runc killed the guest, issue 19).
 # rdmad-cni (Go): the compiler and the Go libraries it imports, Debian's (GOPATH mode, no
-#   module downloads; also the package's Build-Depends).
+#   module downloads; also the package's Build-Depends); the CNI library is forky's,
+#   unpacked by scripts/fetch-go-cni.sh (bookworm's 1.1 has no GC or STATUS).
 # polkitd: tests/bus/test_polkit.py runs it on the test's private system bus.
 PKGS=(prometheus libsystemd-dev pkg-config gcc python3-dev python3-venv dbus iproute2
       qemu-system-x86 kmod busybox-static udev ca-certificates containernetworking-plugins
@@ -83,6 +84,8 @@ if [ "$do_apt" = 1 ]; then
     fi
     # tests/cri's containerd: trixie's, unpacked into a cache (a no-op when present)
     "$ROOT/scripts/fetch-containerd.sh" >/dev/null || die "scripts/fetch-containerd.sh failed"
+    # rdmad-cni's CNI library: forky's, unpacked into a GOPATH entry (a no-op when present)
+    "$ROOT/scripts/fetch-go-cni.sh" >/dev/null || die "scripts/fetch-go-cni.sh failed"
 fi
 
 # ------------------------------------------------------------------ venv

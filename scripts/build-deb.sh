@@ -8,8 +8,9 @@
 # (uncommitted edits included), copied to build/deb/src so the build never writes into the
 # checkout. A second run with the same files is a no-op (a stamp keyed on them): editing
 # tests or the other docs does not rebuild. Needs debhelper, dh-virtualenv, lintian, Go and
-# Debian's Go libraries (scripts/bootstrap.sh installs them) and the index the lock's
-# packages are on.
+# Debian's Go libraries (scripts/bootstrap.sh installs them; the CNI library is the copy
+# scripts/fetch-go-cni.sh unpacked, which the build reads and never fetches) and the index
+# the lock's packages are on.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,7 +22,8 @@ for tool in dpkg-buildpackage dh_virtualenv lintian go; do
     command -v "$tool" >/dev/null || die "$tool missing: run scripts/bootstrap.sh"
 done
 PKG_FILES=(pyproject.toml README.md docs/metrics.md docs/kubernetes.md rdmad systemd dbus debian requirements cni
-           scripts/build-cni.sh scripts/go.sh scripts/gen-proto.sh)
+           scripts/build-cni.sh scripts/go.sh scripts/gen-proto.sh scripts/fetch-go-cni.sh
+           scripts/private-apt.sh)
 mkdir -p "$OUT"
 src_tar=$(mktemp)
 trap 'rm -f "$src_tar"' EXIT

@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2034
 # (SC2034: APT, MIRROR, SECMIRROR and SIGNED_BY are for the scripts that source this file)
-# private-apt.sh - sourced by scripts/fetch-containerd.sh and
+# private-apt.sh - sourced by scripts/fetch-containerd.sh, scripts/fetch-go-cni.sh and
 # tests/guest/harness/prepare-kernel.sh: fetch pinned Debian packages of another suite
 # through a private apt state (own sources.list, lists, cache), so that the host's apt
 # configuration and dpkg database stay untouched; apt still checks the archive's signed
@@ -55,4 +55,46 @@ private_apt_update() {
 in_archive() {
     apt-cache "${APT[@]}" madison "${1%%=*}" 2>/dev/null \
         | awk -F' *[|] *' -v v="${1#*=}" '$2 == v {f = 1} END {exit !f}'
+}
+
+# fetch_unpacked PKG=VERSION OUT SUITE...: the pinned package of those suites (a SUITE
+# ending in -security is read from the security archive) unpacked with `dpkg-deb -x` into
+# OUT, never installed. OUT/.complete names the pin: a re-run is a no-op, and one fetcher
+# runs at a time (a CI job racing a manual run; the winner's stamp ends the loser's wait).
+# Fails, listing what the archive offers, when the pin is gone from it.
+fetch_unpacked() {
+    local pin=$1 out=$2 st s
+    shift 2
+    [ "$(cat "$out/.complete" 2>/dev/null)" = "$pin" ] && return 0
+    [ "$(id -u)" = 0 ] || die "run as root (the cache is under $(dirname "$out"))"
+    for s in apt-get apt-cache dpkg-deb flock; do
+        command -v "$s" >/dev/null || die "$s missing: run scripts/bootstrap.sh on a Debian host"
+    done
+    mkdir -p "$(dirname "$out")"
+    exec 9>"$(dirname "$out")/.lock"
+    flock 9
+    [ "$(cat "$out/.complete" 2>/dev/null)" = "$pin" ] && return 0
+    st=$(mktemp -d "$(dirname "$out")/apt.XXXXXX")
+    # shellcheck disable=SC2064 # expand now: st is local
+    trap "rm -rf '$st'" EXIT
+    private_apt_state "$st"
+    for s in "$@"; do
+        case $s in
+            *-security) echo "deb ${SIGNED_BY}$SECMIRROR $s main" ;;
+            *) echo "deb ${SIGNED_BY}$MIRROR $s main" ;;
+        esac
+    done > "$st/sources.list"
+    private_apt_update "$st"
+    if ! in_archive "$pin"; then
+        echo "ERROR: the pinned $pin is no longer in $*; the archive offers:" >&2
+        apt-cache "${APT[@]}" madison "${pin%%=*}" 2>/dev/null | sed 's/^/    /' >&2
+        die "bump the pin in $(basename "$0"), run it again, then the tests that use it"
+    fi
+    say "fetching $pin"
+    (cd "$st/debs" && apt-get "${APT[@]}" download "$pin" >&2) || die "apt-get download $pin failed"
+    dpkg-deb -x "$st"/debs/*.deb "$st/x"
+    rm -rf "$out"
+    mv "$st/x" "$out"
+    echo "$pin" > "$out/.complete"
+    say "unpacked into $out"
 }
