@@ -1,75 +1,67 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
+	"context"
 	"errors"
-	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
+
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 )
 
-// IPAM delegation: run the plugin the config's ipam.type names from CNI_PATH, with the
-// same environment and config, as the macvlan and host-device plugins do.
+// IPAM delegation, the library's (invoke.Delegate*, which the reference plugins' ipam.Exec*
+// wrap): the plugin ipam.type names, found in CNI_PATH, run with this run's environment and
+// configuration; its stderr is the runtime's too.
 
-func findPlugin(kind string, path []string) (string, error) {
-	if len(path) == 0 {
-		return "", newError(codeInvalidEnv, fmt.Sprintf("CNI_PATH is empty: cannot find the IPAM plugin %q", kind))
-	}
-	for _, dir := range path {
-		candidate := filepath.Join(dir, kind)
-		if info, err := os.Stat(candidate); err == nil && info.Mode().IsRegular() && info.Mode()&0o111 != 0 {
-			return candidate, nil
-		}
-	}
-	return "", newError(codeInvalidConfig, fmt.Sprintf("IPAM plugin %q not found in CNI_PATH", kind),
-		strings.Join(path, ":"))
+type delegateFunc func(ctx context.Context, plugin string, netconf []byte, exec invoke.Exec) error
+
+// ipam runs one verb of the IPAM plugin; its error keeps the plugin's code.
+func ipam(verb delegateFunc, kind string, stdin []byte) error {
+	return ipamError(kind, verb(context.TODO(), kind, stdin, nil))
 }
 
-// runIPAM runs the IPAM plugin's verb with environ (CNI_COMMAND replaced); its result
-// (ADD) or nil. Its own error passes through with its code.
-func runIPAM(verb string, e *env, conf *netConf, environ map[string]string) (map[string]any, error) {
-	plugin, err := findPlugin(conf.IPAMType, e.Path)
+// ipamAdd is the IPAM plugin's ADD, its result in the current shape. A failed ADD gets its
+// DEL (the spec's delegation procedure), for whatever the IPAM plugin kept of it.
+func ipamAdd(kind string, stdin []byte) (*current.Result, error) {
+	r, err := invoke.DelegateAdd(context.TODO(), kind, stdin, nil)
+	var result *current.Result
+	if err == nil {
+		result, err = current.NewResultFromResult(r)
+	}
 	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(plugin)
-	cmd.Stdin = bytes.NewReader(conf.Raw)
-	var stdout, stderr bytes.Buffer
-	// Its stderr is ours too (the spec's delegation procedure): the runtime logs it.
-	cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(&stderr, os.Stderr)
-	for k, v := range environ {
-		if k != "CNI_COMMAND" {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-	}
-	cmd.Env = append(cmd.Env, "CNI_COMMAND="+verb)
-	runErr := cmd.Run()
-	var exit *exec.ExitError
-	if runErr != nil && !errors.As(runErr, &exit) {
-		return nil, newError(codeIOFailure, "cannot run IPAM plugin "+plugin, runErr.Error())
-	}
-	if runErr != nil {
-		var reported struct {
-			Code    *int   `json:"code"`
-			Msg     string `json:"msg"`
-			Details string `json:"details"`
-		}
-		if json.Unmarshal(stdout.Bytes(), &reported) == nil && reported.Code != nil {
-			return nil, newError(*reported.Code, fmt.Sprintf("IPAM %s: %s", conf.IPAMType, reported.Msg), reported.Details)
-		}
-		text := strings.TrimSpace(stdout.String() + stderr.String())
-		return nil, newError(codeIOFailure, fmt.Sprintf("IPAM %s failed", conf.IPAMType), text)
-	}
-	if verb != "ADD" {
-		return nil, nil
-	}
-	result, err := jsonObject(stdout.Bytes())
-	if err != nil {
-		return nil, newError(codeIOFailure, fmt.Sprintf("IPAM %s returned no JSON result", conf.IPAMType), err.Error())
+		_ = ipam(invoke.DelegateDel, kind, stdin)
+		return nil, ipamError(kind, err)
 	}
 	return result, nil
+}
+
+// ipamDelFor is the IPAM plugin's DEL of another attachment than this run's (GC's).
+func ipamDelFor(kind string, stdin []byte, a types.GCAttachment) error {
+	path := os.Getenv("CNI_PATH")
+	plugin, err := invoke.FindInPath(kind, filepath.SplitList(path))
+	if err != nil {
+		return ipamError(kind, err)
+	}
+	args := &invoke.Args{Command: "DEL", ContainerID: a.ContainerID, IfName: a.IfName,
+		PluginArgsStr: os.Getenv("CNI_ARGS"), Path: path}
+	return ipamError(kind, invoke.ExecPluginWithoutResult(context.TODO(), plugin, stdin, args, nil))
+}
+
+// ipamError names the IPAM plugin in its error. A plugin that failed without an error
+// document is an I/O failure; one not found (or not understood) is the config's.
+func ipamError(kind string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *types.Error
+	if !errors.As(err, &e) {
+		return types.NewError(types.ErrInvalidNetworkConfig, "IPAM "+kind+": "+err.Error(), "")
+	}
+	code := e.Code
+	if code == 0 {
+		code = types.ErrIOFailure
+	}
+	return types.NewError(code, "IPAM "+kind+": "+e.Msg, e.Details)
 }

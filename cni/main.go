@@ -2,89 +2,25 @@
 //
 // Written in Go, like the reference plugins: a plugin run is a process start on every pod
 // start and stop, and CPython's start and imports alone took longer than the ADD's budget.
+// The CNI project's library (skel) reads the environment, negotiates the version and
+// writes the error document; the verbs are in verbs.go and pod.go.
 package main
 
 import (
-	"errors"
-	"io"
-	"os"
-	"strings"
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/version"
 )
 
-// run is one plugin invocation: the environment and stdin in, the spec's JSON out; the
-// process exit code.
-func run(environ map[string]string, stdin []byte, out io.Writer) int {
-	version := requestedVersion(stdin)
-	err := dispatch(environ, stdin, out)
-	if err == nil {
-		return 0
-	}
-	var cerr *cniError
-	if !errors.As(err, &cerr) {
-		cerr = newError(codeRdmadFailed, err.Error())
-	}
-	emit(out, cerr.document(version))
-	return 1
-}
-
-func dispatch(environ map[string]string, stdin []byte, out io.Writer) error {
-	e, err := parseEnv(environ)
-	if err != nil {
-		return err
-	}
-	if e.Command == "VERSION" {
-		emit(out, versionInfo())
-		return nil
-	}
-	conf, err := parseNetconf(stdin, e.Command)
-	if err != nil {
-		return err
-	}
-	if conf.Pod && e.Command == "ADD" {
-		result, err := podAdd(e, conf, environ)
-		if err == nil {
-			emit(out, shapeResult(result, conf.Version))
-		}
-		return err
-	}
-	if conf.Pod && e.Command == "DEL" {
-		return podDel(e, conf, environ)
-	}
-	if conf.Pod && e.Command == "CHECK" {
-		return nil // the attached claims are the pod's netns's: rdmad ends them with it
-	}
-	switch e.Command {
-	case "ADD":
-		result, err := add(e, conf, environ)
-		if err == nil {
-			emit(out, shapeResult(result, conf.Version))
-		}
-		return err
-	case "DEL":
-		return del(e, conf, environ)
-	case "CHECK":
-		if !atLeast(conf.Version, "0.4.0") {
-			return newError(codeIncompatibleVersion, "cniVersion "+conf.Version+" has no CHECK (0.4.0 and later)")
-		}
-		return check(e, conf, environ)
-	case "GC":
-		return gc(e, conf, environ)
-	default:
-		return status(e, conf, environ)
-	}
-}
+// The spec versions it speaks: 0.3.x is 0.4.0 without CHECK, and many Multus
+// NetworkAttachmentDefinitions (and the sriov-cni and rdma-cni examples) say 0.3.1.
+var supported = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
 func main() {
-	environ := map[string]string{}
-	for _, kv := range os.Environ() {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			environ[k] = v
-		}
-	}
-	stdin, err := io.ReadAll(os.Stdin)
-	if err != nil {
-		emit(os.Stdout, newError(codeIOFailure, "cannot read the configuration", err.Error()).document(latestVersion))
-		os.Exit(1)
-	}
-	os.Exit(run(environ, stdin, os.Stdout))
+	skel.PluginMainFuncs(skel.CNIFuncs{
+		Add:    cmdAdd,
+		Del:    cmdDel,
+		Check:  cmdCheck,
+		GC:     cmdGC,
+		Status: cmdStatus,
+	}, supported, "CNI plugin rdmad: RDMA devices claimed from rdmad (io.rdmad1)")
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -40,7 +41,7 @@ func (n *nsLinks) link(name string) (netlink.Link, error) {
 }
 
 func (n *nsLinks) setMAC(link netlink.Link, mac string) error {
-	hw, err := net.ParseMAC(mac) // checked in parseNetconf
+	hw, err := net.ParseMAC(mac) // checked in NetConf.check
 	if err != nil {
 		return err
 	}
@@ -61,43 +62,27 @@ func (n *nsLinks) addresses(link netlink.Link) (map[string]bool, error) {
 	return out, nil
 }
 
-// addRoute adds an IPAM result's route: dst through gateway ("" for a route through the
-// link alone), with the 1.1.0 result's priority, table and scope when it has them, as the
-// reference plugins' ipam.ConfigureIface does.
-func (n *nsLinks) addRoute(route map[string]any, gateway string, link netlink.Link) error {
-	dst, _ := route["dst"].(string)
-	_, network, err := net.ParseCIDR(dst)
-	if err != nil {
-		return fmt.Errorf("route %q: %v", dst, err)
-	}
+// addRoute adds an IPAM result's route: through gateway (nil: through the link alone),
+// with the 1.1.0 result's priority, table and scope when it has them, as the reference
+// plugins' ipam.ConfigureIface does.
+func (n *nsLinks) addRoute(route *types.Route, gateway net.IP, link netlink.Link) error {
+	dst := route.Dst
 	r := &netlink.Route{
 		LinkIndex: link.Attrs().Index,
-		Dst:       network,
+		Dst:       &net.IPNet{IP: dst.IP.Mask(dst.Mask), Mask: dst.Mask},
 		Protocol:  rtprotBoot,
 		Scope:     netlink.SCOPE_LINK,
+		Priority:  route.Priority,
 	}
-	if gateway != "" {
-		r.Gw = net.ParseIP(gateway)
-		if r.Gw == nil {
-			return fmt.Errorf("route %s: gateway %q is not an address", dst, gateway)
-		}
+	if gateway != nil {
+		r.Gw = gateway
 		r.Scope = netlink.SCOPE_UNIVERSE
 	}
-	for key, into := range map[string]*int{"priority": &r.Priority, "table": &r.Table} {
-		if value, present := route[key]; present {
-			v, ok := integer(value)
-			if !ok || v < 0 || v > 1<<32-1 {
-				return fmt.Errorf("route %s: %s %v is not a uint32", dst, key, value)
-			}
-			*into = int(v)
-		}
+	if route.Table != nil {
+		r.Table = *route.Table
 	}
-	if value, present := route["scope"]; present {
-		v, ok := integer(value)
-		if !ok || v < 0 || v > 255 {
-			return fmt.Errorf("route %s: scope %v is not a uint8", dst, value)
-		}
-		r.Scope = netlink.Scope(v)
+	if route.Scope != nil {
+		r.Scope = netlink.Scope(*route.Scope)
 	}
 	return n.handle.RouteAdd(r)
 }

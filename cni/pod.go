@@ -1,10 +1,11 @@
 package main
 
 import (
-	"fmt"
 	"strings"
-	"syscall"
 
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/skel"
+	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/godbus/dbus"
 )
 
@@ -21,54 +22,42 @@ import (
 // attaches them. Only the kubelet's unprepare (rdmad-dra's Release) ends them. DEL gives
 // the IPAM lease back.
 
-func podUID(e *env) string { return e.Args["K8S_POD_UID"] }
-
 // dra is the owner prefix of rdmad-dra's holds (rdmad/dra/prepare.py: dra/<claim UID>).
 const draOwnerPrefix = "dra/"
 
-func podAdd(e *env, conf *netConf, environ map[string]string) (map[string]any, error) {
-	uid := podUID(e)
+func podAdd(e *env, conf *NetConf) (*current.Result, error) {
+	uid := string(e.K8S.K8S_POD_UID)
 	if uid == "" {
-		return buildResult(e, conf, nil, nil), nil // not a Kubernetes pod: nothing is held for it
+		return chained(conf.prev), nil // not a Kubernetes pod: nothing is held for it
 	}
-	var addresses map[string]any
+	var addresses *current.Result
 	var err error
 	ifname := ""
-	if conf.IPAMType != "" {
-		ifname = e.Ifname
-		if addresses, err = runIPAM("ADD", e, conf, environ); err != nil {
-			_, _ = runIPAM("DEL", e, conf, environ)
+	if conf.IPAM.Type != "" {
+		ifname = e.IfName
+		if addresses, err = ipamAdd(conf.IPAM.Type, e.StdinData); err != nil {
 			return nil, err
 		}
 	}
-	var result map[string]any
-	err = withRdmad(conf, func(r *rdmad) error {
+	var result *current.Result
+	err = withRdmad(&conf.Network, func(r *rdmad) error {
 		claims, err := r.attach(uid, e.Netns, ifname, addresses)
 		if err != nil {
 			return err
 		}
-		result = buildResult(e, conf, nil, nil)
-		interfaces := listOf(result["interfaces"])
+		result = chained(conf.prev)
 		for _, c := range claims {
 			if c.Ifname != "" {
-				interfaces = append(interfaces, map[string]any{"name": c.Ifname, "sandbox": e.Netns})
+				result.Interfaces = append(result.Interfaces, &current.Interface{Name: c.Ifname, Sandbox: e.Netns})
 			}
 		}
-		result["interfaces"] = interfaces
 		if ifname != "" && len(claims) == 1 && claims[0].Ifname != "" {
-			index := len(interfaces) - 1
-			for _, item := range listOf(addresses["ips"]) {
-				ip := copyObject(item)
-				delete(ip, "version")
-				ip["interface"] = index
-				result["ips"] = append(listOf(result["ips"]), ip)
-			}
-			result["routes"] = append(listOf(result["routes"]), listOf(addresses["routes"])...)
+			withAddresses(result, addresses)
 		}
 		return nil
 	})
-	if err != nil && conf.IPAMType != "" {
-		_, _ = runIPAM("DEL", e, conf, environ) // the lease goes with the failed ADD
+	if err != nil && conf.IPAM.Type != "" {
+		_ = ipam(invoke.DelegateDel, conf.IPAM.Type, e.StdinData) // the lease goes with the failed ADD
 	}
 	return result, err
 }
@@ -76,21 +65,20 @@ func podAdd(e *env, conf *netConf, environ map[string]string) (map[string]any, e
 // podDel detaches the holds attached to the pod's netns: found by the netns's inode among
 // rdmad's claims (one ListClaims call). No netns left (a DEL after the runtime deleted
 // it) is nothing to do: rdmad held those claims again when it died.
-func podDel(e *env, conf *netConf, environ map[string]string) error {
+func podDel(args *skel.CmdArgs, n *Network) error {
 	var ipamErr error
-	if conf.IPAMType != "" {
-		_, ipamErr = runIPAM("DEL", e, conf, environ)
+	if n.IPAM.Type != "" {
+		ipamErr = ipam(invoke.DelegateDel, n.IPAM.Type, args.StdinData)
 	}
-	var st syscall.Stat_t
-	if e.Netns == "" || syscall.Stat(e.Netns, &st) != nil {
+	netns, statErr := netnsID(args.Netns)
+	if args.Netns == "" || statErr != nil {
 		return ipamErr
 	}
-	netns := fmt.Sprintf("net:[%d]", st.Ino)
-	err := withRdmad(conf, func(r *rdmad) error {
+	err := withRdmad(n, func(r *rdmad) error {
 		rows, err := r.claims()
 		for _, c := range rows {
 			if c.Netns == netns && strings.HasPrefix(c.Owner, draOwnerPrefix) &&
-				(conf.IPAMType == "" || c.Ifname == e.Ifname) {
+				(n.IPAM.Type == "" || c.Ifname == args.IfName) {
 				if _, err := r.detach(c.ID); err != nil {
 					return err
 				}
@@ -105,17 +93,12 @@ func podDel(e *env, conf *netConf, environ map[string]string) error {
 }
 
 // attach is Manager.Attach: the pod's claims now in netns, as ListClaims lists them.
-func (r *rdmad) attach(podUID, netns, ifname string, addresses map[string]any) ([]claimRow, error) {
+func (r *rdmad) attach(podUID, netns, ifname string, addresses *current.Result) ([]claimRow, error) {
 	options := map[string]dbus.Variant{}
 	if ifname != "" {
 		options["ifname"] = dbus.MakeVariant(ifname)
 	}
-	if ips := listOf(addresses["ips"]); len(ips) > 0 {
-		cidrs := []string{}
-		for _, ip := range ips {
-			address, _ := copyObject(ip)["address"].(string)
-			cidrs = append(cidrs, address)
-		}
+	if cidrs := cidrsOf(addresses); len(cidrs) > 0 {
 		options["addresses"] = dbus.MakeVariant(cidrs)
 	}
 	var paths []dbus.ObjectPath

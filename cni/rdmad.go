@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/godbus/dbus"
 )
 
@@ -34,8 +35,10 @@ var notThere = []string{
 	"org.freedesktop.DBus.Error.Spawn.ChildExited",
 }
 
-// rdmad's own errors, each its CNI code (100 and up); anything else is codeRdmadFailed.
-var errorCodes = map[string]int{
+// rdmad's own errors (rdmad/errors.py, each class's dbus_name), each its CNI code (100 and
+// up); anything else is codeRdmadFailed. tests/unit/test_cni_error_names.py keeps the two
+// lists one.
+var errorCodes = map[string]uint{
 	"io.rdmad1.Error.Failed":                  100,
 	"io.rdmad1.Error.NoSuchDevice":            101,
 	"io.rdmad1.Error.DeviceBusy":              102,
@@ -50,6 +53,7 @@ var errorCodes = map[string]int{
 }
 
 var (
+	codeRdmadFailed  = errorCodes["io.rdmad1.Error.Failed"]
 	codeDeviceBusy   = errorCodes["io.rdmad1.Error.DeviceBusy"]
 	codeNoSuchDevice = errorCodes["io.rdmad1.Error.NoSuchDevice"]
 	codeNoSuchClaim  = errorCodes["io.rdmad1.Error.NoSuchClaim"]
@@ -87,7 +91,7 @@ func busAddress(configured string) string {
 	return systemBus
 }
 
-// rdmad is one connection; every call fails with the cniError the spec wants.
+// rdmad is one connection; every call fails with the error document the spec wants.
 type rdmad struct {
 	conn *dbus.Conn
 }
@@ -95,7 +99,7 @@ type rdmad struct {
 func connect(address string) (*rdmad, error) {
 	conn, err := dbus.Connect(address)
 	if err != nil {
-		return nil, newError(codeTryAgainLater, "rdmad is not reachable", fmt.Sprintf("bus %s: %v", address, err))
+		return nil, types.NewError(types.ErrTryAgainLater, "rdmad is not reachable", fmt.Sprintf("bus %s: %v", address, err))
 	}
 	return &rdmad{conn}, nil
 }
@@ -110,7 +114,7 @@ func (r *rdmad) call(path dbus.ObjectPath, method string, out []any, args ...any
 		return busError(call.Err)
 	}
 	if err := call.Store(out...); err != nil {
-		return newError(codeRdmadFailed, "rdmad's reply to "+method+" is not what io.rdmad1 says", err.Error())
+		return types.NewError(codeRdmadFailed, "rdmad's reply to "+method+" is not what io.rdmad1 says", err.Error())
 	}
 	return nil
 }
@@ -118,20 +122,20 @@ func (r *rdmad) call(path dbus.ObjectPath, method string, out []any, args ...any
 func busError(err error) error {
 	var reply dbus.Error
 	if !errors.As(err, &reply) {
-		return newError(codeTryAgainLater, "rdmad did not answer", err.Error())
+		return types.NewError(types.ErrTryAgainLater, "rdmad did not answer", err.Error())
 	}
 	text := ""
 	if len(reply.Body) > 0 {
 		text = fmt.Sprint(reply.Body[0])
 	}
 	if contains(notThere, reply.Name) {
-		return newError(codeTryAgainLater, "rdmad is not running", reply.Name+": "+text)
+		return types.NewError(types.ErrTryAgainLater, "rdmad is not running", reply.Name+": "+text)
 	}
 	code, known := errorCodes[reply.Name]
 	if !known {
 		code = codeRdmadFailed
 	}
-	return newError(code, reply.Name+": "+text)
+	return types.NewError(code, reply.Name+": "+text, "")
 }
 
 func (r *rdmad) version() (string, error) {
@@ -202,7 +206,7 @@ func (r *rdmad) claimAt(path dbus.ObjectPath) (claimRow, error) {
 // next sandbox attaches it); false when it had ended (DEL is idempotent).
 func (r *rdmad) detach(claimID string) (bool, error) {
 	err := r.call(rootPath, manager+".Detach", nil, claimID)
-	var cerr *cniError
+	var cerr *types.Error
 	if errors.As(err, &cerr) && cerr.Code == codeNoSuchClaim {
 		return false, nil
 	}
@@ -212,7 +216,7 @@ func (r *rdmad) detach(claimID string) (bool, error) {
 // release ends a claim; false when it had already ended (DEL is idempotent).
 func (r *rdmad) release(claimID string) (bool, error) {
 	err := r.call(rootPath, manager+".Release", nil, claimID)
-	var cerr *cniError
+	var cerr *types.Error
 	if errors.As(err, &cerr) && cerr.Code == codeNoSuchClaim {
 		return false, nil
 	}

@@ -12,8 +12,11 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/godbus/dbus"
-	"github.com/vishvananda/netlink"
 )
 
 // ADD, DEL, CHECK, GC and STATUS: each a few rdmad calls around the IPAM plugin.
@@ -25,8 +28,54 @@ var cdiNamePattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.\-]*[A-Za-z0-9
 
 const deviceInfoVersion = "1.1.0"
 
-func withRdmad(conf *netConf, fn func(*rdmad) error) error {
-	r, err := connect(busAddress(conf.BusAddress))
+// Codes of the spec's (1.1.0) that the library does not name, and the plugin's own.
+const (
+	codeNotAvailable uint = 50  // STATUS: the plugin cannot serve ADDs now
+	codeCheckFailed  uint = 120 // CHECK found the attachment incomplete
+)
+
+func cmdAdd(args *skel.CmdArgs) error {
+	e, err := newEnv(args)
+	if err != nil {
+		return err
+	}
+	conf, err := loadNetConf(args.StdinData)
+	if err != nil {
+		return err
+	}
+	var result *current.Result
+	if conf.Pod {
+		result, err = podAdd(e, conf)
+	} else {
+		result, err = add(e, conf)
+	}
+	if err != nil {
+		return err
+	}
+	return types.PrintResult(result, conf.CNIVersion)
+}
+
+func cmdDel(args *skel.CmdArgs) error {
+	n, err := loadNetwork(args.StdinData)
+	if err != nil {
+		return err
+	}
+	if n.Pod {
+		return podDel(args, n)
+	}
+	return del(args, n)
+}
+
+func cmdCheck(args *skel.CmdArgs) error {
+	conf, err := loadNetConf(args.StdinData)
+	if err != nil || conf.Pod {
+		return err // pod mode: the attached claims are the pod's netns's; rdmad ends them with it
+	}
+	return check(args, conf)
+}
+
+func withRdmad(n *Network, fn func(*rdmad) error) error {
+	r, err := connect(busAddress(n.BusAddress))
 	if err != nil {
 		return err
 	}
@@ -50,9 +99,9 @@ func owned(r *rdmad, owner string) ([]claimRow, error) {
 // container's name as K8S_POD_NAME), else CONTAINERID. "" if that is not a valid CDI name.
 func podCdiName(e *env) string {
 	name := e.ContainerID
-	if pod := e.Args["K8S_POD_NAME"]; pod != "" {
+	if pod := string(e.K8S.K8S_POD_NAME); pod != "" {
 		name = pod
-		if ns := e.Args["K8S_POD_NAMESPACE"]; ns != "" {
+		if ns := string(e.K8S.K8S_POD_NAMESPACE); ns != "" {
 			name = ns + "." + pod
 		}
 	}
@@ -62,7 +111,7 @@ func podCdiName(e *env) string {
 // cdiName is the extra CDI device name of one attachment: its pod's name, "." and IFNAME.
 func cdiName(e *env) string {
 	if pod := podCdiName(e); pod != "" {
-		return validCdiName(pod + "." + e.Ifname)
+		return validCdiName(pod + "." + e.IfName)
 	}
 	return ""
 }
@@ -74,20 +123,20 @@ func validCdiName(name string) string {
 	return name
 }
 
-func add(e *env, conf *netConf, environ map[string]string) (map[string]any, error) {
-	owner := attachmentOwner(conf.Name, e.ContainerID, e.Ifname)
+func add(e *env, conf *NetConf) (*current.Result, error) {
+	owner := attachmentOwner(conf.Name, e.ContainerID, e.IfName)
 	if len(owner) > ownerMaxBytes {
-		return nil, newError(codeInvalidConfig, "network name and container id are too long for a claim's owner")
+		return nil, invalid("network name and container id are too long for a claim's owner")
 	}
-	var result map[string]any
-	err := withRdmad(conf, func(r *rdmad) error {
+	var result *current.Result
+	err := withRdmad(&conf.Network, func(r *rdmad) error {
 		mine, err := owned(r, owner)
 		if err != nil {
 			return err
 		}
 		if len(mine) > 0 {
-			return newError(codeDeviceBusy,
-				fmt.Sprintf("%s already has %s on network %s", e.ContainerID, e.Ifname, conf.Name))
+			return types.NewError(codeDeviceBusy,
+				fmt.Sprintf("%s already has %s on network %s", e.ContainerID, e.IfName, conf.Name), "")
 		}
 		devices := []string{conf.Device}
 		if conf.Device == "" {
@@ -95,18 +144,15 @@ func add(e *env, conf *netConf, environ map[string]string) (map[string]any, erro
 				return err
 			}
 		}
-		var addresses map[string]any
-		if conf.IPAMType != "" {
-			if addresses, err = runIPAM("ADD", e, conf, environ); err != nil {
-				// The spec's delegation procedure: a failed delegated ADD gets its DEL, for
-				// whatever the IPAM plugin kept of it (or a result we could not read).
-				_, _ = runIPAM("DEL", e, conf, environ)
+		var addresses *current.Result
+		if conf.IPAM.Type != "" {
+			if addresses, err = ipamAdd(conf.IPAM.Type, e.StdinData); err != nil {
 				return err
 			}
 		}
 		result, err = attach(r, devices, e, conf, owner, addresses)
-		if err != nil && conf.IPAMType != "" {
-			_, _ = runIPAM("DEL", e, conf, environ) // the lease goes with the failed ADD
+		if err != nil && conf.IPAM.Type != "" {
+			_ = ipam(invoke.DelegateDel, conf.IPAM.Type, e.StdinData) // the lease goes with the failed ADD
 		}
 		return err
 	})
@@ -114,12 +160,12 @@ func add(e *env, conf *netConf, environ map[string]string) (map[string]any, erro
 }
 
 // attach claims a device and completes the interface; a failure after the claim releases it.
-func attach(r *rdmad, devices []string, e *env, conf *netConf, owner string, addresses map[string]any) (map[string]any, error) {
+func attach(r *rdmad, devices []string, e *env, conf *NetConf, owner string, addresses *current.Result) (*current.Result, error) {
 	claim, err := claimFirst(r, devices, e, conf, owner, addresses)
 	if err != nil {
 		return nil, err
 	}
-	link, err := complete(e, conf, claim, addresses)
+	iface, err := complete(e, conf, claim, addresses)
 	if err == nil && conf.DeviceInfoFile != "" {
 		err = writeDeviceInfo(r, conf.DeviceInfoFile, claim)
 	}
@@ -127,12 +173,17 @@ func attach(r *rdmad, devices []string, e *env, conf *netConf, owner string, add
 		_, _ = r.release(claim.ID)
 		return nil, err
 	}
-	return buildResult(e, conf, link, addresses), nil
+	result := chained(conf.prev)
+	if iface != nil {
+		result.Interfaces = append(result.Interfaces, iface)
+		withAddresses(result, addresses)
+	}
+	return result, nil
 }
 
 // candidates are the devices the config's deviceID or selector picks, best first: for a
 // shared claim the one with the fewest claims.
-func candidates(r *rdmad, conf *netConf) ([]string, error) {
+func candidates(r *rdmad, conf *NetConf) ([]string, error) {
 	devices, err := r.devices()
 	if err != nil {
 		return nil, err
@@ -148,7 +199,7 @@ func candidates(r *rdmad, conf *netConf) ([]string, error) {
 			}
 		}
 		if len(named) == 0 {
-			return nil, newError(codeNoSuchDevice, "no RDMA device at PCI address "+conf.DeviceID)
+			return nil, types.NewError(codeNoSuchDevice, "no RDMA device at PCI address "+conf.DeviceID, "")
 		}
 		sort.Strings(named)
 		return named, nil
@@ -164,10 +215,10 @@ func candidates(r *rdmad, conf *netConf) ([]string, error) {
 		}
 	}
 	if len(matching) == 0 {
-		return nil, newError(codeNoSuchDevice, "no RDMA device "+wanted)
+		return nil, types.NewError(codeNoSuchDevice, "no RDMA device "+wanted, "")
 	}
 	if len(free) == 0 {
-		return nil, newError(codeDeviceBusy, "every RDMA device "+wanted+" is in use")
+		return nil, types.NewError(codeDeviceBusy, "every RDMA device "+wanted+" is in use", "")
 	}
 	sort.Slice(free, func(i, j int) bool {
 		if free[i].Claims != free[j].Claims {
@@ -182,7 +233,7 @@ func candidates(r *rdmad, conf *netConf) ([]string, error) {
 	return names, nil
 }
 
-func selected(d device, s *selector) bool {
+func selected(d device, s *Selector) bool {
 	return (s.Driver == "" || d.Driver == s.Driver) &&
 		(s.LinkLayer == "" || strings.EqualFold(d.LinkLayer, s.LinkLayer)) &&
 		(s.Netdev == "" || d.Netdev == s.Netdev) &&
@@ -191,28 +242,23 @@ func selected(d device, s *selector) bool {
 }
 
 // claimFirst claims the first device that is still free (another pod may take one meanwhile).
-func claimFirst(r *rdmad, devices []string, e *env, conf *netConf, owner string, addresses map[string]any) (claimRow, error) {
+func claimFirst(r *rdmad, devices []string, e *env, conf *NetConf, owner string, addresses *current.Result) (claimRow, error) {
 	options := map[string]dbus.Variant{
 		"owner":  dbus.MakeVariant(owner),
 		"shared": dbus.MakeVariant(conf.Shared),
 	}
-	if conf.Netdev {
-		options["ifname"] = dbus.MakeVariant(e.Ifname)
+	if conf.hasNetdev() {
+		options["ifname"] = dbus.MakeVariant(e.IfName)
 	} else {
 		options["netdev"] = dbus.MakeVariant(false)
 	}
 	if conf.MTU != nil {
-		options["mtu"] = dbus.MakeVariant(*conf.MTU)
+		options["mtu"] = dbus.MakeVariant(uint32(*conf.MTU))
 	}
 	if len(conf.Chardevs) > 0 {
 		options["chardevs"] = dbus.MakeVariant(conf.Chardevs)
 	}
-	if ips := listOf(addresses["ips"]); len(ips) > 0 {
-		cidrs := []string{}
-		for _, ip := range ips {
-			address, _ := copyObject(ip)["address"].(string)
-			cidrs = append(cidrs, address)
-		}
+	if cidrs := cidrsOf(addresses); len(cidrs) > 0 {
 		options["addresses"] = dbus.MakeVariant(cidrs)
 	}
 	if name := cdiName(e); name != "" {
@@ -231,7 +277,7 @@ func claimFirst(r *rdmad, devices []string, e *env, conf *netConf, owner string,
 		if claim, err = r.claim(dev, e.Netns, options); err == nil {
 			return claim, nil
 		}
-		var cerr *cniError
+		var cerr *types.Error
 		if !errors.As(err, &cerr) || cerr.Code != codeDeviceBusy {
 			return claimRow{}, err
 		}
@@ -239,81 +285,84 @@ func claimFirst(r *rdmad, devices []string, e *env, conf *netConf, owner string,
 	return claimRow{}, err
 }
 
-// complete does what rdmad does not do in the netns: the MAC asked for, the IPAM routes.
-func complete(e *env, conf *netConf, claim claimRow, addresses map[string]any) (netlink.Link, error) {
-	if !conf.Netdev {
+// cidrsOf are the IPAM result's addresses as rdmad's addresses option takes them.
+func cidrsOf(addresses *current.Result) []string {
+	var out []string
+	if addresses != nil {
+		for _, ip := range addresses.IPs {
+			out = append(out, ip.Address.String())
+		}
+	}
+	return out
+}
+
+// complete does what rdmad does not do in the netns: the MAC asked for, the IPAM routes;
+// it returns the interface as the result lists it (none with netdev=false).
+func complete(e *env, conf *NetConf, claim claimRow, addresses *current.Result) (*current.Interface, error) {
+	if !conf.hasNetdev() {
 		return nil, nil
 	}
 	links, err := openNetns(e.Netns)
 	if err != nil {
-		return nil, newError(codeIOFailure, "cannot enter netns "+e.Netns, err.Error())
+		return nil, types.NewError(types.ErrIOFailure, "cannot enter netns "+e.Netns, err.Error())
 	}
 	defer links.close()
 	failed := func(err error) error {
-		return newError(codeIOFailure, fmt.Sprintf("cannot configure %s in %s", claim.Ifname, e.Netns), err.Error())
+		return types.NewError(types.ErrIOFailure, fmt.Sprintf("cannot configure %s in %s", claim.Ifname, e.Netns), err.Error())
 	}
 	link, err := links.link(claim.Ifname)
 	if err != nil {
 		return nil, failed(err)
 	}
-	if conf.MAC != "" {
-		if err := links.setMAC(link, conf.MAC); err != nil {
+	if mac := conf.RuntimeConfig.MAC; mac != "" {
+		if err := links.setMAC(link, mac); err != nil {
 			return nil, failed(err)
 		}
 		if link, err = links.link(claim.Ifname); err != nil {
 			return nil, failed(err)
 		}
 	}
-	if conf.PolicyRouting {
-		return link, nil // the IPAM routes are in the claim's table (claimFirst)
-	}
-	for _, item := range listOf(addresses["routes"]) {
-		route := copyObject(item)
-		dst, _ := route["dst"].(string)
-		gateway, _ := route["gw"].(string)
-		if gateway == "" {
-			gateway = gatewayFor(dst, addresses)
-		}
-		if err := links.addRoute(route, gateway, link); err != nil {
-			return nil, failed(err)
+	if !conf.PolicyRouting && addresses != nil { // else the IPAM routes are in the claim's table
+		for _, route := range addresses.Routes {
+			if err := links.addRoute(route, gatewayFor(route, addresses), link); err != nil {
+				return nil, failed(err)
+			}
 		}
 	}
-	return link, nil
+	attrs := link.Attrs()
+	return &current.Interface{Name: attrs.Name, Mac: attrs.HardwareAddr.String(), Mtu: attrs.MTU, Sandbox: e.Netns}, nil
 }
 
 // tableRoutes are the IPAM result's routes as rdmad's routes option takes them,
 // DST[,via=GW], each through its own gateway or else the one IPAM gave its family.
-func tableRoutes(addresses map[string]any) []string {
+func tableRoutes(addresses *current.Result) []string {
 	out := []string{}
-	for _, item := range listOf(addresses["routes"]) {
-		route := copyObject(item)
-		dst, _ := route["dst"].(string)
-		gateway, _ := route["gw"].(string)
-		if gateway == "" {
-			gateway = gatewayFor(dst, addresses)
-		}
-		if gateway != "" {
-			dst += ",via=" + gateway
+	if addresses == nil {
+		return out
+	}
+	for _, route := range addresses.Routes {
+		dst := route.Dst.String()
+		if gw := gatewayFor(route, addresses); gw != nil {
+			dst += ",via=" + gw.String()
 		}
 		out = append(out, dst)
 	}
 	return out
 }
 
-// gatewayFor: a route without "gw" goes through the gateway IPAM gave the same family, as
-// the reference plugins' ipam.ConfigureIface does; through the link when there is none.
-func gatewayFor(dst string, addresses map[string]any) string {
-	dstIP, _, err := net.ParseCIDR(dst)
-	if err != nil {
-		return ""
+// gatewayFor: a route's own gateway, else the one IPAM gave the same family, as the
+// reference plugins' ipam.ConfigureIface does; nil (through the link) when there is none.
+func gatewayFor(route *types.Route, addresses *current.Result) net.IP {
+	if route.GW != nil {
+		return route.GW
 	}
-	for _, item := range listOf(addresses["ips"]) {
-		gw, _ := copyObject(item)["gateway"].(string)
-		if ip := net.ParseIP(gw); ip != nil && (ip.To4() == nil) == (dstIP.To4() == nil) {
-			return gw
+	v4 := route.Dst.IP.To4() != nil
+	for _, ip := range addresses.IPs {
+		if ip.Gateway != nil && (ip.Gateway.To4() != nil) == v4 {
+			return ip.Gateway
 		}
 	}
-	return ""
+	return nil
 }
 
 // writeDeviceInfo writes Multus' device-info file (k8snetworkplumbingwg device-info-spec), type pci,
@@ -340,54 +389,55 @@ func writeDeviceInfo(r *rdmad, path string, claim claimRow) error {
 		"pci":     map[string]string{"pci-address": pci, "rdma-device": claim.Device},
 	})
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return newError(codeIOFailure, "cannot write CNIDeviceInfoFile "+path, err.Error())
+		return types.NewError(types.ErrIOFailure, "cannot write CNIDeviceInfoFile "+path, err.Error())
 	}
 	if err := os.WriteFile(path, info, 0o644); err != nil {
-		return newError(codeIOFailure, "cannot write CNIDeviceInfoFile "+path, err.Error())
+		return types.NewError(types.ErrIOFailure, "cannot write CNIDeviceInfoFile "+path, err.Error())
 	}
 	return nil
 }
 
-// buildResult is our interface and IPAM's addresses after the previous plugins' (chaining).
-func buildResult(e *env, conf *netConf, link netlink.Link, addresses map[string]any) map[string]any {
-	prev := conf.PrevResult
-	interfaces := append([]any{}, listOf(prev["interfaces"])...)
-	ips := append([]any{}, listOf(prev["ips"])...)
-	routes := append([]any{}, listOf(prev["routes"])...)
-	if link != nil {
-		attrs := link.Attrs()
-		interfaces = append(interfaces, map[string]any{
-			"name": attrs.Name, "mac": attrs.HardwareAddr.String(), "mtu": attrs.MTU, "sandbox": e.Netns,
-		})
-		index := len(interfaces) - 1
-		for _, item := range listOf(addresses["ips"]) {
-			ip := copyObject(item)
-			delete(ip, "version")
-			ip["interface"] = index
-			ips = append(ips, ip)
-		}
-		routes = append(routes, listOf(addresses["routes"])...)
-	}
-	result := map[string]any{"interfaces": interfaces, "ips": ips, "routes": routes}
-	if dns := addresses["dns"]; dns != nil && len(copyObject(dns)) > 0 {
-		result["dns"] = dns
-	} else if dns := prev["dns"]; dns != nil && len(copyObject(dns)) > 0 {
-		result["dns"] = dns
+// chained is a new result that starts with the previous plugins' (chaining).
+func chained(prev *current.Result) *current.Result {
+	result := &current.Result{CNIVersion: current.ImplementedSpecVersion}
+	if prev != nil {
+		result.Interfaces = append(result.Interfaces, prev.Interfaces...)
+		result.IPs = append(result.IPs, prev.IPs...)
+		result.Routes = append(result.Routes, prev.Routes...)
+		result.DNS = prev.DNS
 	}
 	return result
+}
+
+// withAddresses adds IPAM's addresses to the result's last interface, and its routes and
+// DNS (which replaces the previous plugins' when it says anything).
+func withAddresses(result *current.Result, addresses *current.Result) {
+	if addresses == nil {
+		return
+	}
+	index := len(result.Interfaces) - 1
+	for _, ip := range addresses.IPs {
+		ip = ip.Copy()
+		ip.Interface = current.Int(index)
+		result.IPs = append(result.IPs, ip)
+	}
+	result.Routes = append(result.Routes, addresses.Routes...)
+	if !addresses.DNS.IsEmpty() {
+		result.DNS = addresses.DNS
+	}
 }
 
 // del is idempotent: no claim (never made, released, netns gone) is success. rdmad out of
 // reach is not: the runtime sees "try again later". It is best effort, as the spec asks: a
 // failing IPAM DEL does not keep the device from going home; the runtime still sees its
 // error (the IPAM plugin's first) and calls DEL again.
-func del(e *env, conf *netConf, environ map[string]string) error {
+func del(args *skel.CmdArgs, n *Network) error {
 	var ipamErr error
-	if conf.IPAMType != "" {
-		_, ipamErr = runIPAM("DEL", e, conf, environ)
+	if n.IPAM.Type != "" {
+		ipamErr = ipam(invoke.DelegateDel, n.IPAM.Type, args.StdinData)
 	}
-	owner := attachmentOwner(conf.Name, e.ContainerID, e.Ifname)
-	err := withRdmad(conf, func(r *rdmad) error {
+	owner := attachmentOwner(n.Name, args.ContainerID, args.IfName)
+	err := withRdmad(n, func(r *rdmad) error {
 		mine, err := owned(r, owner)
 		for _, c := range mine {
 			if _, err := r.release(c.ID); err != nil {
@@ -402,10 +452,10 @@ func del(e *env, conf *netConf, environ map[string]string) error {
 	return err
 }
 
-func check(e *env, conf *netConf, environ map[string]string) error {
-	owner := attachmentOwner(conf.Name, e.ContainerID, e.Ifname)
+func check(args *skel.CmdArgs, conf *NetConf) error {
+	owner := attachmentOwner(conf.Name, args.ContainerID, args.IfName)
 	var mine []claimRow
-	err := withRdmad(conf, func(r *rdmad) (err error) {
+	err := withRdmad(&conf.Network, func(r *rdmad) (err error) {
 		mine, err = owned(r, owner)
 		return err
 	})
@@ -413,139 +463,160 @@ func check(e *env, conf *netConf, environ map[string]string) error {
 		return err
 	}
 	if len(mine) == 0 {
-		return newError(codeCheckFailed, fmt.Sprintf("no rdmad claim for %s of %s", e.Ifname, e.ContainerID))
+		return types.NewError(codeCheckFailed, fmt.Sprintf("no rdmad claim for %s of %s", args.IfName, args.ContainerID), "")
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(e.Netns, &st); err != nil {
-		return newError(codeCheckFailed, fmt.Sprintf("netns %s is gone", e.Netns), err.Error())
+	if netns, err := netnsID(args.Netns); err != nil {
+		return types.NewError(codeCheckFailed, fmt.Sprintf("netns %s is gone", args.Netns), err.Error())
+	} else if mine[0].Netns != netns {
+		return types.NewError(codeCheckFailed, fmt.Sprintf("claim %s is in %s, not %s", mine[0].ID, mine[0].Netns, args.Netns), "")
 	}
-	if mine[0].Netns != fmt.Sprintf("net:[%d]", st.Ino) {
-		return newError(codeCheckFailed, fmt.Sprintf("claim %s is in %s, not %s", mine[0].ID, mine[0].Netns, e.Netns))
-	}
-	if conf.Netdev {
-		if err := checkInterface(e, conf); err != nil {
+	if conf.hasNetdev() {
+		if err := checkInterface(args, conf.prev); err != nil {
 			return err
 		}
 	}
-	if conf.IPAMType != "" {
-		_, err := runIPAM("CHECK", e, conf, environ)
-		return err
+	if conf.IPAM.Type != "" {
+		return ipam(invoke.DelegateCheck, conf.IPAM.Type, args.StdinData)
 	}
 	return nil
 }
 
-func checkInterface(e *env, conf *netConf) error {
-	links, err := openNetns(e.Netns)
+// netnsID is the netns at path as rdmad names it: net:[INODE].
+func netnsID(path string) (string, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("net:[%d]", st.Ino), nil
+}
+
+// checkInterface: the interface is there with the MAC and addresses prevResult gives it.
+func checkInterface(args *skel.CmdArgs, prev *current.Result) error {
+	links, err := openNetns(args.Netns)
 	if err != nil {
-		return newError(codeCheckFailed, fmt.Sprintf("netns %s is gone", e.Netns), err.Error())
+		return types.NewError(codeCheckFailed, fmt.Sprintf("netns %s is gone", args.Netns), err.Error())
 	}
 	defer links.close()
-	link, err := links.link(e.Ifname)
+	link, err := links.link(args.IfName)
 	if err != nil {
-		return newError(codeCheckFailed, fmt.Sprintf("interface %s is gone from %s", e.Ifname, e.Netns))
+		return types.NewError(codeCheckFailed, fmt.Sprintf("interface %s is gone from %s", args.IfName, args.Netns), "")
 	}
 	have, err := links.addresses(link)
 	if err != nil {
-		return newError(codeIOFailure, "cannot read the addresses of "+e.Ifname, err.Error())
+		return types.NewError(types.ErrIOFailure, "cannot read the addresses of "+args.IfName, err.Error())
+	}
+	if prev == nil {
+		return nil
 	}
 	mac := link.Attrs().HardwareAddr.String()
 	ours := map[int]bool{}
-	for i, item := range listOf(conf.PrevResult["interfaces"]) {
-		iface := copyObject(item)
-		if iface["name"] != e.Ifname || iface["sandbox"] == nil || iface["sandbox"] == "" {
+	for i, iface := range prev.Interfaces {
+		if iface.Name != args.IfName || iface.Sandbox == "" {
 			continue
 		}
 		ours[i] = true
-		if want, _ := iface["mac"].(string); want != "" && !strings.EqualFold(want, mac) {
-			return newError(codeCheckFailed, fmt.Sprintf("%s has MAC %s, not %s", e.Ifname, mac, want))
+		if iface.Mac != "" && !strings.EqualFold(iface.Mac, mac) {
+			return types.NewError(codeCheckFailed, fmt.Sprintf("%s has MAC %s, not %s", args.IfName, mac, iface.Mac), "")
 		}
 	}
-	for _, item := range listOf(conf.PrevResult["ips"]) {
-		ip := copyObject(item)
-		index, isIndex := integer(ip["interface"])
-		if !isIndex || !ours[int(index)] {
+	for _, ip := range prev.IPs {
+		if ip.Interface == nil || !ours[*ip.Interface] {
 			continue
 		}
-		address, _ := ip["address"].(string)
-		addr, network, err := net.ParseCIDR(address)
-		if err != nil {
-			return newError(codeInvalidConfig, fmt.Sprintf("prevResult: %q is not an address", address))
-		}
-		ones, _ := network.Mask.Size()
-		want := fmt.Sprintf("%s/%d", addr, ones)
-		if !have[want] {
-			return newError(codeCheckFailed, fmt.Sprintf("%s lost its address %s", e.Ifname, want))
+		if want := ip.Address.String(); !have[want] {
+			return types.NewError(codeCheckFailed, fmt.Sprintf("%s lost its address %s", args.IfName, want), "")
 		}
 	}
 	return nil
 }
 
-// gc releases this network's claims whose attachment the runtime no longer lists, and
+// cmdGC releases this network's claims whose attachment the runtime no longer lists, and
 // frees each one's IPAM lease with the IPAM plugin's DEL for that attachment (Debian's
-// IPAM plugins have no GC verb); then it forwards GC to the IPAM plugin, as the spec asks,
-// where the config's version has GC (1.1.0). A failure does not stop it: it removes what
-// it can and reports every failure.
-func gc(e *env, conf *netConf, environ map[string]string) error {
-	valid := map[attachment]bool{}
-	for _, a := range conf.ValidAttachments {
+// IPAM plugins have no GC verb); then it forwards GC to the IPAM plugin, as the spec asks.
+// A failure does not stop it: it removes what it can and reports every failure.
+func cmdGC(args *skel.CmdArgs) error {
+	n, err := loadNetwork(args.StdinData)
+	if err != nil {
+		return err
+	}
+	valid := map[types.GCAttachment]bool{}
+	for _, a := range append(n.ValidAttachments, n.Attachments...) {
 		valid[a] = true
 	}
 	var errs []error
-	err := withRdmad(conf, func(r *rdmad) error {
+	err = withRdmad(n, func(r *rdmad) error {
 		rows, err := r.claims()
 		if err != nil {
 			return err
 		}
 		for _, c := range rows {
-			network, container, ifname, ok := parseOwner(c.Owner)
-			if !ok || network != conf.Name || valid[attachment{container, ifname}] || valid[attachment{container, ""}] {
+			network, a, ok := parseOwner(c.Owner)
+			if !ok || network != n.Name || valid[a] || valid[types.GCAttachment{ContainerID: a.ContainerID}] {
 				continue
 			}
 			if _, err := r.release(c.ID); err != nil {
 				errs = append(errs, err) // its lease stays with it, for the next GC
-				continue
-			}
-			if conf.IPAMType != "" {
-				its := map[string]string{}
-				for k, v := range environ {
-					its[k] = v
-				}
-				its["CNI_CONTAINERID"], its["CNI_IFNAME"], its["CNI_NETNS"] = container, ifname, ""
-				if _, err := runIPAM("DEL", e, conf, its); err != nil {
-					errs = append(errs, err)
-				}
+			} else if n.IPAM.Type != "" {
+				errs = append(errs, ipamDelFor(n.IPAM.Type, args.StdinData, a))
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		errs = append(errs, err)
-	}
-	if conf.IPAMType != "" && atLeast(conf.Version, "1.1.0") {
-		if _, err := runIPAM("GC", e, conf, environ); err != nil {
-			errs = append(errs, err)
-		}
+	errs = append(errs, err)
+	if n.IPAM.Type != "" {
+		errs = append(errs, ipam(invoke.DelegateGC, n.IPAM.Type, args.StdinData))
 	}
 	return firstOf(errs)
 }
 
-// status: rdmad answers, and then, as the spec asks of a plugin that delegates, the IPAM
-// plugin's STATUS where the config's version has it (1.1.0).
-func status(e *env, conf *netConf, environ map[string]string) error {
-	err := withRdmad(conf, func(r *rdmad) error {
+// firstOf is the first of several failures, with its code; the others are named in its
+// details. nil when there are none (nil entries are no failure).
+func firstOf(errs []error) error {
+	var first *types.Error
+	var also []string
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case first != nil:
+			also = append(also, "also: "+err.Error())
+		case !errors.As(err, &first):
+			first = types.NewError(codeRdmadFailed, err.Error(), "")
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	if len(also) == 0 {
+		return first
+	}
+	details := append([]string{first.Details}, also...)
+	if first.Details == "" {
+		details = also
+	}
+	return types.NewError(first.Code, first.Msg, strings.Join(details, "; "))
+}
+
+// cmdStatus: rdmad answers, and then, as the spec asks of a plugin that delegates, the IPAM
+// plugin's STATUS.
+func cmdStatus(args *skel.CmdArgs) error {
+	n, err := loadNetwork(args.StdinData)
+	if err != nil {
+		return err
+	}
+	err = withRdmad(n, func(r *rdmad) error {
 		_, err := r.version()
 		return err
 	})
-	var cerr *cniError
-	if errors.As(err, &cerr) && cerr.Code == codeTryAgainLater {
+	var cerr *types.Error
+	if errors.As(err, &cerr) && cerr.Code == types.ErrTryAgainLater {
 		details := cerr.Details
 		if details == "" {
 			details = cerr.Msg
 		}
-		return newError(codeNotAvailable, "rdmad is not available", details)
+		return types.NewError(codeNotAvailable, "rdmad is not available", details)
 	}
-	if err == nil && conf.IPAMType != "" && atLeast(conf.Version, "1.1.0") {
-		_, err = runIPAM("STATUS", e, conf, environ)
+	if err == nil && n.IPAM.Type != "" {
+		err = ipam(invoke.DelegateStatus, n.IPAM.Type, args.StdinData)
 	}
 	return err
 }

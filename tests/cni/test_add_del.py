@@ -67,7 +67,7 @@ async def test_result_for_110_lists_the_interface(rig: CniRig, netns: str) -> No
     out = rig.run("ADD", rig.conf("1.1.0", device="sim0", shared=True, ipam=None), netns).out
     assert out is not None and out["cniVersion"] == "1.1.0"
     assert [i["name"] for i in out["interfaces"]] == ["net1"]
-    assert out["ips"] == []
+    assert "ips" not in out  # the library leaves an empty list out
 
 
 async def test_whole_device_add_moves_the_netdev_under_ifname(rig: CniRig, netns: str) -> None:

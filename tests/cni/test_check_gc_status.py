@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.cni.conftest import CniRig, FakeIpam
 from testbed.net import ip, temp_netns
-from tests.cni.conftest import CniRig
+
+# GC and STATUS are 1.1.0's; Debian's IPAM plugins (1.1.1) speak up to 1.0.0, so a 1.1.0
+# network here goes without IPAM, or with fake_ipam.
+GC_VERSION = "1.1.0"
 
 
 def added(rig: CniRig, netns: str, **keys: Any) -> dict[str, Any]:
@@ -61,7 +65,7 @@ async def test_check_fails_when_the_interface_is_gone(rig: CniRig, netns: str) -
 
 
 async def test_gc_releases_claims_not_in_valid_attachments(rig: CniRig, netns: str) -> None:
-    conf = rig.conf(device="sim0", shared=True)
+    conf = rig.conf(GC_VERSION, device="sim0", shared=True, ipam=None)
     rig.run("ADD", conf, netns, container="keep")
     with temp_netns("cni") as other:
         rig.run("ADD", conf, other, container="stale")
@@ -83,32 +87,39 @@ async def test_gc_keeps_attachments_listed_under_the_spec_110_key(rig: CniRig, n
 
 
 async def test_gc_frees_the_ipam_lease_of_each_attachment_it_releases(
-    rig: CniRig, netns: str
+    rig: CniRig, netns: str, fake_ipam: FakeIpam
 ) -> None:
-    conf = rig.conf(device="sim0", shared=True)
-    rig.run("ADD", conf, netns, container="keep")
-    kept = rig.leases()
+    """With the IPAM plugin's DEL of that attachment, then GC forwarded to it."""
+    conf = rig.conf(GC_VERSION, device="sim0", shared=True, ipam=fake_ipam.ipam())
+    env = fake_ipam.env(rig)
+    rig.run("ADD", conf, netns, container="keep", env=env)
     with temp_netns("cni") as other:
-        rig.run("ADD", conf, other, container="stale")
-        assert len(rig.leases()) == 2
+        rig.run("ADD", conf, other, container="stale", env=env)
         gc = conf | {"cni.dev/valid-attachments": [{"containerID": "keep", "ifname": "net1"}]}
-        assert rig.run("GC", gc).code == 0
-        assert rig.leases() == kept
+        assert rig.run("GC", gc, env=env).code == 0
+        assert fake_ipam.calls()[2] == "DEL stale"
+        assert fake_ipam.verbs()[3:] == ["GC"]
 
 
 async def test_gc_leaves_other_networks_and_other_owners_alone(rig: CniRig, netns: str) -> None:
     rig.run("ADD", rig.conf(device="sim0", shared=True, name="othernet", ipam=None), netns)
     await rig.client.manager("Claim", "ssa{sv}", "sim1", netns, {})
-    done = rig.run("GC", rig.conf(device="sim0") | {"cni.dev/valid-attachments": []})
+    conf = rig.conf(GC_VERSION, device="sim0", ipam=None)
+    done = rig.run("GC", conf | {"cni.dev/valid-attachments": []})
     assert done.code == 0, done
     assert len(await rig.client.manager("ListClaims")) == 2
 
 
+async def test_gc_before_110_is_error_1(rig: CniRig) -> None:
+    """GC and STATUS came with 1.1.0 (a runtime sends neither to an older network)."""
+    assert rig.run("GC", rig.conf(device="sim0") | {"cni.dev/valid-attachments": []}).error == 1
+
+
 async def test_status_is_0_when_rdmad_answers(rig: CniRig) -> None:
-    done = rig.run("STATUS", rig.conf(device="sim0"))
+    done = rig.run("STATUS", rig.conf(GC_VERSION, device="sim0", ipam=None))
     assert (done.code, done.out) == (0, None)
 
 
 async def test_status_is_50_when_rdmad_is_stopped(rig: CniRig) -> None:
     await rig.daemon.stop()
-    assert rig.run("STATUS", rig.conf(device="sim0")).error == 50
+    assert rig.run("STATUS", rig.conf(GC_VERSION, device="sim0", ipam=None)).error == 50

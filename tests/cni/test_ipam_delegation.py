@@ -40,7 +40,7 @@ async def test_del_releases_the_claim_when_ipam_del_fails(
 async def test_gc_goes_on_past_a_failure_and_reports_it(
     rig: CniRig, netns: str, fake_ipam: FakeIpam
 ) -> None:
-    conf = rig.conf(device="sim0", shared=True, ipam=fake_ipam.ipam(fail=["DEL stale1"]))
+    conf = rig.conf("1.1.0", device="sim0", shared=True, ipam=fake_ipam.ipam(fail=["DEL stale1"]))
     with temp_netns("cni") as other:
         for container, ns in (("stale1", netns), ("stale2", other)):
             assert rig.run("ADD", conf, ns, container=container, env=fake_ipam.env(rig)).code == 0

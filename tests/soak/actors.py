@@ -338,9 +338,11 @@ class CniActor:
         mine = self.mine(node)
         dropped = mine[args["pick"] % len(mine)] if mine else None
         valid = [{"containerID": a.container, "ifname": a.ifname} for a in mine if a is not dropped]
-        done = await self.run(
-            "GC", self.conf(node) | {"cni.dev/valid-attachments": valid}, "", "gc", "gc"
-        )
+        # GC is a 1.1.0 verb, and Debian's host-local speaks up to 1.0.0: the GC goes
+        # without IPAM (the dropped attachment's lease stays in host-local's dataDir)
+        conf = self.conf(node) | {"cniVersion": "1.1.0", "cni.dev/valid-attachments": valid}
+        del conf["ipam"]
+        done = await self.run("GC", conf, "", "gc", "gc")
         if done.code == 0 and dropped is not None:
             self.live.remove(dropped)
         return self.result_of(done)
