@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 )
@@ -38,15 +38,14 @@ func ipamAdd(kind string, stdin []byte) (*current.Result, error) {
 }
 
 // ipamDelFor is the IPAM plugin's DEL of another attachment than this run's (GC's).
-func ipamDelFor(kind string, stdin []byte, a types.GCAttachment) error {
-	path := os.Getenv("CNI_PATH")
-	plugin, err := invoke.FindInPath(kind, filepath.SplitList(path))
+func ipamDelFor(kind string, args *skel.CmdArgs, a types.GCAttachment) error {
+	plugin, err := invoke.FindInPath(kind, filepath.SplitList(args.Path))
 	if err != nil {
 		return ipamError(kind, err)
 	}
-	args := &invoke.Args{Command: "DEL", ContainerID: a.ContainerID, IfName: a.IfName,
-		PluginArgsStr: os.Getenv("CNI_ARGS"), Path: path}
-	return ipamError(kind, invoke.ExecPluginWithoutResult(context.TODO(), plugin, stdin, args, nil))
+	its := &invoke.Args{Command: "DEL", ContainerID: a.ContainerID, IfName: a.IfName,
+		PluginArgsStr: args.Args, Path: args.Path}
+	return ipamError(kind, invoke.ExecPluginWithoutResult(context.TODO(), plugin, args.StdinData, its, nil))
 }
 
 // ipamError names the IPAM plugin in its error. A plugin that failed without an error

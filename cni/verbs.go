@@ -557,7 +557,7 @@ func cmdGC(args *skel.CmdArgs) error {
 			if _, err := r.release(c.ID); err != nil {
 				errs = append(errs, err) // its lease stays with it, for the next GC
 			} else if n.IPAM.Type != "" {
-				errs = append(errs, ipamDelFor(n.IPAM.Type, args.StdinData, a))
+				errs = append(errs, ipamDelFor(n.IPAM.Type, args, a))
 			}
 		}
 		return nil
