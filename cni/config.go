@@ -93,9 +93,9 @@ type env struct {
 
 type k8sArgs struct {
 	types.CommonArgs
-	K8S_POD_NAMESPACE types.UnmarshallableString //nolint:revive // CNI_ARGS' names
-	K8S_POD_NAME      types.UnmarshallableString //nolint:revive
-	K8S_POD_UID       types.UnmarshallableString //nolint:revive
+	K8S_POD_NAMESPACE types.UnmarshallableString
+	K8S_POD_NAME      types.UnmarshallableString
+	K8S_POD_UID       types.UnmarshallableString
 }
 
 func newEnv(args *skel.CmdArgs) (*env, error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"syscall"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
@@ -85,4 +86,13 @@ func (n *nsLinks) addRoute(route *types.Route, gateway net.IP, link netlink.Link
 		r.Scope = netlink.Scope(*route.Scope)
 	}
 	return n.handle.RouteAdd(r)
+}
+
+// netnsID is the netns at path as rdmad names it: net:[INODE].
+func netnsID(path string) (string, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("net:[%d]", st.Ino), nil
 }
