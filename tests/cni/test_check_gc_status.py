@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.cni.conftest import CniRig, FakeIpam
 from testbed.net import ip, temp_netns
+from tests.cni.conftest import CniRig, FakeIpam
 
 # GC and STATUS are 1.1.0's; Debian's IPAM plugins (1.1.1) speak up to 1.0.0, so a 1.1.0
 # network here goes without IPAM, or with fake_ipam.
