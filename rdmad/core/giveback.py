@@ -18,7 +18,7 @@ from rdmad.core.inventory import Inventory
 from rdmad.core.logfields import MESSAGE_NOT_RETURNED, log_claim_event, log_event
 from rdmad.core.steps import step
 from rdmad.errors import RdmadError
-from rdmad.model import Claim, Netdev
+from rdmad.model import Claim, Counters, CounterScope, Netdev, RdmaDevice
 
 log = logging.getLogger(__name__)
 
@@ -196,3 +196,50 @@ class GiveBack:
                         level=logging.ERROR,
                     )
                 self._book.restored(host)
+
+
+def log_not_returned(claim: Claim, exc: BaseException, outcome: str) -> None:
+    """The one record of a give-back that failed, wherever it failed: an ERROR with
+    MESSAGE_NOT_RETURNED, the claim's fields and the error's D-Bus name. `outcome`: what
+    becomes of the claim."""
+    known = isinstance(exc, RdmadError)
+    log_claim_event(
+        log,
+        MESSAGE_NOT_RETURNED,
+        claim,
+        f"could not give back what claim {claim.id} took of {claim.device}: "
+        f"{exc if known else repr(exc)}; {outcome}",
+        error=exc.dbus_name if isinstance(exc, RdmadError) else None,
+        level=logging.ERROR,
+    )
+
+
+async def netns_alive(resolver: NetnsResolver, claim: Claim) -> bool:
+    """Whether the claim's netns lives. The netns found by its inode may be a newer one:
+    the kernel gives a dead netns's inode and nsid to the next ones made, so its cookie
+    decides (a claim saved by an older rdmad has none: the inode has to do)."""
+    target = resolver.reopen(claim.netns_inode, claim.netns_path)
+    if target is None:
+        return False
+    try:
+        cookie = claim.netns_cookie
+        return not cookie or await resolver.cookie(target) == cookie
+    finally:
+        target.close()
+
+
+async def read_counters(
+    rdma: RdmaBackend,
+    resolver: NetnsResolver,
+    dev: RdmaDevice,
+    holder: Claim | None,
+    scope: CounterScope,
+) -> Counters:
+    """A device's counters. Where a whole-device claim (`holder`) took the device, read in
+    the claim's netns, opened for this read only."""
+    target = resolver.reopen(holder.netns_inode, holder.netns_path) if holder else None
+    try:
+        return Counters(scope, await rdma.counters(dev, target))
+    finally:
+        if target is not None:
+            target.close()

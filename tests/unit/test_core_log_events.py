@@ -60,4 +60,9 @@ async def test_a_netns_death_whose_netdev_cannot_be_restored_is_an_error_naming_
         logging.ERROR,
         MESSAGE_NOT_RETURNED,
     )
-    assert fields(record) == {"RDMAD_DEVICE": "mlx5_0", "RDMAD_NETNS": pod, "RDMAD_CLAIM": claim.id}
+    assert fields(record) == {
+        "RDMAD_DEVICE": "mlx5_0",
+        "RDMAD_NETNS": pod,
+        "RDMAD_CLAIM": claim.id,
+        "RDMAD_ERROR": KernelError.dbus_name,
+    }

@@ -1,0 +1,237 @@
+"""The kernel steps of a claim (or a held claim's Attach), and their undo when one fails:
+PENDING on disk before the first step, ACTIVE after the last; what a failed claim moved is
+moved back before the caller hears of the failure."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import replace
+
+from rdmad.core.backend import (
+    NetdevBackend,
+    NetnsResolver,
+    NetnsTarget,
+    Placement,
+    RdmaBackend,
+)
+from rdmad.core.giveback import GiveBack, log_not_returned, placement
+from rdmad.core.logfields import MESSAGE_CLAIM_FAILED, MESSAGE_GIDS_UNREADABLE, log_claim_event
+from rdmad.core.observer import CoreObserver
+from rdmad.core.records import Records
+from rdmad.core.release import Release
+from rdmad.core.steps import step
+from rdmad.core.tracking import InventoryTracker
+from rdmad.errors import InvalidArgs, RdmadError
+from rdmad.model import (
+    TABLE_AUTO,
+    Claim,
+    ClaimOptions,
+    ClaimPhase,
+    Gid,
+    HostConfig,
+    Netdev,
+    NetnsMode,
+    RdmaDevice,
+    netns_label,
+)
+
+log = logging.getLogger("rdmad.core.take")
+
+
+class Take:
+    def __init__(
+        self,
+        net: NetdevBackend,
+        rdma: RdmaBackend,
+        resolver: NetnsResolver,
+        records: Records,
+        tracker: InventoryTracker,
+        giveback: GiveBack,
+        release: Release,
+        observers: CoreObserver,
+        route_tables: range,
+    ) -> None:
+        self._net = net
+        self._rdma = rdma
+        self._resolver = resolver
+        self._records = records
+        self._book = records.book
+        self._tracker = tracker
+        self._giveback = giveback
+        self._release = release
+        self._observers = observers
+        self._route_tables = route_tables
+
+    async def take(
+        self, claim: Claim, dev: RdmaDevice, target: NetnsTarget, parent: int, opts: ClaimOptions
+    ) -> None:
+        """The kernel steps of `claim`, undone if one fails. `parent`: a shared claim's
+        netdev, 0 for a whole one."""
+        exclusive = self._tracker.netns_mode == NetnsMode.EXCLUSIVE
+        claim.phase = ClaimPhase.PENDING
+        try:
+            if opts.table is not None:  # booked before the save: the undo finds it
+                claim.route_table = await self._table_for(claim, target, opts.table)
+            if not opts.shared and exclusive:
+                claim.moved_device = dev
+            self._records.save(claim)
+            step("pending-written", f"claim {claim.id}")
+            if not opts.shared and exclusive:
+                await self._rdma.move(dev.index, target)
+                claim.rdma_moved = True
+                step("rdma-moved", f"claim {claim.id}")
+            placed = await self._place(claim, target, parent, opts)
+            if claim.route_table:
+                await self._net.add_policy_routing(
+                    target, placed.ifindex, claim.route_table, opts.addresses, opts.routes
+                )
+                step("routes-installed", f"claim {claim.id}")
+            claim.chardevs = await self._rdma.chardevs(
+                dev, opts.chardevs, target if claim.rdma_moved else None
+            )
+            claim.gids = await self.claim_gids(claim, target, placed)
+            claim.phase = ClaimPhase.ACTIVE
+            self._records.save(claim)
+            step("active-written", f"claim {claim.id}")
+        except BaseException as exc:
+            await self._undo(claim, target, exc)
+            raise
+
+    async def _place(
+        self, claim: Claim, target: NetnsTarget, parent: int, opts: ClaimOptions
+    ) -> Placement:
+        """The claim's netdev into `target`: a shared claim's macvlan child, a whole claim's
+        own netdev (if it moves one)."""
+        host = claim.host
+        if opts.shared:
+            placed = await self._net.add_macvlan(
+                parent, target, claim.ifname, opts.mtu, opts.addresses
+            )
+            claim.netdev_moved = True
+        elif host is not None:
+            placed = await self._net.place(
+                host.ifindex, target, claim.ifname, opts.mtu, opts.addresses, host
+            )
+            claim.netdev_moved = True
+        else:
+            placed = Placement(claim.nsid, 0, "")
+        claim.nsid, claim.ns_ifindex = placed.nsid, placed.ifindex
+        self._book.refile(claim)  # under the nsid the kernel reports it placed in
+        step("netdev-placed", f"claim {claim.id}")
+        return placed
+
+    async def _undo(self, claim: Claim, target: NetnsTarget, exc: BaseException) -> None:
+        """Put everything back as it was before a failed claim, then forget the claim."""
+        if not isinstance(exc, RdmadError):  # an RdmadError is logged by Core.claim
+            log_claim_event(
+                log,
+                MESSAGE_CLAIM_FAILED,
+                claim,
+                f"claim {claim.id} of {claim.device} failed unexpectedly: {exc!r}",
+                level=logging.ERROR,
+            )
+        try:
+            if claim.route_table:  # free when booked: whatever it holds now is this claim's
+                await self._net.remove_policy_routing(target, claim.route_table)
+            if claim.netdev_moved:
+                await self._giveback.bring_netdev_home(claim)
+            if claim.rdma_moved:
+                await self._rdma.move_home(claim.device, target)
+        except RdmadError as undo_exc:
+            # Left PENDING on disk: the next start (or an operator) finishes the undo.
+            log_not_returned(claim, undo_exc, "the claim failed; the next start undoes it")
+            return
+        rest = None
+        if claim.hold is not None:
+            rest = self._release.leave_netns(claim)  # a failed Attach: still held for the pod
+        else:
+            self._book.drop(claim)
+        with contextlib.suppress(RdmadError):
+            self._records.save(claim)
+        if rest is not None:
+            self._observers.left_netns(claim, rest)
+        # Events applied meanwhile re-read the device without its netdev: read it again
+        # before the lock goes, or the failed claim would show as a passing "unavailable".
+        await self._tracker.reread_device(claim.device)
+
+    async def _table_for(self, claim: Claim, target: NetnsTarget, asked: int) -> int:
+        """The routing table `claim` takes in `target`: `asked`, or with TABLE_AUTO the
+        lowest of the configured range that no claim of that netns has and that holds no
+        route and no rule there. Tables are per netns: other pods' do not count."""
+        in_kernel = await self._net.tables_in_use(target)
+        # Read after the await: a claim of this netns booked meanwhile has its table set.
+        # The book files a claim in its netns as soon as it has one (refile), an Attach's too.
+        taken = {
+            c.route_table: c
+            for c in self._book.in_netns(target.inode)
+            if c.route_table and c is not claim
+        }
+        where = netns_label(target.inode)
+        if asked != TABLE_AUTO:
+            if asked in taken:
+                raise InvalidArgs(
+                    f"routing table {asked} of {where} is taken by claim {taken[asked].id}"
+                )
+            if asked in in_kernel:
+                raise InvalidArgs(f"routing table {asked} of {where} holds routes or rules already")
+            return asked
+        free = next((t for t in self._route_tables if t not in taken and t not in in_kernel), 0)
+        if not free:
+            span = f"{self._route_tables.start}-{self._route_tables.stop - 1}"
+            raise InvalidArgs(f"no free routing table in {span} (route_tables) in {where}")
+        return free
+
+    async def reread_gids(self, claim: Claim) -> None:
+        """The addresses in a claim's netns changed: read its GIDs again, and tell observers
+        (the CDI spec, the bus) when they differ."""
+        async with self._records.on_record(claim) as live:
+            if not live or claim.phase != ClaimPhase.ACTIVE:
+                return
+            target = self._resolver.reopen(claim.netns_inode, claim.netns_path)
+            if target is None:
+                return  # dying: NetnsGone ends the claim
+            try:
+                gids = await self.claim_gids(claim, target, placement(claim))
+            finally:
+                target.close()
+            if gids == claim.gids:
+                return
+            claim.gids = gids
+            self._records.save(claim)
+        self._observers.claim_changed(claim)
+
+    async def claim_gids(
+        self, claim: Claim, target: NetnsTarget, placed: Placement
+    ) -> tuple[Gid, ...]:
+        """The GID entries a claim's user picks from: a shared claim's are its child's, a
+        whole claim's are the device's. Without them the claim still works: a failed read
+        costs the user the hint, not the device."""
+        inside = target if claim.shared or claim.rdma_moved else None
+        try:
+            return await self._rdma.gids(claim.device, inside, placed if claim.shared else None)
+        except RdmadError as exc:
+            log_claim_event(
+                log,
+                MESSAGE_GIDS_UNREADABLE,
+                claim,
+                f"claim {claim.id}: cannot read the GID table of {claim.device}: {exc}",
+                level=logging.WARNING,
+            )
+            return ()
+
+    async def where(
+        self, moving: Netdev | None, target: NetnsTarget
+    ) -> tuple[HostConfig | None, int, int]:
+        """What a claim records before its first step: the host settings of the netdev it
+        moves (None: none), and its netns's nsid and cookie."""
+        return await asyncio.gather(
+            self._host_config(moving), self._net.nsid(target), self._resolver.cookie(target)
+        )
+
+    async def _host_config(self, netdev: Netdev | None) -> HostConfig | None:
+        """What to restore on release, for a claim that moves the device's netdev."""
+        if netdev is None:
+            return None
+        return replace(await self._net.host_config(netdev.ifindex), kind=netdev.kind)
