@@ -152,15 +152,23 @@ class Rig:
 class Rigs:
     """Starts daemons (each a Core on its own fake process) and stops them all at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, state: Path) -> None:
+        self._state = state  # the state directory of a daemon started without a store
         self._started: list[Rig] = []
 
     async def start(
-        self, kernel: FakeKernel, store: Store, *, shared_limit: int = 16, announce: bool = True
+        self,
+        kernel: FakeKernel,
+        store: Store | None = None,
+        *,
+        shared_limit: int = 16,
+        announce: bool = True,
     ) -> Rig:
         """As rdmad.daemon.main: events subscribed first, then start, observers, and (unless
         `announce` is False: the daemon still taking its bus name) the Released of the
-        claims ended since start."""
+        claims ended since start. `store`: the test's own, else one on the test's state
+        directory."""
+        store = Store(self._state) if store is None else store
         process = kernel.process()
         core = Core(process.net, process.rdma, process.resolver, store, shared_limit=shared_limit)
         kernel.attach(core.handle)
@@ -179,12 +187,20 @@ class Rigs:
 
 
 @pytest.fixture
-async def rigs() -> AsyncIterator[Rigs]:
-    started = Rigs()
+async def rigs(tmp_path: Path) -> AsyncIterator[Rigs]:
+    """Starts Cores, each on a fake kernel and (unless given another) a state directory in
+    `tmp_path`, and stops them when the test ends."""
+    started = Rigs(tmp_path)
     try:
         yield started
     finally:
         await started.close()
+
+
+@pytest.fixture
+async def rig(rigs: Rigs) -> Rig:
+    """A Core started on two_nics() in shared mode, its state in `tmp_path`."""
+    return await rigs.start(two_nics())
 
 
 def two_nics(mode: NetnsMode = NetnsMode.SHARED) -> FakeKernel:

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from rdmad.kernel import rdma_sysfs
-from tests.support.core_rig import rigs
+from tests.support.core_rig import rig, rigs
 
-__all__ = ["rigs", "sysfs"]
+__all__ = ["rig", "rigs", "sysfs"]
 
 
 @pytest.fixture

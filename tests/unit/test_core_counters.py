@@ -2,32 +2,29 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from rdmad.core.store import Store
 from rdmad.errors import DeviceBusy, NoSuchDevice
 from rdmad.model import ClaimOptions, CounterScope, NetnsMode, PortCounters, ReleaseReason
-from tests.support.core_rig import Rigs, two_nics
+from tests.support.core_rig import Rig, Rigs, two_nics
 
 WHOLE = ClaimOptions(ifname="net0")
 SHARED = ClaimOptions(shared=True)
 
 
-async def test_device_counters_are_device_wide(rigs: Rigs, tmp_path: Path) -> None:
+async def test_device_counters_are_device_wide(rigs: Rigs) -> None:
     kernel = two_nics()
     kernel.rdma["mlx5_0"].counters = {"sent_pkts": 5, "rcvd_pkts": 7}
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     counters = await rig.core.device_counters("mlx5_0")
     assert counters.scope is CounterScope.DEVICE
     assert counters.ports == (PortCounters(1, {"sent_pkts": 5, "rcvd_pkts": 7}),)
 
 
-async def test_a_shared_claim_sees_its_devices_counters(rigs: Rigs, tmp_path: Path) -> None:
+async def test_a_shared_claim_sees_its_devices_counters(rigs: Rigs) -> None:
     kernel = two_nics()
     kernel.rdma["mlx5_0"].counters = {"sent_pkts": 5}
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     counters = await rig.core.claim_counters(claim.id)
     assert counters.scope is CounterScope.DEVICE
@@ -35,11 +32,11 @@ async def test_a_shared_claim_sees_its_devices_counters(rigs: Rigs, tmp_path: Pa
 
 
 async def test_a_whole_claim_in_exclusive_mode_reads_its_own_counters_in_its_netns(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics(NetnsMode.EXCLUSIVE)
     kernel.rdma["mlx5_0"].counters = {"sent_pkts": 9}
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     counters = await rig.core.claim_counters(claim.id)
     assert counters.scope is CounterScope.CLAIM
@@ -47,18 +44,15 @@ async def test_a_whole_claim_in_exclusive_mode_reads_its_own_counters_in_its_net
     assert kernel.netns("pod").refs == 0  # the netns was opened for the read only
 
 
-async def test_a_device_that_went_away_is_a_named_error(rigs: Rigs, tmp_path: Path) -> None:
+async def test_a_device_that_went_away_is_a_named_error(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     del kernel.rdma["mlx5_0"]  # unplugged, its event not yet applied
     with pytest.raises(NoSuchDevice, match="went away"):
         await rig.core.device_counters("mlx5_0")
 
 
-async def test_statistics_count_claims_releases_and_errors_by_name(
-    rigs: Rigs, tmp_path: Path
-) -> None:
-    rig = await rigs.start(two_nics(), Store(tmp_path))
+async def test_statistics_count_claims_releases_and_errors_by_name(rig: Rig) -> None:
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     with pytest.raises(DeviceBusy):
         await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)

@@ -12,7 +12,6 @@ import pytest
 
 from rdmad.core.events import AddressChanged
 from rdmad.core.logfields import MESSAGE_JOB_FAILED
-from rdmad.core.store import Store
 from rdmad.model import ClaimOptions, Gid, NetnsMode, gid_of
 from tests.support.core_rig import FlakyStore, Rig, Rigs, two_nics
 from tests.support.fake_kernel import FakeKernel
@@ -41,17 +40,14 @@ async def changed_once_more(rig: Rig, before: int) -> None:
     await rig.seen.wait_for(lambda: len(rig.seen.changed) > before)
 
 
-async def test_a_shared_claims_gids_are_its_childs_entries(rigs: Rigs, tmp_path: Path) -> None:
-    rig = await rigs.start(two_nics(), Store(tmp_path))
+async def test_a_shared_claims_gids_are_its_childs_entries(rig: Rig) -> None:
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     assert claim.gids == (Gid(1, 1, v4_gid("198.51.100.5"), "RoCE v2", "net1"),)
 
 
-async def test_an_address_added_on_a_shared_claims_child_joins_its_gids(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_an_address_added_on_a_shared_claims_child_joins_its_gids(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     kernel.set_addresses("net1", ("198.51.100.5/24", "203.0.113.7/24"), netns="pod")
     await changed_once_more(rig, 0)
@@ -60,10 +56,10 @@ async def test_an_address_added_on_a_shared_claims_child_joins_its_gids(
 
 
 async def test_an_address_on_another_netdev_in_the_netns_leaves_a_shared_claim_alone(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     kernel.move_link("eth1", "pod")
     reads = kernel.calls["gids"]
@@ -76,11 +72,9 @@ async def test_an_address_on_another_netdev_in_the_netns_leaves_a_shared_claim_a
 WHOLE = ClaimOptions(shared=False)
 
 
-async def test_an_address_on_one_rail_of_a_pod_reads_that_rails_gids_only(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_an_address_on_one_rail_of_a_pod_reads_that_rails_gids_only(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     for device in ("mlx5_0", "mlx5_1"):
         await rig.core.claim(device, rig.process.resolver.open("pod"), WHOLE)
     await rig.quiesce()
@@ -104,11 +98,11 @@ def pods_of_rails(pods: int, rails: int) -> FakeKernel:
 
 @pytest.mark.parametrize("kind", ["whole", "shared"])
 async def test_an_address_on_one_claims_interface_reads_its_gids_and_no_others_of_many(
-    rigs: Rigs, tmp_path: Path, kind: str
+    rigs: Rigs, kind: str
 ) -> None:
     pods, rails = 4, 3
     kernel = pods_of_rails(pods, rails)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     devices = iter(range(pods * rails * 2))
     for p in range(pods):
         for r in range(rails):
@@ -128,11 +122,9 @@ async def test_an_address_on_one_claims_interface_reads_its_gids_and_no_others_o
     assert [g.gid for g in mine.gids] == [v4_gid("203.0.113.9")]
 
 
-async def test_a_held_claim_attached_to_a_pod_follows_its_interfaces_addresses(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_a_held_claim_attached_to_a_pod_follows_its_interfaces_addresses(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     await rig.core.hold("mlx5_0", "pod-uid", ClaimOptions(shared=True))
     [claim] = await rig.core.attach("pod-uid", rig.process.resolver.open("pod"), "", SHARED)
     kernel.set_addresses("net1", ("198.51.100.5/24", "203.0.113.7/24"), netns="pod")
@@ -145,7 +137,7 @@ async def test_an_address_on_no_claims_interface_reads_the_whole_device_claims_g
 ) -> None:
     # It may be on an upper device (a VLAN) of the claim's netdev, whose table holds it.
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     kernel.move_link("eth1", "pod")
     await rig.quiesce()
@@ -156,10 +148,10 @@ async def test_an_address_on_no_claims_interface_reads_the_whole_device_claims_g
 
 
 async def test_a_device_moved_without_its_netdev_follows_that_netdevs_addresses_at_home(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics(NetnsMode.EXCLUSIVE)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), RDMA_ONLY)
     assert [(g.gid, g.netdev) for g in claim.gids] == [(v4_gid("192.0.2.1"), "eth0")]
     kernel.set_addresses("eth0", ("192.0.2.1/24", "192.0.2.99/24"))
@@ -167,11 +159,9 @@ async def test_a_device_moved_without_its_netdev_follows_that_netdevs_addresses_
     assert [g.gid for g in claim.gids] == [v4_gid("192.0.2.1"), v4_gid("192.0.2.99")]
 
 
-async def test_an_address_on_another_netdev_at_home_leaves_a_moved_device_alone(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_an_address_on_another_netdev_at_home_leaves_a_moved_device_alone(rigs: Rigs) -> None:
     kernel = two_nics(NetnsMode.EXCLUSIVE)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), RDMA_ONLY)
     reads = kernel.calls["gids"]
     kernel.set_addresses("eth1", ("192.0.2.77/24",))
@@ -184,7 +174,7 @@ async def test_the_event_of_an_address_the_claims_gids_already_show_reads_nothin
 ) -> None:
     # The claim's own address is announced after the claim read its entry.
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     child = kernel.link("net1", "pod")
     assert child is not None
@@ -195,11 +185,9 @@ async def test_the_event_of_an_address_the_claims_gids_already_show_reads_nothin
     assert kernel.calls["gids"] == reads, "the GID table was read again"
 
 
-async def test_an_address_removed_from_a_shared_claims_child_leaves_its_gids(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_an_address_removed_from_a_shared_claims_child_leaves_its_gids(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     kernel.set_addresses("net1", ("198.51.100.5/24", "203.0.113.7/24"), netns="pod")
     await changed_once_more(rig, 0)

@@ -41,11 +41,9 @@ async def sandbox_dies(rig: Rig, kernel: FakeKernel, claim: Claim, netns: str = 
 # ------------------------------------------------------------------ the netns dies
 
 
-async def test_an_attached_hold_whose_netns_dies_is_held_for_its_pod_again(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_an_attached_hold_whose_netns_dies_is_held_for_its_pod_again(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await attached(rig, "mlx5_0", WHOLE)
     await sandbox_dies(rig, kernel, held)
     assert (held.netns, held.hold is not None and held.hold.pod_uid) == ("", POD)
@@ -53,23 +51,19 @@ async def test_an_attached_hold_whose_netns_dies_is_held_for_its_pod_again(
     assert rig.state("mlx5_0") == DeviceState.CLAIMED, "still taken: not back in the offer"
 
 
-async def test_a_hold_whose_netns_died_has_its_device_home_as_it_left(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_a_hold_whose_netns_died_has_its_device_home_as_it_left(rigs: Rigs) -> None:
     kernel = two_nics()
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await attached(rig, "mlx5_0", WHOLE)
     await sandbox_dies(rig, kernel, held)
     assert host_side(kernel) == before
     assert not held.netdev_moved and held.host is None
 
 
-async def test_a_hold_whose_netns_died_is_attached_again_by_the_next_sandbox(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_a_hold_whose_netns_died_is_attached_again_by_the_next_sandbox(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await attached(rig, "mlx5_0", WHOLE)
     await sandbox_dies(rig, kernel, held)
     kernel.add_netns("pod-again")
@@ -79,10 +73,10 @@ async def test_a_hold_whose_netns_died_is_attached_again_by_the_next_sandbox(
     assert kernel.link("net0", "pod-again") is not None
 
 
-async def test_a_hold_whose_netns_died_tells_its_observers_so(rigs: Rigs, tmp_path: Path) -> None:
+async def test_a_hold_whose_netns_died_tells_its_observers_so(rigs: Rigs) -> None:
     """The bus's PropertiesChanged (State, Netns) and the CDI spec follow claim_changed."""
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await attached(rig, "mlx5_0", WHOLE)
     mark = len(rig.seen.changed)
     await sandbox_dies(rig, kernel, held)
@@ -91,7 +85,7 @@ async def test_a_hold_whose_netns_died_tells_its_observers_so(rigs: Rigs, tmp_pa
 
 async def test_a_hold_whose_netns_died_is_saved_held(rigs: Rigs, tmp_path: Path) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await attached(rig, "mlx5_0", WHOLE)
     await sandbox_dies(rig, kernel, held)
     (saved,) = Store(tmp_path).load().claims
@@ -99,10 +93,10 @@ async def test_a_hold_whose_netns_died_is_saved_held(rigs: Rigs, tmp_path: Path)
 
 
 async def test_in_exclusive_mode_a_hold_whose_netns_died_lists_its_char_devices_at_home(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics(NetnsMode.EXCLUSIVE)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await attached(rig, "mlx5_0", WHOLE)
     in_pod = {c for c in held.chardevs if c.kind == "uverbs"}
     await sandbox_dies(rig, kernel, held)
@@ -112,11 +106,9 @@ async def test_in_exclusive_mode_a_hold_whose_netns_died_lists_its_char_devices_
     assert home != in_pod, "the move home made uverbs anew"
 
 
-async def test_a_shared_hold_whose_netns_died_is_held_again_its_child_gone(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_a_shared_hold_whose_netns_died_is_held_again_its_child_gone(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await attached(rig, "mlx5_0", SHARED)
     await sandbox_dies(rig, kernel, held)
     assert rig.state("mlx5_0") == DeviceState.SHARED and kernel.link("eth0") is not None
@@ -128,7 +120,7 @@ async def test_a_shared_hold_whose_netns_died_is_held_again_its_child_gone(
 async def test_release_ends_a_hold_whose_netns_died(rigs: Rigs, tmp_path: Path) -> None:
     """Nothing is stranded: the kubelet's unprepare ends a hold whose pod never comes back."""
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await attached(rig, "mlx5_0", WHOLE)
     await sandbox_dies(rig, kernel, held)
     await rig.core.release(held.id)
@@ -138,9 +130,9 @@ async def test_release_ends_a_hold_whose_netns_died(rigs: Rigs, tmp_path: Path) 
     assert rig.seen.ended == [(held.id, ReleaseReason.REQUESTED)]
 
 
-async def test_a_hold_whose_netns_died_survives_a_restart(rigs: Rigs, tmp_path: Path) -> None:
+async def test_a_hold_whose_netns_died_survives_a_restart(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await attached(rig, "mlx5_0", WHOLE)
     await sandbox_dies(rig, kernel, held)
     fresh = await rig.restart()
@@ -155,7 +147,7 @@ async def test_a_hold_whose_netns_died_while_rdmad_was_down_is_held_again_at_sta
 ) -> None:
     kernel = two_nics()
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await attached(rig, "mlx5_0", WHOLE)
     await rig.crash()
     kernel.delete_netns("pod")
@@ -167,9 +159,9 @@ async def test_a_hold_whose_netns_died_while_rdmad_was_down_is_held_again_at_sta
     assert [c.phase for c in Store(tmp_path).load().claims] == [ClaimPhase.HELD]
 
 
-async def test_a_claim_without_a_hold_still_ends_with_its_netns(rigs: Rigs, tmp_path: Path) -> None:
+async def test_a_claim_without_a_hold_still_ends_with_its_netns(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     kernel.delete_netns("pod")
     assert await rig.seen.wait_released(claim.id) == ReleaseReason.NETNS_GONE
@@ -184,7 +176,7 @@ async def test_detach_brings_the_device_home_and_holds_it_for_the_pod_again(
 ) -> None:
     kernel = two_nics()
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await attached(rig, "mlx5_0", WHOLE)
     await rig.core.detach(held.id)
     await rig.quiesce()
@@ -194,11 +186,9 @@ async def test_detach_brings_the_device_home_and_holds_it_for_the_pod_again(
     assert [c.phase for c in Store(tmp_path).load().claims] == [ClaimPhase.HELD]
 
 
-async def test_after_detach_the_next_sandbox_attaches_the_hold_again(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_after_detach_the_next_sandbox_attaches_the_hold_again(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await attached(rig, "mlx5_0", WHOLE)
     await rig.core.detach(held.id)
     kernel.add_netns("pod-again")
@@ -206,23 +196,20 @@ async def test_after_detach_the_next_sandbox_attaches_the_hold_again(
     assert kernel.link("net0", "pod-again") is not None and held.phase == ClaimPhase.ACTIVE
 
 
-async def test_detach_of_a_hold_not_attached_changes_nothing(rigs: Rigs, tmp_path: Path) -> None:
+async def test_detach_of_a_hold_not_attached_changes_nothing(rig: Rig) -> None:
     """A retried DEL."""
-    rig = await rigs.start(two_nics(), Store(tmp_path))
     held = await rig.core.hold("mlx5_0", POD, WHOLE)
     await rig.core.detach(held.id)
     assert held.phase == ClaimPhase.HELD and rig.seen.changed == []
 
 
-async def test_detach_of_a_claim_without_a_hold_is_refused(rigs: Rigs, tmp_path: Path) -> None:
-    rig = await rigs.start(two_nics(), Store(tmp_path))
+async def test_detach_of_a_claim_without_a_hold_is_refused(rig: Rig) -> None:
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     with pytest.raises(InvalidArgs, match="not held for a pod"):
         await rig.core.detach(claim.id)
     assert claim.phase == ClaimPhase.ACTIVE
 
 
-async def test_detach_of_an_unknown_claim_is_no_such_claim(rigs: Rigs, tmp_path: Path) -> None:
-    rig = await rigs.start(two_nics(), Store(tmp_path))
+async def test_detach_of_an_unknown_claim_is_no_such_claim(rig: Rig) -> None:
     with pytest.raises(NoSuchClaim):
         await rig.core.detach("0123456789abcdef")

@@ -13,7 +13,7 @@ import pytest
 from rdmad.core.store import Store
 from rdmad.errors import DeviceBusy, InvalidArgs, NoSuchClaim, NoSuchDevice
 from rdmad.model import ClaimOptions, ClaimPhase, DeviceState, NetnsMode, ReleaseReason
-from tests.support.core_rig import WAIT, Rigs, host_side, two_nics
+from tests.support.core_rig import WAIT, Rig, Rigs, host_side, two_nics
 from tests.support.fake_kernel import INIT
 
 POD = "0f6a2c44-7d1e-4c8e-9a55-3b7e1c2d9f10"
@@ -23,11 +23,9 @@ SHARED = ClaimOptions(shared=True)
 ADDRESSES = ClaimOptions(addresses=(ip_interface("10.0.0.5/24"),))
 
 
-async def test_a_hold_moves_nothing_and_makes_the_device_unavailable_to_others(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_a_hold_moves_nothing_and_makes_the_device_unavailable_to_others(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await rig.core.hold("mlx5_0", POD, WHOLE)
     await rig.quiesce()
     assert held.phase == ClaimPhase.HELD and held.netns == ""
@@ -38,39 +36,35 @@ async def test_a_hold_moves_nothing_and_makes_the_device_unavailable_to_others(
 
 
 async def test_a_hold_is_announced_as_made_so_that_its_cdi_spec_exists_before_attach(
-    rigs: Rigs, tmp_path: Path
+    rig: Rig,
 ) -> None:
-    rig = await rigs.start(two_nics(), Store(tmp_path))
     held = await rig.core.hold("mlx5_0", POD, WHOLE)
     assert rig.seen.made == [held.id]
     assert {c.kind for c in held.chardevs} == {"uverbs", "rdma_cm"}
 
 
-async def test_a_hold_needs_a_pod_uid(rigs: Rigs, tmp_path: Path) -> None:
-    rig = await rigs.start(two_nics(), Store(tmp_path))
+async def test_a_hold_needs_a_pod_uid(rig: Rig) -> None:
     with pytest.raises(InvalidArgs, match="pod UID"):
         await rig.core.hold("mlx5_0", "", WHOLE)
 
 
-async def test_a_device_is_held_once_for_one_pod(rigs: Rigs, tmp_path: Path) -> None:
-    rig = await rigs.start(two_nics(), Store(tmp_path))
+async def test_a_device_is_held_once_for_one_pod(rig: Rig) -> None:
     await rig.core.hold("mlx5_0", POD, SHARED)
     with pytest.raises(DeviceBusy, match=POD):
         await rig.core.hold("mlx5_0", POD, SHARED)
 
 
-async def test_a_shared_device_is_held_for_several_pods(rigs: Rigs, tmp_path: Path) -> None:
-    rig = await rigs.start(two_nics(), Store(tmp_path))
+async def test_a_shared_device_is_held_for_several_pods(rig: Rig) -> None:
     first = await rig.core.hold("mlx5_0", POD, SHARED)
     second = await rig.core.hold("mlx5_0", OTHER_POD, SHARED)
     assert {c.id for c in rig.core.claims()} == {first.id, second.id}
 
 
 async def test_a_pods_shared_holds_without_a_name_get_net1_net2_and_attach_side_by_side(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     first = await rig.core.hold("mlx5_0", POD, SHARED)
     second = await rig.core.hold("mlx5_1", POD, SHARED)
     other_pods = await rig.core.hold("mlx5_0", OTHER_POD, SHARED)
@@ -79,26 +73,20 @@ async def test_a_pods_shared_holds_without_a_name_get_net1_net2_and_attach_side_
     assert {link.name for link in kernel.links_in("pod")} >= {"net1", "net2"}
 
 
-async def test_a_whole_device_held_for_one_pod_is_refused_to_another(
-    rigs: Rigs, tmp_path: Path
-) -> None:
-    rig = await rigs.start(two_nics(), Store(tmp_path))
+async def test_a_whole_device_held_for_one_pod_is_refused_to_another(rig: Rig) -> None:
     held = await rig.core.hold("mlx5_0", POD, WHOLE)
     with pytest.raises(DeviceBusy, match=held.id):
         await rig.core.hold("mlx5_0", OTHER_POD, WHOLE)
 
 
-async def test_a_hold_of_an_unknown_device_is_refused(rigs: Rigs, tmp_path: Path) -> None:
-    rig = await rigs.start(two_nics(), Store(tmp_path))
+async def test_a_hold_of_an_unknown_device_is_refused(rig: Rig) -> None:
     with pytest.raises(NoSuchDevice):
         await rig.core.hold("mlx5_9", POD, WHOLE)
 
 
-async def test_attach_moves_the_held_netdev_into_the_netns_as_a_claim_does(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_attach_moves_the_held_netdev_into_the_netns_as_a_claim_does(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await rig.core.hold("mlx5_0", POD, WHOLE)
     attached = await rig.core.attach(POD, rig.process.resolver.open("pod"), "", ADDRESSES)
     assert [c.id for c in attached] == [held.id]
@@ -108,16 +96,16 @@ async def test_attach_moves_the_held_netdev_into_the_netns_as_a_claim_does(
     assert rig.seen.changed == [held.id], "the CDI spec is written again"
 
 
-async def test_attach_of_a_pod_with_nothing_held_does_nothing(rigs: Rigs, tmp_path: Path) -> None:
+async def test_attach_of_a_pod_with_nothing_held_does_nothing(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     assert await rig.core.attach(POD, rig.process.resolver.open("pod"), "", ADDRESSES) == []
     assert kernel.links_in("pod") == []
 
 
-async def test_attach_named_by_interface_takes_only_that_hold(rigs: Rigs, tmp_path: Path) -> None:
+async def test_attach_named_by_interface_takes_only_that_hold(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     await rig.core.hold("mlx5_0", POD, ClaimOptions(ifname="rdma0"))
     second = await rig.core.hold("mlx5_1", POD, ClaimOptions(ifname="rdma1"))
     attached = await rig.core.attach(POD, rig.process.resolver.open("pod"), "rdma1", ADDRESSES)
@@ -127,10 +115,7 @@ async def test_attach_named_by_interface_takes_only_that_hold(rigs: Rigs, tmp_pa
         await rig.core.attach(POD, rig.process.resolver.open("pod"), "rdma9", ADDRESSES)
 
 
-async def test_attach_again_into_the_same_netns_returns_the_claim_as_it_is(
-    rigs: Rigs, tmp_path: Path
-) -> None:
-    rig = await rigs.start(two_nics(), Store(tmp_path))
+async def test_attach_again_into_the_same_netns_returns_the_claim_as_it_is(rig: Rig) -> None:
     held = await rig.core.hold("mlx5_0", POD, WHOLE)
     await rig.core.attach(POD, rig.process.resolver.open("pod"), "", ADDRESSES)
     again = await rig.core.attach(POD, rig.process.resolver.open("pod"), "", ADDRESSES)
@@ -138,10 +123,10 @@ async def test_attach_again_into_the_same_netns_returns_the_claim_as_it_is(
 
 
 async def test_attach_in_exclusive_mode_reads_the_char_devices_again_after_the_move(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics(NetnsMode.EXCLUSIVE)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await rig.core.hold("mlx5_0", POD, WHOLE)
     await rig.core.attach(POD, rig.process.resolver.open("pod"), "", ADDRESSES)
     assert kernel.rdma_netns("mlx5_0") == kernel.netns("pod").inode
@@ -152,7 +137,7 @@ async def test_attach_in_exclusive_mode_reads_the_char_devices_again_after_the_m
 async def test_a_failed_attach_leaves_the_device_home_and_held(rigs: Rigs, tmp_path: Path) -> None:
     kernel = two_nics()
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await rig.core.hold("mlx5_0", POD, WHOLE)
     kernel.fail("chardevs", NoSuchDevice("gone mid-way"))
     with pytest.raises(NoSuchDevice):
@@ -162,8 +147,7 @@ async def test_a_failed_attach_leaves_the_device_home_and_held(rigs: Rigs, tmp_p
     assert [c.phase for c in Store(tmp_path).load().claims] == [ClaimPhase.HELD]
 
 
-async def test_release_of_a_hold_frees_the_device(rigs: Rigs, tmp_path: Path) -> None:
-    rig = await rigs.start(two_nics(), Store(tmp_path))
+async def test_release_of_a_hold_frees_the_device(rig: Rig, tmp_path: Path) -> None:
     held = await rig.core.hold("mlx5_0", POD, WHOLE)
     await rig.core.release(held.id)
     await rig.quiesce()
@@ -172,9 +156,9 @@ async def test_release_of_a_hold_frees_the_device(rigs: Rigs, tmp_path: Path) ->
     assert rig.seen.ended == [(held.id, ReleaseReason.REQUESTED)]
 
 
-async def test_a_hold_survives_a_restart_and_attaches_after_it(rigs: Rigs, tmp_path: Path) -> None:
+async def test_a_hold_survives_a_restart_and_attaches_after_it(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await rig.core.hold("mlx5_0", POD, WHOLE)
     fresh = await rig.restart()
     await fresh.quiesce()
@@ -185,11 +169,9 @@ async def test_a_hold_survives_a_restart_and_attaches_after_it(rigs: Rigs, tmp_p
     assert kernel.link("net0", "pod") is not None
 
 
-async def test_an_attach_interrupted_by_a_crash_is_undone_back_to_held(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_an_attach_interrupted_by_a_crash_is_undone_back_to_held(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await rig.core.hold("mlx5_0", POD, WHOLE)
     gate = kernel.pause("chardevs")  # the netdev moved and configured
     task = asyncio.ensure_future(

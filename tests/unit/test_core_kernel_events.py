@@ -28,7 +28,7 @@ async def test_netns_death_ends_a_whole_claim_and_restores_the_returned_nic(
 ) -> None:
     kernel = two_nics()
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     kernel.delete_netns("pod")  # the NIC comes back as net0, down, without addresses
     assert await rig.seen.wait_released(claim.id) == ReleaseReason.NETNS_GONE
@@ -37,12 +37,10 @@ async def test_netns_death_ends_a_whole_claim_and_restores_the_returned_nic(
     assert rig.state("mlx5_0") == DeviceState.AVAILABLE
 
 
-async def test_netns_death_ends_a_shared_claim_and_leaves_the_parent_alone(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_netns_death_ends_a_shared_claim_and_leaves_the_parent_alone(rigs: Rigs) -> None:
     kernel = two_nics()
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     kernel.delete_netns("pod")  # the macvlan child dies with it
     assert await rig.seen.wait_released(claim.id) == ReleaseReason.NETNS_GONE
@@ -51,11 +49,11 @@ async def test_netns_death_ends_a_shared_claim_and_leaves_the_parent_alone(
 
 
 async def test_netns_death_in_exclusive_mode_brings_the_device_home_without_removing_it(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics(NetnsMode.EXCLUSIVE)
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     kernel.delete_netns("pod")
     assert await rig.seen.wait_released(claim.id) == ReleaseReason.NETNS_GONE
@@ -72,7 +70,7 @@ async def test_a_nic_that_comes_home_late_is_waited_for_then_restored(
     kernel = two_nics()
     before = host_side(kernel)
     kernel.nics_return_late = True
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     kernel.delete_netns("pod")
     await rig.quiesce()
@@ -90,7 +88,7 @@ async def test_a_nic_later_than_the_wait_is_restored_whenever_it_comes_home(
     kernel = two_nics()
     before = host_side(kernel)
     kernel.nics_return_late = True
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     kernel.delete_netns("pod")
     assert await rig.seen.wait_released(claim.id) == ReleaseReason.NETNS_GONE
@@ -103,11 +101,11 @@ async def test_a_nic_later_than_the_wait_is_restored_whenever_it_comes_home(
 
 
 async def test_a_returned_nic_whose_name_is_taken_comes_back_as_devN_and_is_renamed(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics()
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim(
         "mlx5_0", rig.process.resolver.open("pod"), ClaimOptions(ifname="eth1")
     )
@@ -117,11 +115,11 @@ async def test_a_returned_nic_whose_name_is_taken_comes_back_as_devN_and_is_rena
 
 
 async def test_netns_death_while_a_claim_holds_it_open_ends_the_claim_once_it_is_done(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics()
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     gate = kernel.pause("chardevs")
     task = asyncio.ensure_future(rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE))
     await gate.reached.wait()
@@ -141,7 +139,7 @@ async def test_a_stale_dellink_for_a_netdev_already_home_keeps_its_device_availa
 ) -> None:
     # The claim's RTM_DELLINK is read only after the release brought the netdev home.
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     with kernel.hold_events() as claim_events:
         claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     with kernel.hold_events() as release_events:
@@ -157,12 +155,10 @@ async def test_a_stale_dellink_for_a_netdev_already_home_keeps_its_device_availa
     assert rig.state("mlx5_0") == DeviceState.AVAILABLE
 
 
-async def test_a_dellink_for_a_netdev_really_gone_makes_its_device_unavailable(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_a_dellink_for_a_netdev_really_gone_makes_its_device_unavailable(rigs: Rigs) -> None:
     kernel = two_nics()
     kernel.add_netns("elsewhere")
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     kernel.move_link("eth0", "elsewhere")  # someone else's move
     await rig.quiesce()
     assert rig.state("mlx5_0") == DeviceState.UNAVAILABLE
@@ -176,7 +172,7 @@ async def test_a_stale_delnsid_for_a_reused_nsid_keeps_the_live_claim(
     kernel = two_nics()
     old = kernel.add_netns("old")
     dead_nsid = kernel.assign_nsid(old)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     with kernel.hold_events() as late:
         kernel.delete_netns("old")
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
@@ -194,7 +190,7 @@ async def test_a_netns_death_ends_its_claim_though_a_newer_netns_got_its_inode_a
     # The kernel gives a dead netns's inode to the next netns made, possibly before rdmad
     # reads the RTM_DELNSID: that netns is not the claim's.
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     with kernel.hold_events() as late:
         kernel.delete_netns("pod")
@@ -204,12 +200,10 @@ async def test_a_netns_death_ends_its_claim_though_a_newer_netns_got_its_inode_a
     assert rig.seen.ended == [(claim.id, ReleaseReason.NETNS_GONE)]
 
 
-async def test_a_lost_delnsid_is_caught_by_the_resync_after_an_overrun(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_a_lost_delnsid_is_caught_by_the_resync_after_an_overrun(rigs: Rigs) -> None:
     kernel = two_nics()
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     with kernel.hold_events():  # never delivered: the socket overran
         kernel.delete_netns("pod")
@@ -220,10 +214,10 @@ async def test_a_lost_delnsid_is_caught_by_the_resync_after_an_overrun(
 
 
 async def test_the_resync_after_an_overrun_ends_a_claim_whose_nsid_and_inode_a_newer_netns_got(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     with kernel.hold_events():  # never delivered: the socket overran
         kernel.delete_netns("pod")
@@ -237,11 +231,11 @@ async def test_the_resync_after_an_overrun_ends_a_claim_whose_nsid_and_inode_a_n
 
 
 async def test_a_device_unplugged_while_claimed_ends_its_claim_and_its_netdev_comes_home(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics()
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     kernel.remove_rdma("mlx5_0")
     assert await rig.seen.wait_released(claim.id) == ReleaseReason.DEVICE_REMOVED
@@ -250,21 +244,19 @@ async def test_a_device_unplugged_while_claimed_ends_its_claim_and_its_netdev_co
     assert [v.device.name for v in rig.core.devices()] == ["mlx5_1"]
 
 
-async def test_a_device_plugged_in_is_announced_as_added(rigs: Rigs, tmp_path: Path) -> None:
+async def test_a_device_plugged_in_is_announced_as_added(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     kernel.add_nic("eth2")
     kernel.add_rdma("mlx5_2", "eth2")
     await rig.seen.wait_for(lambda: any(v.device.name == "mlx5_2" for v in rig.seen.views))
     assert rig.state("mlx5_2") == DeviceState.AVAILABLE
 
 
-async def test_an_rdma_subsystem_that_turns_up_late_brings_its_mode_and_devices(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_an_rdma_subsystem_that_turns_up_late_brings_its_mode_and_devices(rigs: Rigs) -> None:
     kernel = two_nics()
     kernel.mode = NetnsMode.UNAVAILABLE  # ib_core not loaded yet
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     assert rig.core.devices() == []
     kernel.mode = NetnsMode.SHARED
     kernel.add_nic("eth2")
@@ -273,11 +265,9 @@ async def test_an_rdma_subsystem_that_turns_up_late_brings_its_mode_and_devices(
     assert rig.seen.modes == [NetnsMode.SHARED] and rig.core.netns_mode == NetnsMode.SHARED
 
 
-async def test_a_netdev_renamed_by_someone_else_is_shown_under_its_new_name(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_a_netdev_renamed_by_someone_else_is_shown_under_its_new_name(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     kernel.rename_link("eth1", "renamed0")
     await rig.quiesce()
     view = rig.core.device("mlx5_1")

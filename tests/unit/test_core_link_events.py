@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from ipaddress import ip_interface
-from pathlib import Path
 
-from rdmad.core.store import Store
 from rdmad.model import Claim, ClaimOptions
 from tests.support.core_rig import Rig, Rigs, two_nics
 from tests.support.fake_kernel import FakeKernel
@@ -34,29 +32,29 @@ async def attached_hold(rig: Rig) -> Claim:
 
 
 async def test_a_new_netdev_rereads_nothing_while_a_claim_has_the_only_device_without_one(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     assert await rereads_of_a_new_netdev(rig, kernel) == Counter()
 
 
 async def test_a_new_netdev_rereads_nothing_while_an_attached_hold_has_its_devices_netdev(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     await attached_hold(rig)
     assert await rereads_of_a_new_netdev(rig, kernel) == Counter()
 
 
 async def test_a_new_netdev_rereads_everything_once_a_detached_holds_netdev_is_moved_away(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics()
     kernel.add_netns("elsewhere")
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await attached_hold(rig)
     await rig.core.detach(held.id)
     kernel.move_link("eth0", "elsewhere")  # someone else's move: not the hold's doing
@@ -64,11 +62,11 @@ async def test_a_new_netdev_rereads_everything_once_a_detached_holds_netdev_is_m
 
 
 async def test_a_new_netdev_rereads_everything_once_a_claims_netdev_came_home_and_left(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics()
     kernel.add_netns("elsewhere")
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     await rig.core.release(claim.id)
     kernel.move_link("eth0", "elsewhere")

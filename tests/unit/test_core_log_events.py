@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import errno
 import logging
-from pathlib import Path
 
 import pytest
 
 from rdmad.core.logfields import EVENT_FIELDS, MESSAGE_CLAIM_FAILED, MESSAGE_NOT_RETURNED
-from rdmad.core.store import Store
 from rdmad.errors import DeviceBusy, KernelError
 from rdmad.model import ClaimOptions, ReleaseReason, netns_label
 from tests.support.core_rig import Rigs, two_nics
@@ -24,11 +22,11 @@ def fields(record: logging.LogRecord) -> dict[str, object]:
 
 
 async def test_a_refused_claim_is_one_warning_naming_its_device_netns_and_error(
-    rigs: Rigs, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    rigs: Rigs, caplog: pytest.LogCaptureFixture
 ) -> None:
     kernel = two_nics()
     other = netns_label(kernel.add_netns("other").inode)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     with caplog.at_level(logging.INFO, logger="rdmad"), pytest.raises(DeviceBusy):
         await rig.core.claim("mlx5_0", rig.process.resolver.open("other"), WHOLE)
@@ -45,11 +43,11 @@ async def test_a_refused_claim_is_one_warning_naming_its_device_netns_and_error(
 
 
 async def test_a_netns_death_whose_netdev_cannot_be_restored_is_an_error_naming_the_claim(
-    rigs: Rigs, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    rigs: Rigs, caplog: pytest.LogCaptureFixture
 ) -> None:
     kernel = two_nics()
     pod = netns_label(kernel.netns("pod").inode)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     kernel.fail("restore", KernelError(errno.EIO, "restoring eth0"))
     with caplog.at_level(logging.INFO, logger="rdmad"):

@@ -65,11 +65,11 @@ async def crash_at(rig: Rig, op: str, call: Awaitable[object]) -> Rig:
     ],
 )
 async def test_a_claim_interrupted_by_a_crash_is_undone_at_the_next_start(
-    rigs: Rigs, tmp_path: Path, mode: NetnsMode, options: ClaimOptions, step: str
+    rigs: Rigs, mode: NetnsMode, options: ClaimOptions, step: str
 ) -> None:
     kernel = two_nics(mode)
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), options)
     fresh = await crash_at(rig, step, claim)
     await fresh.quiesce()
@@ -90,11 +90,11 @@ async def test_a_claim_interrupted_by_a_crash_is_undone_at_the_next_start(
     ],
 )
 async def test_a_release_interrupted_by_a_crash_is_finished_and_announced_as_reconciled(
-    rigs: Rigs, tmp_path: Path, mode: NetnsMode, options: ClaimOptions, step: str
+    rigs: Rigs, mode: NetnsMode, options: ClaimOptions, step: str
 ) -> None:
     kernel = two_nics(mode)
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), options)
     await rig.quiesce()
     fresh = await crash_at(rig, step, rig.core.release(claim.id))
@@ -112,7 +112,7 @@ async def test_a_claim_ended_before_the_bus_name_is_taken_is_announced_once_it_i
     # The daemon connects to the bus and takes io.rdmad1 after start: a Released sent in
     # between would not come from that name, which monitors match on.
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     await rig.crash()
     fresh = await rigs.start(kernel, rig.store, announce=False)
@@ -123,10 +123,7 @@ async def test_a_claim_ended_before_the_bus_name_is_taken_is_announced_once_it_i
     assert fresh.seen.ended == [(claim.id, ReleaseReason.NETNS_GONE)]
 
 
-async def test_the_state_file_says_releasing_while_a_release_is_under_way(
-    rigs: Rigs, tmp_path: Path
-) -> None:
-    rig = await rigs.start(two_nics(), Store(tmp_path))
+async def test_the_state_file_says_releasing_while_a_release_is_under_way(rig: Rig) -> None:
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     gate = rig.kernel.pause("bring_home")
     async with abandoned(rig.core.release(claim.id)):
@@ -135,9 +132,9 @@ async def test_the_state_file_says_releasing_while_a_release_is_under_way(
         gate.go.set()
 
 
-async def test_a_live_claim_survives_a_restart_as_it_was(rigs: Rigs, tmp_path: Path) -> None:
+async def test_a_live_claim_survives_a_restart_as_it_was(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     fresh = await rig.restart()
     await fresh.quiesce()
@@ -148,9 +145,9 @@ async def test_a_live_claim_survives_a_restart_as_it_was(rigs: Rigs, tmp_path: P
 
 @pytest.mark.parametrize("options", [WHOLE, ClaimOptions(netdev=False)], ids=["whole", "rdma-only"])
 async def test_a_device_an_exclusive_claim_moved_is_listed_as_before_after_a_restart(
-    rigs: Rigs, tmp_path: Path, options: ClaimOptions
+    rigs: Rigs, options: ClaimOptions
 ) -> None:
-    rig = await rigs.start(two_nics(NetnsMode.EXCLUSIVE), Store(tmp_path))
+    rig = await rigs.start(two_nics(NetnsMode.EXCLUSIVE))
     before = rig.core.device("mlx5_0").device
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), options)
     fresh = await rig.restart()  # init_net no longer lists the device: the claim must
@@ -161,11 +158,10 @@ async def test_a_device_an_exclusive_claim_moved_is_listed_as_before_after_a_res
 
 async def test_a_netns_deleted_while_the_daemon_was_down_ends_its_claim_at_start(
     rigs: Rigs,
-    tmp_path: Path,
 ) -> None:
     kernel = two_nics()
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     await rig.crash()
     kernel.delete_netns("pod")  # the NIC comes back as net0, down, without addresses
@@ -182,7 +178,7 @@ async def test_a_dead_netns_whose_nsid_another_netns_got_meanwhile_still_ends_it
 ) -> None:
     # The nsid on record names a live netns again: the claim's own netns (by inode) is gone.
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     await rig.crash()
     kernel.delete_netns("pod")
@@ -200,7 +196,7 @@ async def test_a_dead_netns_whose_inode_and_nsid_a_newer_netns_got_still_ends_it
     # The kernel gives both to the next netns made (a container's, on a busy host): that
     # netns is found by the claim's inode and nsid, and is not the claim's.
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     await rig.crash()
     kernel.delete_netns("pod")
@@ -218,7 +214,7 @@ async def test_a_restore_still_owed_at_a_crash_is_done_when_the_next_start_finds
     kernel = two_nics()
     before = host_side(kernel)
     kernel.nics_return_late = True
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     kernel.delete_netns("pod")
     await rig.seen.wait_released(claim.id)
@@ -295,13 +291,13 @@ REFUSALS = {
 }
 
 
-async def refused_at_restart(rigs: Rigs, tmp_path: Path, phase: str) -> tuple[Rig, HostSide]:
+async def refused_at_restart(rigs: Rigs, phase: str) -> tuple[Rig, HostSide]:
     """A daemon started on a claim left in `phase`, whose give-back the kernel refused; and
     the host side as it was before the claim."""
     mode, scenario, _ = REFUSALS[phase]
     kernel = two_nics(mode)
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     fresh = await scenario(rig)
     await fresh.quiesce()
     return fresh, before
@@ -327,9 +323,9 @@ def released_home(rig: Rig, before: HostSide) -> None:
 
 @pytest.mark.parametrize("phase", list(REFUSALS))
 async def test_a_give_back_refused_at_start_keeps_the_claim_listed_with_the_reason(
-    rigs: Rigs, tmp_path: Path, phase: str
+    rigs: Rigs, phase: str
 ) -> None:
-    fresh, _ = await refused_at_restart(rigs, tmp_path, phase)
+    fresh, _ = await refused_at_restart(rigs, phase)
     claim = one_claim_not_returned(fresh)
     assert claim.failure == str(REFUSALS[phase][2])
     assert phases(fresh) == [ClaimPhase.NOT_RETURNED], "and the next start knows it"
@@ -344,9 +340,9 @@ async def test_a_give_back_refused_at_start_keeps_the_claim_listed_with_the_reas
 
 @pytest.mark.parametrize("phase", list(REFUSALS))
 async def test_a_claim_not_returned_at_start_is_given_back_on_the_next_change_to_its_device(
-    rigs: Rigs, tmp_path: Path, phase: str
+    rigs: Rigs, phase: str
 ) -> None:
-    fresh, before = await refused_at_restart(rigs, tmp_path, phase)
+    fresh, before = await refused_at_restart(rigs, phase)
     claim = one_claim_not_returned(fresh)
     device_changed(fresh.kernel)
     assert await fresh.seen.wait_released(claim.id) == ReleaseReason.RECONCILED
@@ -356,9 +352,9 @@ async def test_a_claim_not_returned_at_start_is_given_back_on_the_next_change_to
 
 @pytest.mark.parametrize("phase", list(REFUSALS))
 async def test_a_claim_not_returned_at_start_is_given_back_on_release(
-    rigs: Rigs, tmp_path: Path, phase: str
+    rigs: Rigs, phase: str
 ) -> None:
-    fresh, before = await refused_at_restart(rigs, tmp_path, phase)
+    fresh, before = await refused_at_restart(rigs, phase)
     claim = one_claim_not_returned(fresh)
     await fresh.core.release(claim.id)
     assert fresh.seen.ended == [(claim.id, ReleaseReason.REQUESTED)]
@@ -366,10 +362,8 @@ async def test_a_claim_not_returned_at_start_is_given_back_on_release(
     released_home(fresh, before)
 
 
-async def test_a_claim_not_returned_at_start_is_given_back_at_the_next_start(
-    rigs: Rigs, tmp_path: Path
-) -> None:
-    fresh, before = await refused_at_restart(rigs, tmp_path, "releasing")
+async def test_a_claim_not_returned_at_start_is_given_back_at_the_next_start(rigs: Rigs) -> None:
+    fresh, before = await refused_at_restart(rigs, "releasing")
     claim = one_claim_not_returned(fresh)
     again = await fresh.restart()
     assert again.seen.ended == [(claim.id, ReleaseReason.RECONCILED)]
@@ -378,9 +372,9 @@ async def test_a_claim_not_returned_at_start_is_given_back_at_the_next_start(
 
 
 async def test_a_claim_not_returned_at_start_is_given_back_on_a_change_in_its_netns(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
-    fresh, before = await refused_at_restart(rigs, tmp_path, "releasing")
+    fresh, before = await refused_at_restart(rigs, "releasing")
     claim = one_claim_not_returned(fresh)
     fresh.kernel.set_addresses("net0", ("10.0.0.6/24",), netns="pod")
     assert await fresh.seen.wait_released(claim.id) == ReleaseReason.RECONCILED
@@ -388,10 +382,8 @@ async def test_a_claim_not_returned_at_start_is_given_back_on_a_change_in_its_ne
     released_home(fresh, before)
 
 
-async def test_a_change_to_another_device_does_not_retry_a_claim_not_returned(
-    rigs: Rigs, tmp_path: Path
-) -> None:
-    fresh, _ = await refused_at_restart(rigs, tmp_path, "releasing")
+async def test_a_change_to_another_device_does_not_retry_a_claim_not_returned(rigs: Rigs) -> None:
+    fresh, _ = await refused_at_restart(rigs, "releasing")
     tries = fresh.kernel.calls["bring_home"]
     fresh.kernel.emit(RdmaChanged("change infiniband/mlx5_1", device="mlx5_1"))
     await fresh.quiesce()
@@ -400,9 +392,9 @@ async def test_a_change_to_another_device_does_not_retry_a_claim_not_returned(
 
 
 async def test_a_release_refused_again_returns_the_error_and_keeps_the_claim_not_returned(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
-    fresh, _ = await refused_at_restart(rigs, tmp_path, "releasing")
+    fresh, _ = await refused_at_restart(rigs, "releasing")
     claim = one_claim_not_returned(fresh)
     fresh.kernel.fail("bring_home", REFUSED)
     with pytest.raises(KernelError, match="the name eth0 is taken"):
@@ -413,9 +405,9 @@ async def test_a_release_refused_again_returns_the_error_and_keeps_the_claim_not
 
 
 async def test_a_retry_refused_again_keeps_the_claim_and_the_next_change_retries_it(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
-    fresh, before = await refused_at_restart(rigs, tmp_path, "releasing")
+    fresh, before = await refused_at_restart(rigs, "releasing")
     claim = one_claim_not_returned(fresh)
     tries = fresh.kernel.calls["bring_home"]
     fresh.kernel.fail("bring_home", REFUSED)
@@ -430,10 +422,10 @@ async def test_a_retry_refused_again_keeps_the_claim_and_the_next_change_retries
 
 
 async def test_a_give_back_refused_at_start_is_an_error_naming_the_claim(
-    rigs: Rigs, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    rigs: Rigs, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO, logger="rdmad"):
-        fresh, _ = await refused_at_restart(rigs, tmp_path, "releasing")
+        fresh, _ = await refused_at_restart(rigs, "releasing")
         claim = one_claim_not_returned(fresh)
     (record,) = [r for r in caplog.records if r.__dict__.get("MESSAGE_ID") == MESSAGE_NOT_RETURNED]
     assert record.levelno == logging.ERROR
@@ -475,7 +467,7 @@ async def test_a_bond_a_killed_release_brought_home_gets_its_settings_when_its_n
     kernel.add_rdma("mlx5_bond_0", "bond0")
     kernel.add_netns("pod")
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_bond_0", rig.process.resolver.open("pod"), WHOLE)
     await rig.quiesce()
     gate = kernel.pause("configure_home")
@@ -490,11 +482,9 @@ async def test_a_bond_a_killed_release_brought_home_gets_its_settings_when_its_n
     assert fresh.state("mlx5_bond_0") == DeviceState.AVAILABLE
 
 
-async def test_an_ended_claim_stays_on_file_as_ended_until_its_end_is_told(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_an_ended_claim_stays_on_file_as_ended_until_its_end_is_told(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
     await rig.crash()
     fresh = await rigs.start(kernel, rig.store, announce=False)
@@ -509,7 +499,7 @@ async def test_a_claim_whose_end_was_saved_but_not_told_is_told_at_the_next_star
     rigs: Rigs, tmp_path: Path
 ) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     await rig.core.release(claim.id)
     await rig.crash()

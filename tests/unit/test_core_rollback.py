@@ -52,11 +52,11 @@ async def assert_nothing_stranded(rig: Rig, before: HostSide, on_disk: bool = Tr
     ],
 )
 async def test_a_claim_failing_at_a_kernel_step_is_rolled_back_and_says_why(
-    rigs: Rigs, tmp_path: Path, mode: NetnsMode, options: ClaimOptions, failing: str
+    rigs: Rigs, mode: NetnsMode, options: ClaimOptions, failing: str
 ) -> None:
     kernel = two_nics(mode)
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     kernel.fail(failing, BROKEN)
     with pytest.raises(KernelError, match="the kernel refused"):
         await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), options)
@@ -107,7 +107,7 @@ async def test_a_claim_whose_undo_fails_stays_pending_for_the_next_start_to_fini
 ) -> None:
     kernel = two_nics(NetnsMode.EXCLUSIVE)
     before = host_side(kernel)
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     kernel.fail("chardevs", BROKEN)
     kernel.fail("move_home", KernelError(errno.EBUSY, "the device is busy"))
     with pytest.raises(RdmadError):

@@ -44,10 +44,10 @@ def in_pod(kernel: FakeKernel) -> tuple[set[int], set[tuple[str, int]]]:
 
 
 async def test_a_routed_claim_gets_rules_from_its_addresses_and_its_routes_in_its_table(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     cid = await claim(rig, "mlx5_0", ROUTED)
     rail = kernel.link("rail0", "pod")
     assert rail is not None and rail.rail_sysctls
@@ -61,39 +61,35 @@ async def test_a_routed_claim_gets_rules_from_its_addresses_and_its_routes_in_it
     }
 
 
-async def test_auto_gives_each_claim_of_a_netns_the_lowest_free_table(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_auto_gives_each_claim_of_a_netns_the_lowest_free_table(rigs: Rigs) -> None:
     kernel = two_nics()
     kernel.netns("pod").routes.add((1000, "192.0.2.0/24", "", 99))  # someone else's table
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     first = await claim(rig, "mlx5_0", ROUTED)
     second = await claim(rig, "mlx5_1", replace(ROUTED, ifname="rail1", routes=(), addresses=(V4,)))
     tables = [rig.core.get_claim(c).route_table for c in (first, second)]
     assert tables == [1001, 1002]
 
 
-async def test_tables_are_per_netns_so_another_pod_starts_from_the_range_again(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_tables_are_per_netns_so_another_pod_starts_from_the_range_again(rigs: Rigs) -> None:
     kernel = two_nics()
     kernel.add_netns("other")
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     first = await claim(rig, "mlx5_0", ROUTED)
     second = await claim(rig, "mlx5_1", ROUTED, netns="other")
     assert {rig.core.get_claim(c).route_table for c in (first, second)} == {1000}
 
 
-async def test_a_table_chosen_by_number_is_the_claims(rigs: Rigs, tmp_path: Path) -> None:
+async def test_a_table_chosen_by_number_is_the_claims(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     cid = await claim(rig, "mlx5_0", replace(ROUTED, table=7))
     assert rig.core.get_claim(cid).route_table == 7 and in_pod(kernel)[0] == {7}
 
 
-async def test_release_removes_rules_routes_and_sysctls(rigs: Rigs, tmp_path: Path) -> None:
+async def test_release_removes_rules_routes_and_sysctls(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     kept = await claim(rig, "mlx5_1", replace(ROUTED, ifname="rail1", table=2000))
     cid = await claim(rig, "mlx5_0", ROUTED)
     await rig.core.release(cid)
@@ -103,10 +99,10 @@ async def test_release_removes_rules_routes_and_sysctls(rigs: Rigs, tmp_path: Pa
 
 
 async def test_a_whole_claim_release_takes_its_routes_and_sysctls_home_with_the_netdev(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     cid = await claim(rig, "mlx5_0", replace(ROUTED, shared=False))
     await rig.core.release(cid)
     eth0 = kernel.link("eth0")
@@ -114,38 +110,34 @@ async def test_a_whole_claim_release_takes_its_routes_and_sysctls_home_with_the_
     assert in_pod(kernel) == (set(), set())
 
 
-async def test_a_claim_whose_netns_died_has_nothing_to_remove(rigs: Rigs, tmp_path: Path) -> None:
+async def test_a_claim_whose_netns_died_has_nothing_to_remove(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     cid = await claim(rig, "mlx5_0", ROUTED)
     kernel.delete_netns("pod")
     await rig.seen.wait_released(cid)
     assert kernel.calls["remove_policy_routing"] == 0
 
 
-async def test_a_table_another_claim_of_the_netns_has_is_refused(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_a_table_another_claim_of_the_netns_has_is_refused(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     first = await claim(rig, "mlx5_0", replace(ROUTED, table=1500))
     with pytest.raises(InvalidArgs, match=f"routing table 1500 .* is taken by claim {first}"):
         await claim(rig, "mlx5_1", replace(ROUTED, ifname="rail1", table=1500))
     assert kernel.link("rail1", "pod") is None and len(rig.core.claims()) == 1
 
 
-async def test_a_table_that_holds_routes_in_the_netns_already_is_refused(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_a_table_that_holds_routes_in_the_netns_already_is_refused(rigs: Rigs) -> None:
     kernel = two_nics()
     kernel.netns("pod").rules.add(("192.0.2.9", 1500))
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     with pytest.raises(InvalidArgs, match=r"routing table 1500 .* holds routes or rules"):
         await claim(rig, "mlx5_0", replace(ROUTED, table=1500))
     assert rig.core.claims() == [] and kernel.links_in("pod") == []
 
 
-async def test_a_range_with_no_room_is_refused(rigs: Rigs, tmp_path: Path) -> None:
+async def test_a_range_with_no_room_is_refused(tmp_path: Path) -> None:
     kernel = two_nics()
     process = kernel.process()
     core = Core(
@@ -164,7 +156,7 @@ async def test_a_range_with_no_room_is_refused(rigs: Rigs, tmp_path: Path) -> No
 
 async def test_a_claim_whose_routes_fail_is_rolled_back_whole(rigs: Rigs, tmp_path: Path) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     kernel.fail("add_policy_routing", KernelError(errno.ENETUNREACH, "no route to the gateway"))
     with pytest.raises(KernelError, match="no route to the gateway"):
         await claim(rig, "mlx5_0", replace(ROUTED, shared=False))
@@ -174,12 +166,10 @@ async def test_a_claim_whose_routes_fail_is_rolled_back_whole(rigs: Rigs, tmp_pa
     assert kernel.link("eth0") is not None
 
 
-async def test_a_pending_routed_claim_found_at_start_is_undone_rules_and_all(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_a_pending_routed_claim_found_at_start_is_undone_rules_and_all(rigs: Rigs) -> None:
     """The crash between installing the rules and writing the claim ACTIVE."""
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     # "chardevs" is the step after the routes: the daemon dies there.
     made = rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), ROUTED)
     restarted = await crash_at(rig, "chardevs", made)
@@ -191,11 +181,9 @@ async def test_a_pending_routed_claim_found_at_start_is_undone_rules_and_all(
 # -- a table booked by one claim while another of its netns chooses -------------------------
 
 
-async def test_two_claims_whose_table_choices_interleave_get_different_tables(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_two_claims_whose_table_choices_interleave_get_different_tables(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     choosing = kernel.pause("tables_in_use")
     first = asyncio.create_task(claim(rig, "mlx5_0", ROUTED))
     await choosing.reached.wait()
@@ -211,10 +199,10 @@ async def test_two_claims_whose_table_choices_interleave_get_different_tables(
 
 
 async def test_a_held_claim_attached_meanwhile_has_its_table_seen_by_another_claims_choice(
-    rigs: Rigs, tmp_path: Path
+    rigs: Rigs,
 ) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     await rig.core.hold("mlx5_1", POD_UID, HELD)
     choosing = kernel.pause("tables_in_use")
     first = asyncio.create_task(claim(rig, "mlx5_0", ROUTED))
@@ -231,19 +219,16 @@ async def test_a_held_claim_attached_meanwhile_has_its_table_seen_by_another_cla
 
 
 async def test_a_held_claim_held_again_leaves_its_table_to_the_next_claim_of_its_netns(
-    rigs: Rigs, tmp_path: Path
+    rig: Rig,
 ) -> None:
-    rig = await rigs.start(two_nics(), Store(tmp_path))
     held = await detached_routed_hold(rig)
     cid = await claim(rig, "mlx5_0", ROUTED)
     assert (held.route_table, rig.core.get_claim(cid).route_table) == (0, 1000)
 
 
-async def test_a_held_claim_attached_again_without_a_table_has_none(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def test_a_held_claim_attached_again_without_a_table_has_none(rigs: Rigs) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     held = await detached_routed_hold(rig)
     await rig.core.attach(POD_UID, rig.process.resolver.open("pod"), "", ClaimOptions())
     assert held.route_table == 0 and in_pod(kernel) == (set(), set())

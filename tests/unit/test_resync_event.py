@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 
 from rdmad.core.events import Resync
 from rdmad.core.logfields import MESSAGE_RESYNC
-from rdmad.core.store import Store
 from rdmad.model import ClaimOptions, ReleaseReason
 from tests.support.core_rig import Rigs, two_nics
 
 
 async def test_an_overrun_is_logged_as_one_resync_event_before_the_inventory_resyncs(
-    rigs: Rigs, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    rigs: Rigs, caplog: pytest.LogCaptureFixture
 ) -> None:
     kernel = two_nics()
-    rig = await rigs.start(kernel, Store(tmp_path))
+    rig = await rigs.start(kernel)
     claim = await rig.core.claim(
         "mlx5_0", rig.process.resolver.open("pod"), ClaimOptions(ifname="net0")
     )
