@@ -94,29 +94,8 @@ async def run(cfg: Config) -> int:
         shared_limit=cfg.shared_limit,
         route_tables=parse_table_range(cfg.route_tables),
     )
-    sources = _event_sources(cfg)
-    for source in list(sources):
-        try:
-            await source.start(core.handle)
-        except RdmadError as exc:
-            # Optional sources (the RDMA netlink monitor) are missing on older kernels or
-            # without ib_core; udev still reports RDMA devices coming and going.
-            log.info("event source %s not used: %s", type(source).__name__, exc)
-            sources.remove(source)
-    await core.start()
-    if cfg.netns_mode:
-        try:
-            await core.set_netns_mode(parse_netns_mode(cfg.netns_mode))
-        except RdmadError as exc:
-            log.error("cannot apply netns_mode=%s at start: %s", cfg.netns_mode, exc)
-
-    cdi = CdiWriter(cfg.cdi_dir, core.pod_of)
-    # A not-returned claim is half given back: no runtime is to inject it. A held one's
-    # spec is there for its pod's containers to name before the pod's netns exists.
-    cdi.sync([c for c in core.claims() if c.phase in (ClaimPhase.ACTIVE, ClaimPhase.HELD)])
-    core.add_observer(cdi)
-    core.add_observer(EventLog())
-
+    sources = await _start_sources(cfg, core)
+    await _start_core(cfg, core)
     try:
         bus = await connect_bus(cfg.bus_address or None)
         service = await start_service(bus, core, resolver)
@@ -128,20 +107,7 @@ async def run(cfg: Config) -> int:
     core.announce_startup()
     disconnected = asyncio.ensure_future(bus.wait_for_disconnect())
     disconnected.add_done_callback(lambda _f: stop.set())
-
-    # What start built (modules, the inventory, the bus's tables) lives as long as the
-    # daemon. Frozen, it is out of the collector's reach: a full collection then scans only
-    # what came since, instead of stalling a claim 9-18 ms (docs/performance.md).
-    gc.freeze()
-    status = f"serving {len(core.devices())} RDMA devices, {len(core.claims())} claims"
-    # What went wrong at start (e.g. an unreadable state file) stays in `systemctl status`.
-    systemd.notify_ready("; ".join([status, *core.startup_notes]))
-    logfields.log_event(
-        log,
-        logfields.MESSAGE_START,
-        f"rdmad {__version__} ready: netns mode {core.netns_mode.value}, "
-        f"{len(core.devices())} devices, {len(core.claims())} claims",
-    )
+    _ready(core)
     watchdog = systemd.start_watchdog()
     await stop.wait()
 
@@ -160,6 +126,53 @@ async def run(cfg: Config) -> int:
         bus.disconnect()
     await _shutdown(core, sources, rdma, net)
     return exit_code
+
+
+async def _start_sources(cfg: Config, core: Core) -> list[EventSource]:
+    """Start the kernel's event sources, feeding `core`: the ones that could start."""
+    sources = _event_sources(cfg)
+    for source in list(sources):
+        try:
+            await source.start(core.handle)
+        except RdmadError as exc:
+            # Optional sources (the RDMA netlink monitor) are missing on older kernels or
+            # without ib_core; udev still reports RDMA devices coming and going.
+            log.info("event source %s not used: %s", type(source).__name__, exc)
+            sources.remove(source)
+    return sources
+
+
+async def _start_core(cfg: Config, core: Core) -> None:
+    """Start the core, apply the configured mode, and attach its observers."""
+    await core.start()
+    if cfg.netns_mode:
+        try:
+            await core.set_netns_mode(parse_netns_mode(cfg.netns_mode))
+        except RdmadError as exc:
+            log.error("cannot apply netns_mode=%s at start: %s", cfg.netns_mode, exc)
+    cdi = CdiWriter(cfg.cdi_dir, core.pod_of)
+    # A not-returned claim is half given back: no runtime is to inject it. A held one's
+    # spec is there for its pod's containers to name before the pod's netns exists.
+    cdi.sync([c for c in core.claims() if c.phase in (ClaimPhase.ACTIVE, ClaimPhase.HELD)])
+    core.add_observer(cdi)
+    core.add_observer(EventLog())
+
+
+def _ready(core: Core) -> None:
+    """Serving: tell systemd and the journal."""
+    # What start built (modules, the inventory, the bus's tables) lives as long as the
+    # daemon. Frozen, it is out of the collector's reach: a full collection then scans only
+    # what came since, instead of stalling a claim 9-18 ms (docs/performance.md).
+    gc.freeze()
+    status = f"serving {len(core.devices())} RDMA devices, {len(core.claims())} claims"
+    # What went wrong at start (e.g. an unreadable state file) stays in `systemctl status`.
+    systemd.notify_ready("; ".join([status, *core.startup_notes]))
+    logfields.log_event(
+        log,
+        logfields.MESSAGE_START,
+        f"rdmad {__version__} ready: netns mode {core.netns_mode.value}, "
+        f"{len(core.devices())} devices, {len(core.claims())} claims",
+    )
 
 
 async def _shutdown(

@@ -11,7 +11,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from kubernetes.config.config_exception import ConfigException
 
@@ -151,7 +152,14 @@ async def run(args: argparse.Namespace) -> int:
         # `lost` is left to end: after a loss (whichever task saw it first) with its cause,
         # else with None, by our disconnect.
         cause = await lost
-    if stop.is_set():
+    return _exit_code(stop.is_set(), cause, done)
+
+
+def _exit_code(
+    stopped: bool, cause: BaseException | None, done: Iterable[asyncio.Future[Any]]
+) -> int:
+    """0 for a stop asked for by a signal; else the plugin failed: say why."""
+    if stopped:
         return 0
     if cause is not None:
         log.error("stopped: the bus closed the connection (%r)", cause)

@@ -436,27 +436,8 @@ class RtnlBackend:
         addresses: tuple[Cidr, ...],
         extra: tuple[Route, ...],
     ) -> None:
-        where = netns_label(target.inode)
-        connected = list(dict.fromkeys(Route(a.network) for a in addresses))
-        opening = self._in_netns(target)
-        ns = await opening.channel()
-        try:
-            with _op(f"setting arp_ignore, arp_announce and rp_filter of {ifindex} in {where}"):
-                await set_rail_devconf(ns, ifindex)
-            for r in (*connected, *extra):
-                via = f" via {r.via}" if r.via is not None else ""
-                with _op(f"adding the route to {r.dst}{via} to table {table} in {where}"):
-                    await add_route(ns, ifindex, table, r)
-            for a in addresses:
-                with _op(f"adding the rule from {a.ip} lookup {table} in {where}"):
-                    await add_rule(ns, a, table)
-        except BaseException:
-            # All or nothing: the table was free, so whatever is in it now is ours.
-            try:
-                await _remove_policy(ns, table, where)
-            except RdmadError as exc:
-                log.error("rolling back table %d in %s failed: %s", table, where, exc)
-            raise
+        ns = await self._in_netns(target).channel()
+        await _add_policy(ns, ifindex, table, addresses, extra, netns_label(target.inode))
 
     async def remove_policy_routing(self, target: NetnsTarget, table: int) -> None:
         where = netns_label(target.inode)
@@ -554,6 +535,36 @@ class RtnlBackend:
         if e.errno == errno.EEXIST:
             return InvalidArgs(f"{what}: the name {name} is already taken in {where}")
         return kernel_error(e, what)
+
+
+async def _add_policy(
+    ns: NlChannel,
+    ifindex: int,
+    table: int,
+    addresses: tuple[Cidr, ...],
+    extra: tuple[Route, ...],
+    where: str,
+) -> None:
+    """A rail's policy routing in its netns: its devconf, the connected routes of its
+    addresses and `extra` in `table`, and a rule from each address to `table`. All or
+    nothing: the table was free, so whatever is in it after a failure is ours to remove."""
+    connected = list(dict.fromkeys(Route(a.network) for a in addresses))
+    try:
+        with _op(f"setting arp_ignore, arp_announce and rp_filter of {ifindex} in {where}"):
+            await set_rail_devconf(ns, ifindex)
+        for r in (*connected, *extra):
+            via = f" via {r.via}" if r.via is not None else ""
+            with _op(f"adding the route to {r.dst}{via} to table {table} in {where}"):
+                await add_route(ns, ifindex, table, r)
+        for a in addresses:
+            with _op(f"adding the rule from {a.ip} lookup {table} in {where}"):
+                await add_rule(ns, a, table)
+    except BaseException:
+        try:
+            await _remove_policy(ns, table, where)
+        except RdmadError as exc:
+            log.error("rolling back table %d in %s failed: %s", table, where, exc)
+        raise
 
 
 async def _remove_policy(ns: NlChannel, table: int, where: str) -> None:
