@@ -20,7 +20,7 @@ from pathlib import Path
 from bench.stats import pct
 from rdmad.core.claims import ClaimBook
 from rdmad.daemon.cdi import CdiWriter
-from rdmad.model import CharDev, ChardevKind, Claim, Gid, ReleaseReason
+from rdmad.model import Attachment, CharDev, ChardevKind, Claim, Gid, ReleaseReason
 
 PODS = (1, 8)
 OTHERS = (0, 512)
@@ -32,9 +32,12 @@ def a_claim(n: int, netns: int) -> Claim:
     return Claim(
         id=f"{n:016x}",
         device=f"mlx5_{n % 8}",
-        netns_inode=netns,
-        netns_path="",
-        nsid=n,
+        attachment=Attachment(
+            netns,
+            "",
+            n,
+            gids=(Gid(1, 3, "0000:0000:0000:0000:0000:ffff:0a00:0005", "RoCE v2", "net0"),),
+        ),
         ifname=f"net{n % 8}",
         shared=True,
         owner=f"pod{netns}",
@@ -43,7 +46,6 @@ def a_claim(n: int, netns: int) -> Claim:
             CharDev(ChardevKind.UVERBS, f"/dev/infiniband/uverbs{n % 8}", 231, 192 + n % 8),
             CharDev(ChardevKind.RDMA_CM, "/dev/infiniband/rdma_cm", 10, 58),
         ),
-        gids=(Gid(1, 3, "0000:0000:0000:0000:0000:ffff:0a00:0005", "RoCE v2", "net0"),),
         pod_cdi_name=f"pod{netns}",
     )
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bench.stats import pct
 from rdmad.core.store import State, Store
-from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, HostConfig
+from rdmad.model import Attachment, CharDev, ChardevKind, Claim, ClaimPhase, HostConfig
 
 SIZES = (1, 1024, 4096)
 SAVES = ("pending", "active", "releasing", "ended")
@@ -28,15 +28,17 @@ def a_claim(n: int) -> Claim:
     return Claim(
         id=f"{n:016x}",
         device=f"mlx5_{n}",
-        netns_inode=4026532000 + n,
-        netns_path=f"/run/netns/pod{n}",
-        nsid=n,
+        attachment=Attachment(
+            4026532000 + n,
+            f"/run/netns/pod{n}",
+            n,
+            host=HostConfig(n, f"eth{n}", 9000, True, ("10.0.0.1/24",), ""),
+            netdev_moved=True,
+        ),
         ifname="net0",
         shared=False,
         owner=f"pod{n}",
         created_at_us=n,
-        netdev_moved=True,
-        host=HostConfig(n, f"eth{n}", 9000, True, ("10.0.0.1/24",), ""),
         chardevs=(CharDev(ChardevKind.UVERBS, "/dev/infiniband/uverbs0", 231, 192),),
         phase=ClaimPhase.ACTIVE,
     )

@@ -219,45 +219,71 @@ class HoldSpec:
 
 
 @dataclass
+class Attachment:
+    """Where a claim is: its netns, and what it took there. A claim made by Claim has one
+    from the start; one made by Hold has none (HELD) until its Attach, and none again once
+    Detach, or its netns's death, brings it home."""
+
+    netns_inode: int
+    netns_path: str  # the path the caller named (hint for re-opening), "" for ClaimFd
+    nsid: int  # the netns's id as seen from init_net; -1 if none was assigned
+    # the netns's cookie, which no other netns gets (its inode and nsid go to the next ones
+    # made once it dies); 0 if unknown (saved by an older rdmad)
+    netns_cookie: int = 0
+    # the ifindex inside the netns (macvlan child, or the moved netdev); 0 if unknown
+    ns_ifindex: int = 0
+    route_table: int = 0  # its policy-routing table in its netns, 0 if none
+    host: HostConfig | None = None  # whole-device claims that moved the netdev
+    netdev_moved: bool = False
+    rdma_moved: bool = False
+    # exclusive mode: the device as init_net listed it before the claim moved it, which the
+    # next start lists again while the move hides it (None: not moving it, or an older rdmad)
+    moved_device: RdmaDevice | None = None
+    gids: tuple[Gid, ...] = ()  # the entries of the GID table that are the claim's
+
+
+@dataclass
 class Claim:
     """A live claim. Persisted, so every field is plain data."""
 
     id: str
     device: str
-    netns_inode: int
-    netns_path: str  # the path the caller named (hint for re-opening), "" for ClaimFd
-    nsid: int  # the netns's id as seen from init_net; -1 if none was assigned
     ifname: str  # the netdev's name inside the netns ("" when no netdev moved)
     shared: bool
     owner: str
     created_at_us: int
-    netdev_moved: bool = False
-    rdma_moved: bool = False
-    host: HostConfig | None = None  # whole-device claims that moved the netdev
+    attachment: Attachment | None  # None while HELD: no netns yet
     chardevs: tuple[CharDev, ...] = ()
-    gids: tuple[Gid, ...] = ()  # the entries of the GID table that are the claim's
     cdi_device: str = ""
-    # the ifindex inside the netns (macvlan child, or the moved netdev); 0 if unknown
-    ns_ifindex: int = 0
     phase: ClaimPhase = ClaimPhase.ACTIVE
     cdi_name: str = ""  # a second CDI device name for the same char devices, "" if none
     pod_cdi_name: str = ""  # the CDI device name of its pod's spec (rdmad.daemon.cdi), "" if none
     failure: str = ""  # NOT_RETURNED: the error of the last give-back tried at start
-    # the netns's cookie, which no other netns gets (its inode and nsid go to the next ones
-    # made once it dies); 0 if unknown (saved by an older rdmad)
-    netns_cookie: int = 0
-    route_table: int = 0  # its policy-routing table in its netns, 0 if none
     hold: HoldSpec | None = None  # made by Hold: the pod it is for, what Attach applies
-    # exclusive mode: the device as init_net listed it before the claim moved it, which the
-    # next start lists again while the move hides it (None: not moving it, or an older rdmad)
-    moved_device: RdmaDevice | None = None
     end_reason: ReleaseReason | None = None  # ENDED: why, for its Released
     claimant: int = 0  # the uid that made the claim (0 when saved by an older rdmad)
+
+    @property
+    def attached(self) -> Attachment:
+        """Its attachment, where only an attached claim can be (its kernel steps, its
+        give-back, its GIDs)."""
+        assert self.attachment is not None, f"claim {self.id} is held, not attached"
+        return self.attachment
+
+    @property
+    def netns_inode(self) -> int:
+        """Its netns's inode, 0 while HELD."""
+        return self.attachment.netns_inode if self.attachment is not None else 0
 
     @property
     def netns(self) -> str:
         """ "" while HELD: no netns yet."""
         return netns_label(self.netns_inode) if self.netns_inode else ""
+
+    @property
+    def gids(self) -> tuple[Gid, ...]:
+        """The GID entries that are the claim's: none while HELD."""
+        return self.attachment.gids if self.attachment is not None else ()
 
 
 @dataclass(frozen=True)

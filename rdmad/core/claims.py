@@ -20,6 +20,9 @@ class _Filing(NamedTuple):
     host: HostConfig | None
 
 
+_HELD = _Filing(0, -1, None)  # a held claim: no netns, no netdev taken
+
+
 class ClaimBook:
     """Plain records and queries: nothing here touches the kernel. Changed only through the
     methods below: the claims by the core (add, refile, drop, load), the netdevs still to
@@ -85,7 +88,8 @@ class ClaimBook:
         filed where it no longer is, nor missing where it is."""
         if self._claims.get(claim.id) is not claim:
             return
-        now = _Filing(claim.netns_inode, claim.nsid, claim.host)
+        at = claim.attachment
+        now = _Filing(at.netns_inode, at.nsid, at.host) if at is not None else _HELD
         old = self._filed.get(claim.id)
         if old == now:
             return
@@ -157,7 +161,7 @@ class ClaimBook:
 
     def moved_devices(self) -> set[str]:
         """The RDMA devices a claim moved into its netns (exclusive mode hides them)."""
-        return {c.device for c in self._claims.values() if c.rdma_moved}
+        return {c.device for c in self._claims.values() if c.attachment and c.attachment.rdma_moved}
 
     def restore_waits_for(self, ifindex: int) -> bool:
         """Whether a netdev that did not come home in time is still to be restored."""

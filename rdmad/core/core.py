@@ -258,21 +258,17 @@ class Core:
         # Read before the first await: events applied meanwhile must not change the parent.
         parent = self._netdev_of(dev).ifindex if opts.shared else 0
         moving = self._netdev_of(dev) if not opts.shared and opts.netdev else None
-        host, nsid, cookie = await self._take.where(moving, target)
-        default_ifname = DEFAULT_SHARED_IFNAME if opts.shared else (host.name if host else "")
+        at = await self._take.where(moving, target)
+        default_ifname = DEFAULT_SHARED_IFNAME if opts.shared else (at.host.name if at.host else "")
         claim = Claim(
             id=claim_id,
             device=dev.name,
-            netns_inode=target.inode,
-            netns_path=target.path,
-            nsid=nsid,
-            netns_cookie=cookie,
+            attachment=at,
             ifname=opts.ifname or default_ifname,
             shared=opts.shared,
             owner=opts.owner,
             claimant=opts.claimant,
             created_at_us=time.time_ns() // 1000,
-            host=host,
             cdi_device=f"rdmad.io/rdma={claim_id}",
             phase=ClaimPhase.PENDING,
             cdi_name=opts.cdi_name,
@@ -324,9 +320,7 @@ class Core:
             claim = Claim(
                 id=claim_id,
                 device=dev.name,
-                netns_inode=0,
-                netns_path="",
-                nsid=-1,
+                attachment=None,
                 ifname=options.ifname or (moving.name if moving else default_ifname),
                 shared=options.shared,
                 owner=options.owner,
@@ -388,8 +382,7 @@ class Core:
             raise DeviceBusy(f"{dev.name} is already shared with net:[{target.inode}]")
         parent = self._netdev_of(dev).ifindex if claim.shared else 0
         moving = self._netdev_of(dev) if not claim.shared and hold.netdev else None
-        claim.host, claim.nsid, claim.netns_cookie = await self._take.where(moving, target)
-        claim.netns_inode, claim.netns_path = target.inode, target.path
+        claim.attachment = await self._take.where(moving, target)
         # Filed in `target` now: another claim's table choice there must see it from here on.
         self._book.refile(claim)
         taken = replace(

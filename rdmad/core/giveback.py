@@ -18,7 +18,7 @@ from rdmad.core.inventory import Inventory
 from rdmad.core.logfields import MESSAGE_NOT_RETURNED, log_claim_event, log_event
 from rdmad.core.steps import step
 from rdmad.errors import RdmadError
-from rdmad.model import Claim, Counters, CounterScope, Netdev, RdmaDevice
+from rdmad.model import Attachment, Claim, Counters, CounterScope, Netdev, RdmaDevice
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ RETURN_TIMEOUT_S = 5.0
 
 def placement(claim: Claim) -> Placement:
     """Where a claim's netdev sits in its netns."""
-    return Placement(claim.nsid, claim.ns_ifindex, claim.ifname)
+    return Placement(claim.attached.nsid, claim.attached.ns_ifindex, claim.ifname)
 
 
 class Tracking(Protocol):
@@ -66,10 +66,17 @@ class GiveBack:
 
     async def give_back(self, claim: Claim, *, netns_alive: bool) -> None:
         """Return what a claim took, wherever it is now. Idempotent: parts already home are
-        just restored."""
-        if claim.route_table and netns_alive:
+        just restored. A held claim took nothing."""
+        at = claim.attachment
+        if at is not None:
+            await self._give_back(claim, at, netns_alive)
+        if not claim.shared:
+            await self._tracker.reread_device(claim.device)
+
+    async def _give_back(self, claim: Claim, at: Attachment, netns_alive: bool) -> None:
+        if at.route_table and netns_alive:
             await self.unroute(claim)
-        if claim.netdev_moved:
+        if at.netdev_moved:
             if claim.shared:
                 if netns_alive:
                     with contextlib.suppress(RdmadError):  # already gone with its parent
@@ -79,26 +86,25 @@ class GiveBack:
             else:
                 await self._restore_returned(claim)
             step("netdev-returned", f"claim {claim.id}")
-        if claim.rdma_moved and netns_alive and not await self._rdma_home(claim.device):
-            source = self._resolver.reopen(claim.netns_inode, claim.netns_path)
+        if at.rdma_moved and netns_alive and not await self._rdma_home(claim.device):
+            source = self._resolver.reopen(at.netns_inode, at.netns_path)
             if source is not None:
                 try:
                     await self._rdma.move_home(claim.device, source)
                 finally:
                     source.close()
-        elif claim.rdma_moved:
+        elif at.rdma_moved:
             await self._await_rdma_return(claim)
-        if not claim.shared:
-            await self._tracker.reread_device(claim.device)
 
     async def unroute(self, claim: Claim) -> None:
         """Remove the rules and routes of a claim's table from its netns (idempotent). A dead
         netns took them with it; the rail sysctls go with the netdev's leaving either way."""
-        target = self._resolver.reopen(claim.netns_inode, claim.netns_path)
+        at = claim.attached
+        target = self._resolver.reopen(at.netns_inode, at.netns_path)
         if target is None:
             return
         try:
-            await self._net.remove_policy_routing(target, claim.route_table)
+            await self._net.remove_policy_routing(target, at.route_table)
         finally:
             target.close()
         step("routes-removed", f"claim {claim.id}")
@@ -130,24 +136,25 @@ class GiveBack:
     async def bring_netdev_home(self, claim: Claim) -> None:
         """From a live netns: delete a shared claim's child, move a whole claim's netdev home
         and restore its host settings."""
-        assert claim.host is not None or claim.shared
+        at = claim.attached
         if claim.shared:
             await self._net.delete(placement(claim))
             return
-        assert claim.host is not None
-        home = self._inv.netdevs.get(claim.host.ifindex)
+        host = at.host
+        assert host is not None
+        home = self._inv.netdevs.get(host.ifindex)
         if home is not None:  # never left, or already back
             try:
-                await self._net.restore(home.ifindex, claim.host)
+                await self._net.restore(home.ifindex, host)
                 await self._tracker.reread_netdev(home.ifindex)
                 return
             except RdmadError as exc:
                 # The inventory lags: the RTM_DELLINK of our own move may still be queued.
-                log.debug("%s is not home after all (%s): bringing it home", claim.host.name, exc)
-        where = Placement(claim.nsid, claim.ns_ifindex or claim.host.ifindex, claim.ifname)
-        source = self._resolver.reopen(claim.netns_inode, claim.netns_path)
+                log.debug("%s is not home after all (%s): bringing it home", host.name, exc)
+        where = Placement(at.nsid, at.ns_ifindex or host.ifindex, claim.ifname)
+        source = self._resolver.reopen(at.netns_inode, at.netns_path)
         try:
-            self._tracker.netdev_is(await self._net.bring_home(where, claim.host, source))
+            self._tracker.netdev_is(await self._net.bring_home(where, host, source))
         finally:
             if source is not None:
                 source.close()
@@ -157,7 +164,7 @@ class GiveBack:
         A virtual one (a bond, a VLAN) died with the netns, unless a release moved it home
         before the netns died and was cut short before it restored it: then it is home,
         under its host name, down and without its addresses."""
-        host = claim.host
+        host = claim.attached.host
         if host is None:
             return
         if host.kind:
@@ -218,11 +225,12 @@ async def netns_alive(resolver: NetnsResolver, claim: Claim) -> bool:
     """Whether the claim's netns lives. The netns found by its inode may be a newer one:
     the kernel gives a dead netns's inode and nsid to the next ones made, so its cookie
     decides (a claim saved by an older rdmad has none: the inode has to do)."""
-    target = resolver.reopen(claim.netns_inode, claim.netns_path)
-    if target is None:
+    at = claim.attachment
+    target = resolver.reopen(at.netns_inode, at.netns_path) if at is not None else None
+    if at is None or target is None:
         return False
     try:
-        cookie = claim.netns_cookie
+        cookie = at.netns_cookie
         return not cookie or await resolver.cookie(target) == cookie
     finally:
         target.close()
@@ -237,7 +245,8 @@ async def read_counters(
 ) -> Counters:
     """A device's counters. Where a whole-device claim (`holder`) took the device, read in
     the claim's netns, opened for this read only."""
-    target = resolver.reopen(holder.netns_inode, holder.netns_path) if holder else None
+    at = holder.attached if holder else None
+    target = resolver.reopen(at.netns_inode, at.netns_path) if at else None
     try:
         return Counters(scope, await rdma.counters(dev, target))
     finally:

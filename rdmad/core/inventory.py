@@ -107,11 +107,12 @@ class Inventory:
             return DeviceView(dev, state, INIT_NETNS, ())
         whole = [c for c in mine if not c.shared]
         state = DeviceState.CLAIMED if whole else DeviceState.SHARED
-        netns = whole[0].netns if whole and whole[0].rdma_moved else INIT_NETNS
+        at = whole[0].attachment if whole else None
+        netns = whole[0].netns if at and at.rdma_moved else INIT_NETNS
         shown = dev
-        if whole and whole[0].host is not None and not dev.netdev:
+        if at and at.host is not None and not dev.netdev:
             # While its netdev is in the netns, callers still know the device by the host name.
-            shown = replace(dev, netdev=whole[0].host.name)
+            shown = replace(dev, netdev=at.host.name)
         return DeviceView(shown, state, netns, tuple(c.id for c in mine))
 
     def has_netdev(self, dev: RdmaDevice) -> bool:

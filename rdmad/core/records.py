@@ -118,8 +118,5 @@ class Records:
 def back_to_held(claim: Claim, book: ClaimBook) -> None:
     """A held claim whose Attach was undone: as Hold left it, waiting for its pod, and
     filed so in `book`."""
-    claim.phase = ClaimPhase.HELD
-    claim.netns_inode, claim.netns_path, claim.nsid, claim.ns_ifindex = 0, "", -1, 0
-    claim.netns_cookie, claim.route_table, claim.moved_device = 0, 0, None
-    claim.host, claim.netdev_moved, claim.rdma_moved, claim.gids = None, False, False, ()
+    claim.phase, claim.attachment = ClaimPhase.HELD, None
     book.refile(claim)

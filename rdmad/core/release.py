@@ -77,12 +77,13 @@ class Release:
             if reason == ReleaseReason.NETNS_GONE and await self._alive(claim):
                 # A stale RTM_DELNSID: nsids are reused as soon as a netns dies, so an event
                 # still queued about a dead netns can carry the nsid this live one got since.
+                nsid = claim.attached.nsid
                 log_claim_event(
                     log,
                     MESSAGE_NSID_REUSED,
                     claim,
-                    f"claim {claim.id}: nsid {claim.nsid} was dropped but {claim.netns} is "
-                    "alive (nsid reused); keeping the claim",
+                    f"claim {claim.id}: nsid {nsid} was dropped but {claim.netns} is alive "
+                    "(nsid reused); keeping the claim",
                     level=logging.INFO,
                 )
                 return

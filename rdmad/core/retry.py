@@ -91,8 +91,9 @@ class GiveBackRetry:
     def _concerns(self, claim: Claim, event: Event) -> bool:
         """Whether `event` reports a change to the claim's RDMA device, its netdev (or a
         shared claim's parent) or its netns. A netns's death ends the claim: end_claim."""
+        at = claim.attached
         dev = self._inv.devices.get(claim.device)
-        netdevs = {claim.host.ifindex} if claim.host is not None else set()
+        netdevs = {at.host.ifindex} if at.host is not None else set()
         if dev is not None and dev.netdev_ifindex:
             netdevs.add(dev.netdev_ifindex)
         if isinstance(event, RdmaChanged):
@@ -103,7 +104,7 @@ class GiveBackRetry:
         if isinstance(event, LinkRemoved):
             return event.ifindex in netdevs
         if isinstance(event, AddressChanged):
-            return event.nsid == claim.nsid if event.nsid is not None else event.ifindex in netdevs
+            return event.nsid == at.nsid if event.nsid is not None else event.ifindex in netdevs
         return isinstance(event, Resync)
 
     async def _retry(self, claim: Claim) -> None:
@@ -125,8 +126,9 @@ class GiveBackRetry:
         async with self._records.on_record(claim) as live:
             if not live or claim.phase != ClaimPhase.NOT_RETURNED:
                 return False  # released or ended meanwhile
-            if claim.host is not None:  # the change may be its coming home: see it
-                await self._tracker.reread_netdev(claim.host.ifindex)
+            host = claim.attached.host
+            if host is not None:  # the change may be its coming home: see it
+                await self._tracker.reread_netdev(host.ifindex)
             alive = await netns_alive(self._resolver, claim)
             try:
                 await self._giveback.give_back(claim, netns_alive=alive)

@@ -80,9 +80,12 @@ class Startup:
         self._assume_pending_moved(visible)
         if listed is not None and visible is not None:
             hidden = [
-                c.moved_device
+                c.attachment.moved_device
                 for c in self._book.claims.values()
-                if c.rdma_moved and c.moved_device and c.device not in visible
+                if c.attachment
+                and c.attachment.rdma_moved
+                and c.attachment.moved_device
+                and c.device not in visible
             ]
             self._inv.replace_devices(listed + hidden, keep=set())
         await self._reconcile()
@@ -96,10 +99,11 @@ class Startup:
         for claim in self._book.claims.values():
             if claim.phase != ClaimPhase.PENDING:
                 continue
-            if claim.shared or claim.host is not None:
-                claim.netdev_moved = True
+            at = claim.attached
+            if claim.shared or at.host is not None:
+                at.netdev_moved = True
             if not claim.shared and exclusive and visible is not None:
-                claim.rdma_moved = claim.device not in visible
+                at.rdma_moved = claim.device not in visible
 
     async def _reconcile(self) -> None:
         live = await self._net.live_nsids()
@@ -119,7 +123,8 @@ class Startup:
 
     async def _reconcile_one(self, claim: Claim, live: set[int]) -> None:
         # The nsid says dead for sure; a live one may have been given to another netns.
-        alive = (claim.nsid < 0 or claim.nsid in live) and await netns_alive(self._resolver, claim)
+        nsid = claim.attached.nsid
+        alive = (nsid < 0 or nsid in live) and await netns_alive(self._resolver, claim)
         if claim.phase == ClaimPhase.ACTIVE and alive:
             return
         doing = _INTERRUPTED.get(claim.phase)

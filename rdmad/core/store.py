@@ -13,8 +13,11 @@ docs/performance.md ("In the node's size"), not here, where figures would go sta
     claims/.spare        the last replaced content of a file (rdmad.core.swapfile); never read
     aside/<name>.<time>  files start could not read, kept for the operator
 
-Every file carries the schema version. A file that cannot be read is set aside with a log
-line naming it and why, and only what it held is lost. The layout before version 2 (one
+A claim's file is one flat object: its Attachment's fields (rdmad.model) sit beside the
+claim's own, as zeros while the claim is held, so that files written before the attachment
+was a type of its own read the same. Every file carries the schema version. A file that
+cannot be read is set aside with a log line naming it and why, and only what it held is
+lost. The layout before version 2 (one
 state.json and its log, state.log) is converted at start.
 """
 
@@ -31,6 +34,7 @@ from typing import Any
 from rdmad.core.swapfile import remove, write_new, write_swapped
 from rdmad.errors import KernelError
 from rdmad.model import (
+    Attachment,
     CharDev,
     ChardevKind,
     Claim,
@@ -96,7 +100,7 @@ class Store:
                 set_aside.append(self._set_aside(path, exc, "the claim it held is forgotten"))
                 continue
             claims.append(claim)
-            self._encoded[claim.id] = _compact(plain(claim))
+            self._encoded[claim.id] = _compact(plain_claim(claim))
         restores: list[HostConfig] = []
         try:
             restores = _daemon_file(self.path.read_bytes())
@@ -112,7 +116,7 @@ class Store:
         """Make the saved state `state`: the files of the claims changed since their last
         save written, those of the claims gone removed. O(claims): for start."""
         self._save_restores(state.pending_restores)
-        encoded = {c.id: _compact(plain(c)) for c in state.claims}
+        encoded = {c.id: _compact(plain_claim(c)) for c in state.claims}
         for claim_id in self._encoded.keys() - encoded.keys():
             self._remove_claim(claim_id)
         for claim_id, data in encoded.items():
@@ -126,7 +130,7 @@ class Store:
         whose give-back the next start repeats, and never a netdev to restore forgotten."""
         self._save_restores(pending_restores)
         if live:
-            self._write_claim(claim.id, _compact(plain(claim)))
+            self._write_claim(claim.id, _compact(plain_claim(claim)))
         else:
             self._remove_claim(claim.id)
 
@@ -189,7 +193,7 @@ class Store:
         try:
             # Swapped, not written new: a crash may have left some of these files before.
             for claim in state.claims:
-                data = _claim_bytes(_compact(plain(claim)))
+                data = _claim_bytes(_compact(plain_claim(claim)))
                 write_swapped(self.claims_dir / f"{claim.id}.json", data, self._spare)
             restores = _compact([plain(h) for h in state.pending_restores])
             write_swapped(self.path, _daemon_bytes(restores), self._spare)
@@ -277,6 +281,19 @@ def _field_names(cls: type) -> tuple[str, ...] | None:
     return _FIELD_NAMES[cls]
 
 
+# What a held claim's file says of its netns (no Attachment): as files have said it always.
+_DETACHED = Attachment(netns_inode=0, netns_path="", nsid=-1)
+_ATTACHMENT_FIELDS = tuple(f.name for f in fields(Attachment))
+
+
+def plain_claim(claim: Claim) -> dict[str, Any]:
+    """A claim as its file has it: flat, its attachment's fields among its own."""
+    raw: dict[str, Any] = plain(claim)
+    del raw["attachment"]
+    raw.update(plain(claim.attachment or _DETACHED))
+    return raw
+
+
 def _host_fields(raw: dict[str, Any]) -> dict[str, Any]:
     raw = dict(raw)
     raw["addresses"] = tuple(raw["addresses"])
@@ -304,4 +321,7 @@ def _claim_from(raw: dict[str, Any]) -> Claim:
         moved["ports"] = tuple(Port(**p) for p in moved["ports"])
         moved["chardevs"] = tuple(moved["chardevs"])
         raw["moved_device"] = RdmaDevice(**moved)
-    return Claim(**raw)
+    # Absent (netns_cookie, route_table, moved_device, gids) in files of older versions.
+    at = {name: raw.pop(name) for name in _ATTACHMENT_FIELDS if name in raw}
+    held = not at.get("netns_inode")  # a held claim's file says netns_inode 0
+    return Claim(**raw, attachment=None if held else Attachment(**at))

@@ -26,6 +26,7 @@ from rdmad.core.tracking import InventoryTracker
 from rdmad.errors import InvalidArgs, RdmadError
 from rdmad.model import (
     TABLE_AUTO,
+    Attachment,
     Claim,
     ClaimOptions,
     ClaimPhase,
@@ -70,28 +71,29 @@ class Take:
         """The kernel steps of `claim`, undone if one fails. `parent`: a shared claim's
         netdev, 0 for a whole one."""
         exclusive = self._tracker.netns_mode == NetnsMode.EXCLUSIVE
+        at = claim.attached
         claim.phase = ClaimPhase.PENDING
         try:
             if opts.table is not None:  # booked before the save: the undo finds it
-                claim.route_table = await self._table_for(claim, target, opts.table)
+                at.route_table = await self._table_for(claim, target, opts.table)
             if not opts.shared and exclusive:
-                claim.moved_device = dev
+                at.moved_device = dev
             self._records.save(claim)
             step("pending-written", f"claim {claim.id}")
             if not opts.shared and exclusive:
                 await self._rdma.move(dev.index, target)
-                claim.rdma_moved = True
+                at.rdma_moved = True
                 step("rdma-moved", f"claim {claim.id}")
             placed = await self._place(claim, target, parent, opts)
-            if claim.route_table:
+            if at.route_table:
                 await self._net.add_policy_routing(
-                    target, placed.ifindex, claim.route_table, opts.addresses, opts.routes
+                    target, placed.ifindex, at.route_table, opts.addresses, opts.routes
                 )
                 step("routes-installed", f"claim {claim.id}")
             claim.chardevs = await self._rdma.chardevs(
-                dev, opts.chardevs, target if claim.rdma_moved else None
+                dev, opts.chardevs, target if at.rdma_moved else None
             )
-            claim.gids = await self.claim_gids(claim, target, placed)
+            at.gids = await self.claim_gids(claim, target, placed)
             claim.phase = ClaimPhase.ACTIVE
             self._records.save(claim)
             step("active-written", f"claim {claim.id}")
@@ -104,20 +106,21 @@ class Take:
     ) -> Placement:
         """The claim's netdev into `target`: a shared claim's macvlan child, a whole claim's
         own netdev (if it moves one)."""
-        host = claim.host
+        at = claim.attached
+        host = at.host
         if opts.shared:
             placed = await self._net.add_macvlan(
                 parent, target, claim.ifname, opts.mtu, opts.addresses
             )
-            claim.netdev_moved = True
+            at.netdev_moved = True
         elif host is not None:
             placed = await self._net.place(
                 host.ifindex, target, claim.ifname, opts.mtu, opts.addresses, host
             )
-            claim.netdev_moved = True
+            at.netdev_moved = True
         else:
-            placed = Placement(claim.nsid, 0, "")
-        claim.nsid, claim.ns_ifindex = placed.nsid, placed.ifindex
+            placed = Placement(at.nsid, 0, "")
+        at.nsid, at.ns_ifindex = placed.nsid, placed.ifindex
         self._book.refile(claim)  # under the nsid the kernel reports it placed in
         step("netdev-placed", f"claim {claim.id}")
         return placed
@@ -132,12 +135,13 @@ class Take:
                 f"claim {claim.id} of {claim.device} failed unexpectedly: {exc!r}",
                 level=logging.ERROR,
             )
+        at = claim.attached
         try:
-            if claim.route_table:  # free when booked: whatever it holds now is this claim's
-                await self._net.remove_policy_routing(target, claim.route_table)
-            if claim.netdev_moved:
+            if at.route_table:  # free when booked: whatever it holds now is this claim's
+                await self._net.remove_policy_routing(target, at.route_table)
+            if at.netdev_moved:
                 await self._giveback.bring_netdev_home(claim)
-            if claim.rdma_moved:
+            if at.rdma_moved:
                 await self._rdma.move_home(claim.device, target)
         except RdmadError as undo_exc:
             # Left PENDING on disk: the next start (or an operator) finishes the undo.
@@ -164,9 +168,9 @@ class Take:
         # Read after the await: a claim of this netns booked meanwhile has its table set.
         # The book files a claim in its netns as soon as it has one (refile), an Attach's too.
         taken = {
-            c.route_table: c
+            c.attached.route_table: c
             for c in self._book.in_netns(target.inode)
-            if c.route_table and c is not claim
+            if c.attached.route_table and c is not claim
         }
         where = netns_label(target.inode)
         if asked != TABLE_AUTO:
@@ -189,16 +193,17 @@ class Take:
         async with self._records.on_record(claim) as live:
             if not live or claim.phase != ClaimPhase.ACTIVE:
                 return
-            target = self._resolver.reopen(claim.netns_inode, claim.netns_path)
+            at = claim.attached
+            target = self._resolver.reopen(at.netns_inode, at.netns_path)
             if target is None:
                 return  # dying: NetnsGone ends the claim
             try:
                 gids = await self.claim_gids(claim, target, placement(claim))
             finally:
                 target.close()
-            if gids == claim.gids:
+            if gids == at.gids:
                 return
-            claim.gids = gids
+            at.gids = gids
             self._records.save(claim)
         self._observers.claim_changed(claim)
 
@@ -208,7 +213,7 @@ class Take:
         """The GID entries a claim's user picks from: a shared claim's are its child's, a
         whole claim's are the device's. Without them the claim still works: a failed read
         costs the user the hint, not the device."""
-        inside = target if claim.shared or claim.rdma_moved else None
+        inside = target if claim.shared or claim.attached.rdma_moved else None
         try:
             return await self._rdma.gids(claim.device, inside, placed if claim.shared else None)
         except RdmadError as exc:
@@ -221,14 +226,13 @@ class Take:
             )
             return ()
 
-    async def where(
-        self, moving: Netdev | None, target: NetnsTarget
-    ) -> tuple[HostConfig | None, int, int]:
-        """What a claim records before its first step: the host settings of the netdev it
-        moves (None: none), and its netns's nsid and cookie."""
-        return await asyncio.gather(
+    async def where(self, moving: Netdev | None, target: NetnsTarget) -> Attachment:
+        """What a claim records of `target` before its first step: the netns, its nsid and
+        cookie, and the host settings of the netdev it moves there (`moving`), if any."""
+        host, nsid, cookie = await asyncio.gather(
             self._host_config(moving), self._net.nsid(target), self._resolver.cookie(target)
         )
+        return Attachment(target.inode, target.path, nsid, netns_cookie=cookie, host=host)
 
     async def _host_config(self, netdev: Netdev | None) -> HostConfig | None:
         """What to restore on release, for a claim that moves the device's netdev."""

@@ -260,18 +260,19 @@ class InventoryTracker:
             devices = self._inv.devices_on(event.ifindex, "")
             return [c for device in devices for c in self._book.of(device)]
         in_netns = self._book.in_nsid(event.nsid)
-        owner = [c for c in in_netns if c.ns_ifindex == event.ifindex]
+        owner = [c for c in in_netns if c.attachment and c.attachment.ns_ifindex == event.ifindex]
         return owner or in_netns
 
     def _gids_follow(self, claim: Claim, event: AddressChanged) -> bool:
         """Whether an address change may touch a claim's GIDs: one on a netdev in the
         claim's netns (a shared claim's child only), or, for a device moved without its
-        netdev, one on that netdev in init_net."""
+        netdev, one on that netdev in init_net. `claim`: an active one."""
+        at = claim.attached
         if event.nsid is None:
             dev = self._inv.devices.get(claim.device)
-            home = claim.rdma_moved and not claim.netdev_moved
+            home = at.rdma_moved and not at.netdev_moved
             return home and dev is not None and dev.netdev_ifindex == event.ifindex
-        return claim.nsid == event.nsid and (not claim.shared or claim.ns_ifindex == event.ifindex)
+        return at.nsid == event.nsid and (not claim.shared or at.ns_ifindex == event.ifindex)
 
     async def _reread_gids(self, claim_ids: set[str] | None) -> None:
         """A burst of address events costs one re-read per claim; an event from now on asks
@@ -294,7 +295,8 @@ class InventoryTracker:
             if claim.phase != ClaimPhase.ACTIVE:
                 continue
             # A live nsid may have been given to a newer netns since: the netns decides.
-            if (claim.nsid >= 0 and claim.nsid not in live) or not await self._netns_alive(claim):
+            nsid = claim.attached.nsid
+            if (nsid >= 0 and nsid not in live) or not await self._netns_alive(claim):
                 self._end(claim, ReleaseReason.NETNS_GONE)
         await self._retry_restores()
         await self.refresh()

@@ -10,6 +10,7 @@ from rdmad.core.observer import CoreObserver
 from rdmad.core.opstats import OpStats
 from rdmad.errors import NoSuchClaim, NoSuchDevice
 from rdmad.model import (
+    Attachment,
     CharDev,
     ChardevKind,
     Claim,
@@ -119,9 +120,7 @@ class FakeCore:
         claim = Claim(
             id=f"c{self._n}",
             device=device,
-            netns_inode=target.inode,
-            netns_path=target.path,
-            nsid=self._n,
+            attachment=Attachment(target.inode, target.path, self._n),
             ifname=options.ifname or "net1",
             shared=options.shared,
             owner=options.owner,
@@ -144,9 +143,7 @@ class FakeCore:
         claim = Claim(
             id=f"c{self._n}",
             device=device,
-            netns_inode=0,
-            netns_path="",
-            nsid=-1,
+            attachment=None,
             ifname=options.ifname or "net1",
             shared=options.shared,
             owner=options.owner,
@@ -173,11 +170,8 @@ class FakeCore:
             if c.hold and c.hold.pod_uid == pod_uid and (not ifname or c.ifname == ifname)
         ]
         for claim in held:
-            claim.phase, claim.netns_inode, claim.netns_path = (
-                ClaimPhase.ACTIVE,
-                target.inode,
-                target.path,
-            )
+            claim.phase = ClaimPhase.ACTIVE
+            claim.attachment = Attachment(target.inode, target.path, -1)
             for o in self.observers:
                 o.claim_changed(claim)
         return held
@@ -185,7 +179,7 @@ class FakeCore:
     async def detach(self, claim_id: str) -> None:
         self._maybe_fail()
         claim = self.get_claim(claim_id)
-        claim.phase, claim.netns_inode, claim.netns_path = ClaimPhase.HELD, 0, ""
+        claim.phase, claim.attachment = ClaimPhase.HELD, None
         for o in self.observers:
             o.claim_changed(claim)
 
@@ -217,6 +211,6 @@ class FakeCore:
 
     def set_gids(self, claim_id: str, gids: tuple[Gid, ...]) -> None:
         claim = self.get_claim(claim_id)
-        claim.gids = gids
+        claim.attached.gids = gids
         for o in self.observers:
             o.claim_changed(claim)

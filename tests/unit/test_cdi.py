@@ -5,22 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from rdmad.daemon.cdi import spec_for
-from rdmad.model import CharDev, ChardevKind, Claim
+from rdmad.model import Attachment, CharDev, ChardevKind, Claim
 
 UVERBS = CharDev(ChardevKind.UVERBS, "/dev/infiniband/uverbs0", 231, 192)
 
 
 def claim(cdi_name: str = "") -> Claim:
     return Claim(
-        "c0ffee",
-        "mlx5_0",
-        4026532000,
-        "",
-        1,
-        "net1",
-        False,
-        "",
-        0,
+        id="c0ffee",
+        device="mlx5_0",
+        attachment=Attachment(4026532000, "", 1),
+        ifname="net1",
+        shared=False,
+        owner="",
+        created_at_us=0,
         chardevs=(UVERBS,),
         cdi_name=cdi_name,
     )

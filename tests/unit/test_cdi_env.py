@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rdmad.daemon.cdi import claim_env, preferred_gid, spec_for
-from rdmad.model import CharDev, ChardevKind, Claim, Gid
+from rdmad.model import Attachment, CharDev, ChardevKind, Claim, Gid
 
 LINK_LOCAL = "fe80:0000:0000:0000:5054:00ff:fe12:3456"
 MAPPED = "0000:0000:0000:0000:0000:ffff:c000:020a"
@@ -13,15 +13,12 @@ def claim_with(*gids: Gid) -> Claim:
     return Claim(
         id="c1",
         device="rxe0",
-        netns_inode=4026532000,
-        netns_path="/run/netns/a",
-        nsid=0,
+        attachment=Attachment(4026532000, "/run/netns/a", 0, gids=gids),
         ifname="net1",
         shared=True,
         owner="",
         created_at_us=0,
         chardevs=(CharDev(ChardevKind.UVERBS, "/dev/infiniband/uverbs0", 231, 192),),
-        gids=gids,
     )
 
 

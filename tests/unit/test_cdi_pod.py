@@ -11,7 +11,7 @@ import pytest
 
 from rdmad.core.claims import ClaimBook
 from rdmad.daemon.cdi import CdiWriter, pod_env, pod_spec_for, spec_for
-from rdmad.model import CharDev, ChardevKind, Claim, Gid, ReleaseReason
+from rdmad.model import Attachment, CharDev, ChardevKind, Claim, Gid, ReleaseReason
 
 POD = 4026532000
 MAPPED = "0000:0000:0000:0000:0000:ffff:c000:02{:02x}"
@@ -23,15 +23,14 @@ def rail(n: int, *, ifname: str = "", index: int = 3, gid: str = MAPPED, pod: st
     return Claim(
         id=f"c{n}",
         device=f"mlx5_{n}",
-        netns_inode=POD,
-        netns_path="",
-        nsid=1,
+        attachment=Attachment(
+            POD, "", 1, gids=(Gid(1, index, gid.format(n), "RoCE v2", f"net{n}"),)
+        ),
         ifname=ifname or f"net{n}",
         shared=True,
         owner="",
         created_at_us=n,
         chardevs=(CharDev(ChardevKind.UVERBS, f"/dev/infiniband/uverbs{n}", 231, 192 + n), RDMA_CM),
-        gids=(Gid(1, index, gid.format(n), "RoCE v2", f"net{n}"),),
         pod_cdi_name=pod,
     )
 
@@ -86,7 +85,8 @@ def test_rails_without_ipv4_gids_ask_for_ipv6() -> None:
 
 
 def test_a_rail_without_gids_makes_no_agreement() -> None:
-    unread = Claim(**{**rail(1).__dict__, "gids": ()})
+    unread = rail(1)
+    unread.attached.gids = ()
     env = keys(pod_env([rail(0), unread]))
     assert "NCCL_IB_GID_INDEX" not in env
     assert env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1"
@@ -187,7 +187,7 @@ def test_a_gid_change_the_env_does_not_show_renames_no_spec_in(
 ) -> None:
     pod = claimed_pod(writer, book, 2)
     written = inodes(tmp_path)
-    pod[1].gids = (*pod[1].gids, Gid(1, 2, MAPPED.format(1), "IB/RoCE v1", "net1"))
+    pod[1].attached.gids = (*pod[1].gids, Gid(1, 2, MAPPED.format(1), "IB/RoCE v1", "net1"))
     writer.claim_changed(pod[1])
     assert inodes(tmp_path) == written
 
@@ -196,7 +196,7 @@ def test_a_gid_change_the_env_shows_rewrites_every_spec_of_the_pod(
     tmp_path: Path, book: ClaimBook, writer: CdiWriter
 ) -> None:
     pod = claimed_pod(writer, book, 2)
-    pod[1].gids = (Gid(1, 5, MAPPED.format(1), "RoCE v2", "net1"),)
+    pod[1].attached.gids = (Gid(1, 5, MAPPED.format(1), "RoCE v2", "net1"),)
     writer.claim_changed(pod[1])
     for path in specs(tmp_path):
         spec: Any = json.loads(path.read_text())

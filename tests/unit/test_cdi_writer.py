@@ -9,16 +9,14 @@ from pathlib import Path
 
 from rdmad.core.claims import ClaimBook
 from rdmad.daemon.cdi import CDI_KIND, SPARE, CdiWriter
-from rdmad.model import CharDev, ChardevKind, Claim, ReleaseReason
+from rdmad.model import Attachment, CharDev, ChardevKind, Claim, ReleaseReason
 
 
 def claim(claim_id: str) -> Claim:
     return Claim(
         id=claim_id,
         device="mlx5_0",
-        netns_inode=4026532000,
-        netns_path="/run/netns/pod1",
-        nsid=3,
+        attachment=Attachment(4026532000, "/run/netns/pod1", 3),
         ifname="net0",
         shared=False,
         owner="pod1",

@@ -4,16 +4,14 @@ view or a prepare costs does not grow with the claims on the node."""
 from __future__ import annotations
 
 from rdmad.core.claims import ClaimBook
-from rdmad.model import Claim, HoldSpec, HostConfig
+from rdmad.model import Attachment, Claim, HoldSpec, HostConfig
 
 
 def claim(n: int, device: str, *, netns: int = 0, pod_uid: str = "") -> Claim:
     return Claim(
         id=f"c{n}",
         device=device,
-        netns_inode=netns,
-        netns_path="",
-        nsid=-1,
+        attachment=None if pod_uid else Attachment(netns, "", -1),
         ifname=f"net{n}",
         shared=True,
         owner="",
@@ -48,7 +46,7 @@ def test_a_claim_given_its_netns_later_is_filed_under_it() -> None:
     book = ClaimBook()
     held = claim(0, "a", pod_uid="p1")
     book.add(held)
-    held.netns_inode = 4026532001  # as Attach does, then saves it
+    held.attachment = Attachment(4026532001, "", -1)  # as Attach does, then saves it
     book.refile(held)
     assert book.in_netns_of(held) == [held]
     book.drop(held)
@@ -61,10 +59,10 @@ def test_a_claims_nsid_finds_it_once_filed_until_it_moves_or_is_dropped() -> Non
     for c in (rail, mate, stranger):
         book.add(c)
     for c in (rail, mate):
-        c.nsid = 7  # as a placement does, then saves it
+        c.attached.nsid = 7  # as a placement does, then saves it
         book.refile(c)
     assert book.in_nsid(7) == [rail, mate]
-    rail.nsid = -1  # held again
+    rail.attachment = None  # held again
     book.refile(rail)
     book.drop(mate)
     assert book.in_nsid(7) == []
@@ -76,7 +74,7 @@ def test_a_dropped_claim_is_not_filed_again() -> None:
     gone = claim(0, "a")
     book.add(gone)
     book.drop(gone)
-    gone.nsid = 7
+    gone.attached.nsid = 7
     book.refile(gone)
     assert book.in_nsid(7) == []
 
@@ -86,10 +84,10 @@ def test_a_netns_finds_its_claims_by_inode_once_filed_there() -> None:
     rail, held, stranger = claim(0, "a", netns=11), claim(1, "b", pod_uid="p1"), claim(2, "c")
     for c in (rail, held, stranger):
         book.add(c)
-    held.netns_inode = 11  # as Attach does, then refiles it
+    held.attachment = Attachment(11, "", -1)  # as Attach does, then refiles it
     book.refile(held)
     assert book.in_netns(11) == [rail, held]
-    held.netns_inode = 0  # held again
+    held.attachment = None  # held again
     book.refile(held)
     assert book.in_netns(11) == [rail]
 
@@ -99,16 +97,17 @@ def test_a_claim_that_took_a_netdev_is_found_by_its_ifindex_or_name_until_it_giv
 ):
     book = ClaimBook()
     whole, held, stranger = claim(0, "a"), claim(1, "b", pod_uid="p1"), claim(2, "c")
-    whole.host = HostConfig(5, "eth0", 1500, True, ())
+    whole.attached.host = HostConfig(5, "eth0", 1500, True, ())
     for c in (whole, held, stranger):
         book.add(c)
-    held.host = HostConfig(6, "eth1", 1500, True, ())  # as Attach does, then refiles it
+    host = HostConfig(6, "eth1", 1500, True, ())
+    held.attachment = Attachment(11, "", -1, host=host)  # as Attach does, then refiles it
     book.refile(held)
     assert book.on_host_netdev(5, "") == [whole]
     assert book.on_host_netdev(99, "eth0") == [whole]
     assert book.on_host_netdev(6, "eth0") == [held, whole]
     assert [book.took_netdev(d) for d in ("a", "b", "c")] == [True, True, False]
-    held.host = None  # held again
+    held.attachment = None  # held again
     book.refile(held)
     book.drop(whole)
     assert book.on_host_netdev(5, "eth1") == [] and book.on_host_netdev(6, "") == []

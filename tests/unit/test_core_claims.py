@@ -33,7 +33,7 @@ async def test_a_whole_claim_moves_the_netdev_into_the_netns_renamed_and_configu
     )
     assert kernel.link("eth0") is None
     assert rig.state("mlx5_0") == DeviceState.CLAIMED
-    assert claim.nsid == kernel.netns("pod").nsid
+    assert claim.attached.nsid == kernel.netns("pod").nsid
     assert [c.id for c in rig.core.claims()] == [claim.id]
 
 
@@ -41,7 +41,7 @@ async def test_a_whole_claim_in_shared_mode_leaves_the_rdma_device_in_init_net(r
     kernel = two_nics()
     rig = await rigs.start(kernel)
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
-    assert kernel.rdma_netns("mlx5_0") == INIT and not claim.rdma_moved
+    assert kernel.rdma_netns("mlx5_0") == INIT and not claim.attached.rdma_moved
     assert rig.core.device("mlx5_0").netns == "init"
 
 
@@ -150,7 +150,7 @@ async def test_an_rdma_only_claim_leaves_the_netdev_home(rigs: Rigs) -> None:
         "mlx5_0", rig.process.resolver.open("pod"), ClaimOptions(netdev=False)
     )
     assert kernel.link("eth0") is not None and kernel.links_in("pod") == []
-    assert claim.rdma_moved and claim.host is None
+    assert claim.attached.rdma_moved and claim.attached.host is None
 
 
 async def test_an_rdma_only_claim_needs_exclusive_mode(rig: Rig) -> None:
@@ -179,7 +179,7 @@ async def test_a_shared_claim_puts_a_macvlan_child_named_net1_into_the_netns(rig
     eth0 = kernel.link("eth0")
     assert child is not None and eth0 is not None
     assert (child.kind, child.parent) == ("macvlan", eth0.ifindex)
-    assert claim.ns_ifindex == child.ifindex and rig.state("mlx5_0") == DeviceState.SHARED
+    assert claim.attached.ns_ifindex == child.ifindex and rig.state("mlx5_0") == DeviceState.SHARED
 
 
 async def test_several_netns_share_one_device(rigs: Rigs) -> None:
@@ -189,7 +189,7 @@ async def test_several_netns_share_one_device(rigs: Rigs) -> None:
     first = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), SHARED)
     second = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod2"), SHARED)
     assert rig.core.device("mlx5_0").claims == (first.id, second.id)
-    assert first.nsid != second.nsid
+    assert first.attached.nsid != second.attached.nsid
 
 
 async def test_one_netns_shares_a_device_only_once(rig: Rig) -> None:

@@ -143,7 +143,7 @@ async def test_a_failed_attach_leaves_the_device_home_and_held(rigs: Rigs, tmp_p
     with pytest.raises(NoSuchDevice):
         await rig.core.attach(POD, rig.process.resolver.open("pod"), "", ADDRESSES)
     assert host_side(kernel) == before and kernel.links_in("pod") == []
-    assert held.phase == ClaimPhase.HELD and held.netns == "" and not held.netdev_moved
+    assert held.phase == ClaimPhase.HELD and held.netns == "" and held.attachment is None
     assert [c.phase for c in Store(tmp_path).load().claims] == [ClaimPhase.HELD]
 
 

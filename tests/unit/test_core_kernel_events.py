@@ -176,7 +176,7 @@ async def test_a_stale_delnsid_for_a_reused_nsid_keeps_the_live_claim(
     with kernel.hold_events() as late:
         kernel.delete_netns("old")
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), WHOLE)
-    assert claim.nsid == dead_nsid
+    assert claim.attached.nsid == dead_nsid
     kernel.deliver(late)
     await rig.quiesce()
     assert [c.phase for c in Store(tmp_path).load().claims] == [ClaimPhase.ACTIVE]
@@ -222,7 +222,7 @@ async def test_the_resync_after_an_overrun_ends_a_claim_whose_nsid_and_inode_a_n
     with kernel.hold_events():  # never delivered: the socket overran
         kernel.delete_netns("pod")
         newcomer = kernel.add_netns("newcomer", inode=claim.netns_inode)
-        assert kernel.assign_nsid(newcomer) == claim.nsid
+        assert kernel.assign_nsid(newcomer) == claim.attached.nsid
     rig.core.handle(Resync("rtnetlink"))
     assert await rig.seen.wait_released(claim.id) == ReleaseReason.NETNS_GONE
 

@@ -183,7 +183,7 @@ async def test_a_dead_netns_whose_nsid_another_netns_got_meanwhile_still_ends_it
     await rig.crash()
     kernel.delete_netns("pod")
     newcomer = kernel.add_netns("newcomer")
-    assert kernel.assign_nsid(newcomer) == claim.nsid
+    assert kernel.assign_nsid(newcomer) == claim.attached.nsid
     fresh = await rigs.start(kernel, rig.store)
     assert fresh.seen.ended == [(claim.id, ReleaseReason.RECONCILED)]
     assert fresh.core.claims() == []
@@ -201,7 +201,7 @@ async def test_a_dead_netns_whose_inode_and_nsid_a_newer_netns_got_still_ends_it
     await rig.crash()
     kernel.delete_netns("pod")
     newcomer = kernel.add_netns("newcomer", inode=claim.netns_inode)
-    assert kernel.assign_nsid(newcomer) == claim.nsid
+    assert kernel.assign_nsid(newcomer) == claim.attached.nsid
     fresh = await rigs.start(kernel, rig.store)
     assert fresh.seen.ended == [(claim.id, ReleaseReason.RECONCILED)]
     assert fresh.core.claims() == []

@@ -51,7 +51,7 @@ async def test_a_routed_claim_gets_rules_from_its_addresses_and_its_routes_in_it
     cid = await claim(rig, "mlx5_0", ROUTED)
     rail = kernel.link("rail0", "pod")
     assert rail is not None and rail.rail_sysctls
-    assert rig.core.get_claim(cid).route_table == 1000
+    assert rig.core.get_claim(cid).attached.route_table == 1000
     ns = kernel.netns("pod")
     assert ns.rules == {("10.0.0.5", 1000), ("2001:db8::5", 1000)}
     assert ns.routes == {
@@ -67,7 +67,7 @@ async def test_auto_gives_each_claim_of_a_netns_the_lowest_free_table(rigs: Rigs
     rig = await rigs.start(kernel)
     first = await claim(rig, "mlx5_0", ROUTED)
     second = await claim(rig, "mlx5_1", replace(ROUTED, ifname="rail1", routes=(), addresses=(V4,)))
-    tables = [rig.core.get_claim(c).route_table for c in (first, second)]
+    tables = [rig.core.get_claim(c).attached.route_table for c in (first, second)]
     assert tables == [1001, 1002]
 
 
@@ -77,14 +77,14 @@ async def test_tables_are_per_netns_so_another_pod_starts_from_the_range_again(r
     rig = await rigs.start(kernel)
     first = await claim(rig, "mlx5_0", ROUTED)
     second = await claim(rig, "mlx5_1", ROUTED, netns="other")
-    assert {rig.core.get_claim(c).route_table for c in (first, second)} == {1000}
+    assert {rig.core.get_claim(c).attached.route_table for c in (first, second)} == {1000}
 
 
 async def test_a_table_chosen_by_number_is_the_claims(rigs: Rigs) -> None:
     kernel = two_nics()
     rig = await rigs.start(kernel)
     cid = await claim(rig, "mlx5_0", replace(ROUTED, table=7))
-    assert rig.core.get_claim(cid).route_table == 7 and in_pod(kernel)[0] == {7}
+    assert rig.core.get_claim(cid).attached.route_table == 7 and in_pod(kernel)[0] == {7}
 
 
 async def test_release_removes_rules_routes_and_sysctls(rigs: Rigs) -> None:
@@ -194,7 +194,7 @@ async def test_two_claims_whose_table_choices_interleave_get_different_tables(ri
     choosing.go.set()
     first_id = await first
     installing.go.set()
-    tables = [rig.core.get_claim(c).route_table for c in (first_id, await second)]
+    tables = [rig.core.get_claim(c).attached.route_table for c in (first_id, await second)]
     assert tables == [1001, 1000]
 
 
@@ -215,7 +215,10 @@ async def test_a_held_claim_attached_meanwhile_has_its_table_seen_by_another_cla
     first_id = await first
     placing.go.set()
     (held,) = await attached
-    assert [rig.core.get_claim(first_id).route_table, held.route_table] == [1001, 1000]
+    assert [rig.core.get_claim(first_id).attached.route_table, held.attached.route_table] == [
+        1001,
+        1000,
+    ]
 
 
 async def test_a_held_claim_held_again_leaves_its_table_to_the_next_claim_of_its_netns(
@@ -223,7 +226,7 @@ async def test_a_held_claim_held_again_leaves_its_table_to_the_next_claim_of_its
 ) -> None:
     held = await detached_routed_hold(rig)
     cid = await claim(rig, "mlx5_0", ROUTED)
-    assert (held.route_table, rig.core.get_claim(cid).route_table) == (0, 1000)
+    assert held.attachment is None and rig.core.get_claim(cid).attached.route_table == 1000
 
 
 async def test_a_held_claim_attached_again_without_a_table_has_none(rigs: Rigs) -> None:
@@ -231,7 +234,7 @@ async def test_a_held_claim_attached_again_without_a_table_has_none(rigs: Rigs) 
     rig = await rigs.start(kernel)
     held = await detached_routed_hold(rig)
     await rig.core.attach(POD_UID, rig.process.resolver.open("pod"), "", ClaimOptions())
-    assert held.route_table == 0 and in_pod(kernel) == (set(), set())
+    assert held.attached.route_table == 0 and in_pod(kernel) == (set(), set())
 
 
 POD_UID = "pod-uid-1"

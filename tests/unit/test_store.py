@@ -10,24 +10,36 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.core.store import SCHEMA_VERSION, State, Store, plain
+from rdmad.core.store import SCHEMA_VERSION, State, Store, plain, plain_claim
 from rdmad.errors import KernelError
-from rdmad.model import CharDev, ChardevKind, Claim, ClaimPhase, HostConfig, Port, RdmaDevice
+from rdmad.model import (
+    Attachment,
+    CharDev,
+    ChardevKind,
+    Claim,
+    ClaimPhase,
+    HoldSpec,
+    HostConfig,
+    Port,
+    RdmaDevice,
+)
 
 
 def a_claim(claim_id: str = "00112233aabbccdd") -> Claim:
     return Claim(
         id=claim_id,
         device="mlx5_0",
-        netns_inode=4026532001,
-        netns_path="/run/netns/pod",
-        nsid=3,
+        attachment=Attachment(
+            4026532001,
+            "/run/netns/pod",
+            3,
+            host=HostConfig(7, "eth1", 9000, True, ("10.0.0.1/24",), ""),
+            netdev_moved=True,
+        ),
         ifname="net0",
         shared=False,
         owner="ctr-1",
         created_at_us=1,
-        netdev_moved=True,
-        host=HostConfig(7, "eth1", 9000, True, ("10.0.0.1/24",), ""),
         chardevs=(CharDev(ChardevKind.UVERBS, "/dev/infiniband/uverbs0", 231, 192),),
         phase=ClaimPhase.PENDING,
     )
@@ -57,7 +69,9 @@ def test_the_device_an_exclusive_claim_moved_loads_back_equal(tmp_path: Path) ->
         netdev_ifindex=7,
         chardevs=("/dev/infiniband/uverbs0",),
     )
-    state = State([replace(a_claim(), rdma_moved=True, moved_device=moved)], [])
+    claim = a_claim()
+    claim.attached.rdma_moved, claim.attached.moved_device = True, moved
+    state = State([claim], [])
     Store(tmp_path).save(state)
     assert Store(tmp_path).load() == state
 
@@ -75,7 +89,7 @@ def test_each_claim_has_its_own_file_and_the_daemon_one_more(tmp_path: Path) -> 
         "daemon.json",
     ]
     doc = json.loads((tmp_path / "claims" / f"{B}.json").read_text())
-    assert doc == {"version": SCHEMA_VERSION, "claim": plain(a_claim(B))}
+    assert doc["version"] == SCHEMA_VERSION and doc["claim"]["id"] == B
     doc = json.loads((tmp_path / "daemon.json").read_text())
     assert doc == {"version": SCHEMA_VERSION, "pending_restores": [plain(RETURNED)]}
 
@@ -315,7 +329,7 @@ def test_a_conversion_cut_short_by_a_crash_is_done_again(tmp_path: Path) -> None
 
 def test_an_old_file_in_the_indented_format_still_loads(tmp_path: Path) -> None:
     # Written by rdmad before the compact format: an upgrade must find its claims.
-    doc = {"version": 1, "claims": [asdict(a_claim())], "pending_restores": []}
+    doc = {"version": 1, "claims": [plain_claim(a_claim())], "pending_restores": []}
     (tmp_path / "state.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
     assert Store(tmp_path).load() == State([a_claim()], [])
 
@@ -323,7 +337,7 @@ def test_an_old_file_in_the_indented_format_still_loads(tmp_path: Path) -> None:
 def test_an_old_file_with_the_char_device_kinds_earlier_versions_kept_still_loads(
     tmp_path: Path,
 ) -> None:
-    raw = {**asdict(a_claim()), "chardev_kinds": ["uverbs", "rdma_cm"]}
+    raw = {**plain_claim(a_claim()), "chardev_kinds": ["uverbs", "rdma_cm"]}
     doc = {"version": 1, "claims": [raw], "pending_restores": []}
     (tmp_path / "state.json").write_text(json.dumps(doc))
     assert Store(tmp_path).load() == State([a_claim()], [])
@@ -361,3 +375,53 @@ def test_a_claim_saved_before_claimants_were_kept_loads_as_roots(tmp_path: Path)
     doc = {"version": SCHEMA_VERSION, "claim": raw}
     (tmp_path / "claims" / f"{raw['id']}.json").write_text(json.dumps(doc))
     assert [c.claimant for c in Store(tmp_path).load().claims] == [0]
+
+
+# Claim files as rdmad wrote them before a claim's netns and what it moved there were an
+# Attachment of their own: one flat object, a held claim's netns fields zero.
+ACTIVE_FILE = (
+    '{"version":2,"claim":{"id":"00112233aabbccdd","device":"mlx5_0","netns_inode":4026532001,'
+    '"netns_path":"/run/netns/pod","nsid":3,"ifname":"net0","shared":false,"owner":"ctr-1",'
+    '"created_at_us":1,"netdev_moved":true,"rdma_moved":false,"host":{"ifindex":7,'
+    '"name":"eth1","mtu":9000,"up":true,"addresses":["10.0.0.1/24"],"kind":""},"chardevs":'
+    '[{"kind":"uverbs","path":"/dev/infiniband/uverbs0","major":231,"minor":192}],"gids":[],'
+    '"cdi_device":"","ns_ifindex":0,"phase":"pending","cdi_name":"","pod_cdi_name":"",'
+    '"failure":"","netns_cookie":0,"route_table":0,"hold":null,"moved_device":null,'
+    '"end_reason":null}}'
+)
+HELD_FILE = (
+    '{"version":2,"claim":{"id":"ffeeddccbbaa9988","device":"mlx5_1","netns_inode":0,'
+    '"netns_path":"","nsid":-1,"ifname":"eth2","shared":false,"owner":"","created_at_us":2,'
+    '"netdev_moved":false,"rdma_moved":false,"host":null,"chardevs":[],"gids":[],'
+    '"cdi_device":"rdmad.io/rdma=ffeeddccbbaa9988","ns_ifindex":0,"phase":"held",'
+    '"cdi_name":"","pod_cdi_name":"","failure":"","netns_cookie":0,"route_table":0,'
+    '"hold":{"pod_uid":"pod-1","mtu":0,"chardevs":["uverbs","rdma_cm"],"netdev":true},'
+    '"moved_device":null,"end_reason":null}}'
+)
+
+
+def test_a_claim_file_written_before_attachments_loads_with_its_attachment(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / "00112233aabbccdd.json").write_text(ACTIVE_FILE)
+    assert Store(tmp_path).load().claims == [a_claim()]
+
+
+def test_a_held_claim_file_written_before_attachments_loads_with_none(tmp_path: Path) -> None:
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / f"{B}.json").write_text(HELD_FILE)
+    (held,) = Store(tmp_path).load().claims
+    assert (held.phase, held.attachment, held.hold) == (ClaimPhase.HELD, None, HoldSpec("pod-1"))
+
+
+@pytest.mark.parametrize("written", [ACTIVE_FILE, HELD_FILE], ids=["active", "held"])
+def test_a_claim_file_is_written_as_before_attachments(tmp_path: Path, written: str) -> None:
+    """The same flat object, so that an rdmad downgraded across this change reads it."""
+    claim_id = json.loads(written)["claim"]["id"]
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / f"{claim_id}.json").write_text(written)
+    (claim,) = Store(tmp_path).load().claims
+    Store(tmp_path / "again").save(State([claim], []))
+    again = json.loads((tmp_path / "again" / "claims" / f"{claim_id}.json").read_text())
+    assert again == json.loads(written)
