@@ -165,7 +165,7 @@ class InventoryTracker:
         for view in self.views(stale):
             # A device mid-claim or mid-release would show its own netdev's trip between
             # netns as a passing state ("unavailable"): its operation announces the outcome,
-            # and Core._operating_on names it again when it ends.
+            # and Records.operating_on names it again when it ends.
             if self._book.busy(view.device.name):
                 continue
             if self._announced.get(view.device.name) != view:

@@ -26,14 +26,16 @@ def v4_gid(address: str) -> str:
     return gid_of(ipaddress.ip_address(address))
 
 
-def test_an_ipv4_address_maps_to_the_gid_sysfs_shows() -> None:
-    gid = gid_of(ipaddress.ip_address("192.0.2.10"))
-    assert gid == "0000:0000:0000:0000:0000:ffff:c000:020a"
-
-
-def test_an_ipv6_address_is_its_own_gid() -> None:
-    gid = gid_of(ipaddress.ip_address("fe80::5054:ff:fe12:3456"))
-    assert gid == "fe80:0000:0000:0000:5054:00ff:fe12:3456"
+@pytest.mark.parametrize(
+    ("address", "gid"),
+    [
+        ("192.0.2.10", "0000:0000:0000:0000:0000:ffff:c000:020a"),  # IPv4: v4-mapped
+        ("fe80::5054:ff:fe12:3456", "fe80:0000:0000:0000:5054:00ff:fe12:3456"),  # its own
+    ],
+    ids=["ipv4", "ipv6"],
+)
+def test_an_address_maps_to_the_gid_sysfs_shows(address: str, gid: str) -> None:
+    assert gid_of(ipaddress.ip_address(address)) == gid
 
 
 async def changed_once_more(rig: Rig, before: int) -> None:

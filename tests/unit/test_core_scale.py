@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 from ipaddress import ip_interface
 from pathlib import Path
 
+import pytest
+
 from rdmad.core.store import Store
 from rdmad.model import ClaimOptions, NetnsMode
 from tests.support.core_rig import Rig, Rigs
@@ -69,25 +71,20 @@ def claim_then_netns_dies(options: ClaimOptions) -> Scenario:
     return run
 
 
-async def test_a_whole_claim_and_its_release(rigs: Rigs, tmp_path: Path) -> None:
-    await same_on_both(rigs, tmp_path, NetnsMode.SHARED, claim_and_release(WHOLE))
+# What a claim costs, by scenario: the netns mode, the claim's options, how it ends.
+SCENARIOS = {
+    "whole-released": (NetnsMode.SHARED, claim_and_release(WHOLE)),
+    "shared-released": (NetnsMode.SHARED, claim_and_release(SHARED)),
+    "exclusive-released": (NetnsMode.EXCLUSIVE, claim_and_release(WHOLE)),
+    "rdma-only-released": (NetnsMode.EXCLUSIVE, claim_and_release(RDMA_ONLY)),
+    "whole-netns-died": (NetnsMode.SHARED, claim_then_netns_dies(WHOLE)),
+    "exclusive-netns-died": (NetnsMode.EXCLUSIVE, claim_then_netns_dies(WHOLE)),
+}
 
 
-async def test_a_shared_claim_and_its_release(rigs: Rigs, tmp_path: Path) -> None:
-    await same_on_both(rigs, tmp_path, NetnsMode.SHARED, claim_and_release(SHARED))
-
-
-async def test_an_exclusive_claim_and_its_release(rigs: Rigs, tmp_path: Path) -> None:
-    await same_on_both(rigs, tmp_path, NetnsMode.EXCLUSIVE, claim_and_release(WHOLE))
-
-
-async def test_an_rdma_only_claim_and_its_release(rigs: Rigs, tmp_path: Path) -> None:
-    await same_on_both(rigs, tmp_path, NetnsMode.EXCLUSIVE, claim_and_release(RDMA_ONLY))
-
-
-async def test_a_whole_claim_ended_by_its_netns_dying(rigs: Rigs, tmp_path: Path) -> None:
-    await same_on_both(rigs, tmp_path, NetnsMode.SHARED, claim_then_netns_dies(WHOLE))
-
-
-async def test_an_exclusive_claim_ended_by_its_netns_dying(rigs: Rigs, tmp_path: Path) -> None:
-    await same_on_both(rigs, tmp_path, NetnsMode.EXCLUSIVE, claim_then_netns_dies(WHOLE))
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+async def test_a_claim_and_its_end_cost_the_same_on_a_node_of_2_and_of_60(
+    rigs: Rigs, tmp_path: Path, scenario: str
+) -> None:
+    mode, run = SCENARIOS[scenario]
+    await same_on_both(rigs, tmp_path, mode, run)
