@@ -244,8 +244,8 @@ async def read_counters(
     scope: CounterScope,
 ) -> Counters:
     """A device's counters. Where a whole-device claim (`holder`) took the device, read in
-    the claim's netns, opened for this read only."""
-    at = holder.attached if holder else None
+    the claim's netns, opened for this read only; in init_net while it is held."""
+    at = holder.attachment if holder else None
     target = resolver.reopen(at.netns_inode, at.netns_path) if at else None
     try:
         return Counters(scope, await rdma.counters(dev, target))

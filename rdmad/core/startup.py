@@ -122,9 +122,14 @@ class Startup:
         self._records.save()
 
     async def _reconcile_one(self, claim: Claim, live: set[int]) -> None:
-        # The nsid says dead for sure; a live one may have been given to another netns.
-        nsid = claim.attached.nsid
-        alive = (nsid < 0 or nsid in live) and await netns_alive(self._resolver, claim)
+        # The nsid says dead for sure; a live one may have been given to another netns. A
+        # held claim's release (RELEASING, no attachment) has no netns at all.
+        at = claim.attachment
+        alive = (
+            at is not None
+            and (at.nsid < 0 or at.nsid in live)
+            and await netns_alive(self._resolver, claim)
+        )
         if claim.phase == ClaimPhase.ACTIVE and alive:
             return
         doing = _INTERRUPTED.get(claim.phase)

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from rdmad.errors import DeviceBusy, NoSuchDevice
-from rdmad.model import ClaimOptions, CounterScope, NetnsMode, PortCounters, ReleaseReason
+from rdmad.model import (
+    ClaimOptions,
+    Counters,
+    CounterScope,
+    NetnsMode,
+    PortCounters,
+    ReleaseReason,
+)
 from tests.support.core_rig import Rig, Rigs, two_nics
 
 WHOLE = ClaimOptions(ifname="net0")
@@ -62,3 +69,13 @@ async def test_statistics_count_claims_releases_and_errors_by_name(rig: Rig) -> 
     assert stats.releases == {ReleaseReason.REQUESTED: 1}
     assert stats.release_seconds.count == 1
     assert stats.errors == {("claim", DeviceBusy.dbus_name): 1}
+
+
+async def test_a_device_held_whole_for_a_pod_is_read_in_init_net(rigs: Rigs) -> None:
+    kernel = two_nics()
+    kernel.rdma["mlx5_0"].counters = {"sent_pkts": 3}
+    rig = await rigs.start(kernel)
+    held = await rig.core.hold("mlx5_0", "pod-uid", WHOLE)
+    read = PortCounters(1, {"sent_pkts": 3})
+    assert (await rig.core.device_counters("mlx5_0")).ports == (read,)
+    assert await rig.core.claim_counters(held.id) == Counters(CounterScope.CLAIM, (read,))

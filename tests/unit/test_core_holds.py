@@ -15,6 +15,7 @@ from rdmad.errors import DeviceBusy, InvalidArgs, NoSuchClaim, NoSuchDevice
 from rdmad.model import ClaimOptions, ClaimPhase, DeviceState, NetnsMode, ReleaseReason
 from tests.support.core_rig import WAIT, Rig, Rigs, host_side, two_nics
 from tests.support.fake_kernel import INIT
+from tests.unit.test_core_reconcile import crash_at
 
 POD = "0f6a2c44-7d1e-4c8e-9a55-3b7e1c2d9f10"
 OTHER_POD = "5b1e9d2a-0c3f-4f7a-8e61-2d4c6b8a0e97"
@@ -189,3 +190,17 @@ async def test_an_attach_interrupted_by_a_crash_is_undone_back_to_held(rigs: Rig
     assert kernel.rdma_netns("mlx5_0") == INIT
     (kept,) = fresh.core.claims()
     assert (kept.id, kept.phase, kept.netns) == (held.id, ClaimPhase.HELD, "")
+
+
+async def test_a_holds_release_cut_short_by_a_crash_is_finished_at_the_next_start(
+    rigs: Rigs,
+) -> None:
+    kernel = two_nics()
+    rig = await rigs.start(kernel)
+    held = await rig.core.hold("mlx5_0", POD, WHOLE)
+    await rig.quiesce()
+    # Its first kernel call, once RELEASING is written: the re-read of its device.
+    fresh = await crash_at(rig, "get_device", rig.core.release(held.id))
+    await fresh.quiesce()
+    assert fresh.core.claims() == [] and fresh.state("mlx5_0") == DeviceState.AVAILABLE
+    assert fresh.seen.ended == [(held.id, ReleaseReason.RECONCILED)]
