@@ -43,6 +43,12 @@ class NotSupported(RdmadError):
     dbus_name = _PREFIX + "NotSupported"
 
 
+class NoSuchCgroup(RdmadError):
+    """A claim's cgroup does not exist (or is no cgroup v2 directory)."""
+
+    dbus_name = _PREFIX + "NoSuchCgroup"
+
+
 class ModeBusy(RdmadError):
     """SetNetnsMode while other network namespaces exist (kernel EBUSY)."""
 

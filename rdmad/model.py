@@ -169,6 +169,24 @@ class HostConfig:
 
 
 @dataclass(frozen=True)
+class RdmaLimit:
+    """One device's line in a cgroup's rdma.max (or rdma.current): user contexts
+    (hca_handle) and verbs objects (hca_object); None is the kernel's `max`, no limit."""
+
+    hca_handle: int | None = None
+    hca_object: int | None = None
+
+
+@dataclass(frozen=True)
+class RdmaUsage:
+    """A claim's device in its cgroup: what is in use (rdma.current) and the limit (rdma.max)."""
+
+    cgroup: str  # relative to the cgroup2 mount
+    current: RdmaLimit
+    max: RdmaLimit
+
+
+@dataclass(frozen=True)
 class ClaimOptions:
     """The validated a{sv} options of a Claim call."""
 
@@ -184,6 +202,8 @@ class ClaimOptions:
     table: int | None = None  # policy routing: the claim's table; TABLE_AUTO: rdmad picks
     routes: tuple[Route, ...] = ()  # placed in `table`, beside the connected routes
     claimant: int = 0  # the caller's uid (not an a{sv} option: the bus edge sets it)
+    cgroup: str = ""  # a cgroup v2 directory as the caller named it, "" for none
+    limit: RdmaLimit | None = None  # its device's line in that cgroup's rdma.max
 
 
 TABLE_AUTO = 0  # the kernel's RT_TABLE_UNSPEC, never a real table: "choose one for me"
@@ -262,6 +282,10 @@ class Claim:
     hold: HoldSpec | None = None  # made by Hold: the pod it is for, what Attach applies
     end_reason: ReleaseReason | None = None  # ENDED: why, for its Released
     claimant: int = 0  # the uid that made the claim (0 when saved by an older rdmad)
+    # the cgroup (relative to the cgroup2 mount) whose rdma.max holds the claim's limit on
+    # its device, and that limit; "" and None without one. Lifted back to `max` at the end.
+    cgroup: str = ""
+    limit: RdmaLimit | None = None
 
     @property
     def attached(self) -> Attachment:

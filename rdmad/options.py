@@ -16,6 +16,7 @@ from rdmad.model import (
     Cidr,
     ClaimOptions,
     NetnsMode,
+    RdmaLimit,
     Route,
 )
 
@@ -130,6 +131,53 @@ def _check_routing(table: int | None, routes: tuple[Route, ...], cidrs: tuple[Ci
             raise InvalidArgs(f"route to {r.dst}: the claim has no IPv{r.dst.version} address")
 
 
+# The kernel keeps rdma.max values as a non-negative int, `max` as S32_MAX
+# (kernel/cgroup/rdma.c): a limit at or over it would read back as `max`, no limit.
+RDMA_LIMIT_MAX = 2**31 - 2
+CGROUP_MAX_BYTES = 4095  # PATH_MAX without its NUL
+
+
+def parse_limit(
+    cgroup: str, hca_handles: int | None, hca_objects: int | None
+) -> tuple[str, RdmaLimit | None]:
+    """A claim's cgroup and its rdma.max line for the claim's device. The cgroup's place
+    in the cgroup2 mount is the kernel adapter's to check (rdmad.kernel.cgroup)."""
+    if "\x00" in cgroup or len(cgroup.encode("utf-8", "surrogatepass")) > CGROUP_MAX_BYTES:
+        raise InvalidArgs(f"invalid cgroup {cgroup!r}: a path of at most {CGROUP_MAX_BYTES} bytes")
+    for name, value in (("hca_handles", hca_handles), ("hca_objects", hca_objects)):
+        if value is not None and not 0 <= value <= RDMA_LIMIT_MAX:
+            raise InvalidArgs(f"{name} {value} is out of range 0-{RDMA_LIMIT_MAX}")
+    if hca_handles is None and hca_objects is None:
+        return cgroup, None
+    if not cgroup:
+        raise InvalidArgs("options 'hca_handles' and 'hca_objects' need option 'cgroup'")
+    return cgroup, RdmaLimit(hca_handles, hca_objects)
+
+
+def parse_chardevs(chardevs: Sequence[str]) -> tuple[ChardevKind, ...]:
+    kinds: list[ChardevKind] = []
+    for kind in chardevs:
+        try:
+            parsed = ChardevKind(kind)
+        except ValueError:
+            known = ", ".join(k.value for k in ChardevKind)
+            raise InvalidArgs(f"unknown char device kind {kind!r} (known: {known})") from None
+        if parsed not in kinds:
+            kinds.append(parsed)
+    return tuple(kinds)
+
+
+def _check_cdi_names(cdi_name: str, pod_cdi_name: str) -> None:
+    for what, name in (("CDI name", cdi_name), ("pod CDI name", pod_cdi_name)):
+        if name and not _CDI_NAME.match(name):
+            raise InvalidArgs(
+                f"invalid {what} {name!r}: letters, digits, '_', '-' and '.', "
+                "starting and ending with a letter or digit"
+            )
+    if pod_cdi_name and pod_cdi_name == cdi_name:
+        raise InvalidArgs(f"CDI name {cdi_name!r} cannot name the claim and its pod")
+
+
 def parse_claim_options(
     *,
     ifname: str | None = None,
@@ -143,6 +191,9 @@ def parse_claim_options(
     pod_cdi_name: str = "",
     table: int | None = None,
     routes: Sequence[str] = (),
+    cgroup: str = "",
+    hca_handles: int | None = None,
+    hca_objects: int | None = None,
 ) -> ClaimOptions:
     """A caller's claim options, each given as its plain value (or left out), as validated
     ClaimOptions; InvalidArgs on any value rdmad cannot take."""
@@ -153,41 +204,28 @@ def parse_claim_options(
     if "\x00" in owner:
         raise InvalidArgs("owner must not contain NUL")
     cidrs = tuple(parse_cidr(a) for a in addresses)
-    kinds: list[ChardevKind] = []
-    for kind in chardevs:
-        try:
-            parsed = ChardevKind(kind)
-        except ValueError:
-            known = ", ".join(k.value for k in ChardevKind)
-            raise InvalidArgs(f"unknown char device kind {kind!r} (known: {known})") from None
-        if parsed not in kinds:
-            kinds.append(parsed)
     if shared and netdev is not None:
         raise InvalidArgs("option 'netdev' applies to whole-device claims only")
-    for what, name in (("CDI name", cdi_name), ("pod CDI name", pod_cdi_name)):
-        if name and not _CDI_NAME.match(name):
-            raise InvalidArgs(
-                f"invalid {what} {name!r}: letters, digits, '_', '-' and '.', "
-                "starting and ending with a letter or digit"
-            )
-    if pod_cdi_name and pod_cdi_name == cdi_name:
-        raise InvalidArgs(f"CDI name {cdi_name!r} cannot name the claim and its pod")
+    _check_cdi_names(cdi_name, pod_cdi_name)
     if table is not None:
         table = parse_table(table)
         if not (netdev is None or netdev):
             raise InvalidArgs("option 'table' needs the claim's netdev (netdev=false moves none)")
     parsed_routes = tuple(parse_route(r) for r in routes)
     _check_routing(table, parsed_routes, cidrs)
+    cgroup, limit = parse_limit(cgroup, hca_handles, hca_objects)
     return ClaimOptions(
         ifname=check_ifname(ifname) if ifname is not None else None,
         mtu=mtu,
         addresses=cidrs,
         shared=shared,
-        chardevs=tuple(kinds),
+        chardevs=parse_chardevs(chardevs),
         owner=owner,
         netdev=True if netdev is None else netdev,
         cdi_name=cdi_name,
         pod_cdi_name=pod_cdi_name,
         table=table,
         routes=parsed_routes,
+        cgroup=cgroup,
+        limit=limit,
     )

@@ -125,6 +125,9 @@ OPTION_SIGNATURES: dict[str, str] = {
     "table": "u",
     "routes": "as",
     "pod_cdi_name": "s",
+    "cgroup": "s",
+    "hca_handles": "u",
+    "hca_objects": "u",
 }
 
 
@@ -142,20 +145,23 @@ def claim_options(raw: dict[str, Variant]) -> ClaimOptions:
     return parse_claim_options(**{name: variant.value for name, variant in raw.items()})
 
 
-# What Attach takes: which hold (by its interface name), and the netdev's addresses.
-ATTACH_OPTIONS = ("ifname", "addresses")
+# What Attach takes: which hold (by its interface name), the netdev's addresses, and the
+# pod's cgroup with its limits (which replace the Hold's).
+ATTACH_OPTIONS = ("ifname", "addresses", "cgroup", "hca_handles", "hca_objects")
 
 
 def attach_options(raw: dict[str, Variant]) -> tuple[str, ClaimOptions]:
     """Attach's a{sv} → (the interface name of the one hold to attach, "" for all of the
-    pod's; the addresses as ClaimOptions), InvalidArgs on anything wrong."""
+    pod's; the addresses and the cgroup as ClaimOptions), InvalidArgs on anything wrong."""
     for name in raw:
         if name not in ATTACH_OPTIONS:
             raise InvalidArgs(
                 f"unknown attach option {name!r} (known: {', '.join(ATTACH_OPTIONS)})"
             )
     parsed = claim_options(raw)
-    return parsed.ifname or "", ClaimOptions(addresses=parsed.addresses)
+    return parsed.ifname or "", ClaimOptions(
+        addresses=parsed.addresses, cgroup=parsed.cgroup, limit=parsed.limit
+    )
 
 
 def claim_action(options: ClaimOptions) -> Action:

@@ -22,6 +22,8 @@ from rdmad.model import (
     NetnsMode,
     PortCounters,
     RdmaDevice,
+    RdmaLimit,
+    RdmaUsage,
     Route,
 )
 
@@ -245,6 +247,32 @@ class RdmaBackend(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class CgroupBackend(Protocol):
+    """The rdma controller of cgroup v2: a device's line in a cgroup's rdma.max and
+    rdma.current. Cgroups are named relative to the cgroup2 mount."""
+
+    def resolve(self, path: str) -> str:
+        """The cgroup `path` names (relative to the mount, or absolute under it), as its
+        real path relative to the mount. InvalidArgs for a path that leaves the mount (by
+        `..` or a symlink) or names its root, NoSuchCgroup for one that does not exist,
+        NotSupported when the host's cgroup2 has no rdma controller."""
+        ...
+
+    def set_limit(self, cgroup: str, device: str, limit: RdmaLimit) -> None:
+        """Enable rdma in the subtree_control of each ancestor that lacks it, then write
+        `device`'s line into the cgroup's rdma.max."""
+        ...
+
+    def lift(self, cgroup: str, device: str) -> None:
+        """Put `device`'s line in rdma.max back to `max`; nothing if the cgroup or the
+        device is gone (the line went with it). Idempotent."""
+        ...
+
+    def usage(self, cgroup: str, device: str) -> RdmaUsage | None:
+        """`device`'s lines in rdma.current and rdma.max, None once the cgroup is gone."""
+        ...
 
 
 EventSink = Callable[[Event], None]

@@ -25,11 +25,18 @@ import time
 from dataclasses import replace
 
 from rdmad.core.admission import check_claim, free_hold_ifname
-from rdmad.core.backend import NetdevBackend, NetnsResolver, NetnsTarget, RdmaBackend
+from rdmad.core.backend import (
+    CgroupBackend,
+    NetdevBackend,
+    NetnsResolver,
+    NetnsTarget,
+    RdmaBackend,
+)
 from rdmad.core.claims import ClaimBook
 from rdmad.core.events import Event
 from rdmad.core.giveback import GiveBack, netns_alive, read_counters
 from rdmad.core.inventory import Inventory
+from rdmad.core.limits import Limits
 from rdmad.core.logfields import MESSAGE_CLAIM_FAILED, log_event
 from rdmad.core.observer import CoreObserver, Observers
 from rdmad.core.opstats import OpStats
@@ -60,6 +67,7 @@ from rdmad.model import (
     Netdev,
     NetnsMode,
     RdmaDevice,
+    RdmaUsage,
     ReleaseReason,
     netns_label,
 )
@@ -79,6 +87,7 @@ class Core:
         resolver: NetnsResolver,
         store: Store,
         *,
+        cgroups: CgroupBackend,
         shared_limit: int = 16,
         route_tables: range = DEFAULT_ROUTE_TABLES,
     ) -> None:
@@ -102,13 +111,23 @@ class Core:
             netns_alive=functools.partial(netns_alive, resolver),
         )
         self._records = records = Records(book, store, tracker)
-        self._giveback = giveback = GiveBack(net, rdma, resolver, inv, book, tracker)
+        self.limits = limits = Limits(cgroups)
+        self._giveback = giveback = GiveBack(net, rdma, resolver, inv, book, tracker, limits)
         self._release = release = Release(
             records, giveback, tracker, observers, rdma, resolver, inv, self.stats
         )
         self._retry = retry = GiveBackRetry(records, giveback, release, tracker, inv, resolver)
         self._take = Take(
-            net, rdma, resolver, records, tracker, giveback, release, observers, route_tables
+            net,
+            rdma,
+            resolver,
+            records,
+            tracker,
+            giveback,
+            release,
+            observers,
+            route_tables,
+            limits,
         )
         self._startup = Startup(
             net, rdma, resolver, inv, records, tracker, giveback, release, retry
@@ -197,6 +216,10 @@ class Core:
         holder, scope = (None, CounterScope.DEVICE) if claim.shared else (claim, CounterScope.CLAIM)
         return await read_counters(self._rdma, self._resolver, dev, holder, scope)
 
+    def rdma_usage(self, claim_id: str) -> RdmaUsage | None:
+        """The claim's device in its cgroup (rdma.current, rdma.max); None without one."""
+        return self.limits.usage(self.get_claim(claim_id))
+
     # ------------------------------------------------------------------ start, stop
     async def start(self) -> None:
         """Enumerate, load the state files, reconcile (Startup), then start consuming
@@ -254,6 +277,7 @@ class Core:
     ) -> Claim:
         dev = await self._fresh(dev)
         self._check(dev, target.inode, opts)
+        cgroup = self.limits.check(opts)
         claim_id = secrets.token_hex(8)
         # Read before the first await: events applied meanwhile must not change the parent.
         parent = self._netdev_of(dev).ifindex if opts.shared else 0
@@ -273,6 +297,8 @@ class Core:
             phase=ClaimPhase.PENDING,
             cdi_name=opts.cdi_name,
             pod_cdi_name=opts.pod_cdi_name,
+            cgroup=cgroup,
+            limit=opts.limit,
         )
         self._book.add(claim)
         await self._take.take(claim, dev, target, parent, opts)
@@ -311,6 +337,7 @@ class Core:
             # Looked up again: it may have been unplugged while this hold waited.
             dev = await self._fresh(self._rdma_device(device))
             self._check(dev, 0, options)
+            cgroup = self.limits.check(options)
             mine = [c for c in self._book.of(dev.name) if c.hold and c.hold.pod_uid == pod_uid]
             if mine:
                 raise DeviceBusy(f"{dev.name} is held for pod {pod_uid} by claim {mine[0].id}")
@@ -330,6 +357,8 @@ class Core:
                 phase=ClaimPhase.HELD,
                 cdi_name=options.cdi_name,
                 hold=HoldSpec(pod_uid, options.mtu or 0, options.chardevs, options.netdev),
+                cgroup=cgroup,
+                limit=options.limit,
             )
             claim.chardevs = await self._rdma.chardevs(dev, options.chardevs, None)
             self._book.add(claim)
@@ -376,6 +405,8 @@ class Core:
         if dev is None:
             raise NoSuchDevice(f"{claim.device}, held by claim {claim.id}, is gone")
         dev = await self._fresh(dev)
+        if opts.cgroup:  # the pod's cgroup, known now: it replaces the Hold's
+            claim.cgroup, claim.limit = self.limits.check(opts), opts.limit
         if claim.shared and any(
             c.netns_inode == target.inode for c in self._book.of(dev.name) if c is not claim
         ):

@@ -1,5 +1,5 @@
-"""Giving back what a claim took, wherever its netns is now: its netdev home to init_net
-with its host settings, its RDMA device back to init_net.
+"""Giving back what a claim took, wherever its netns is now: its RDMA limit lifted, its
+netdev home to init_net with its host settings, its RDMA device back to init_net.
 
 Every way a claim ends goes through here (rdmad.core.core.Core): a release, the kernel ending it
 (netns death, device removal), the undo of a failed claim, and reconciliation at start. The
@@ -15,6 +15,7 @@ from typing import Protocol
 from rdmad.core.backend import NetdevBackend, NetnsResolver, Placement, RdmaBackend
 from rdmad.core.claims import ClaimBook
 from rdmad.core.inventory import Inventory
+from rdmad.core.limits import Limits
 from rdmad.core.logfields import MESSAGE_NOT_RETURNED, log_claim_event, log_event
 from rdmad.core.steps import step
 from rdmad.errors import RdmadError
@@ -56,6 +57,7 @@ class GiveBack:
         inventory: Inventory,
         book: ClaimBook,
         tracker: Tracking,
+        limits: Limits,
     ) -> None:
         self._net = net
         self._rdma = rdma
@@ -63,10 +65,12 @@ class GiveBack:
         self._inv = inventory
         self._book = book
         self._tracker = tracker
+        self._limits = limits
 
     async def give_back(self, claim: Claim, *, netns_alive: bool) -> None:
         """Return what a claim took, wherever it is now. Idempotent: parts already home are
-        just restored. A held claim took nothing."""
+        just restored. A held claim took nothing but its limit, if any."""
+        self._limits.lift(claim)
         at = claim.attachment
         if at is not None:
             await self._give_back(claim, at, netns_alive)

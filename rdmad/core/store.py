@@ -44,6 +44,7 @@ from rdmad.model import (
     HostConfig,
     Port,
     RdmaDevice,
+    RdmaLimit,
     ReleaseReason,
 )
 
@@ -321,6 +322,8 @@ def _claim_from(raw: dict[str, Any]) -> Claim:
         moved["ports"] = tuple(Port(**p) for p in moved["ports"])
         moved["chardevs"] = tuple(moved["chardevs"])
         raw["moved_device"] = RdmaDevice(**moved)
+    if raw.get("limit") is not None:  # absent before limits existed
+        raw["limit"] = RdmaLimit(**raw["limit"])
     # Absent (netns_cookie, route_table, moved_device, gids) in files of older versions.
     at = {name: raw.pop(name) for name in _ATTACHMENT_FIELDS if name in raw}
     held = not at.get("netns_inode")  # a held claim's file says netns_inode 0

@@ -17,6 +17,7 @@ from rdmad.core.backend import (
     RdmaBackend,
 )
 from rdmad.core.giveback import GiveBack, log_not_returned, placement
+from rdmad.core.limits import Limits
 from rdmad.core.logfields import MESSAGE_CLAIM_FAILED, MESSAGE_GIDS_UNREADABLE, log_claim_event
 from rdmad.core.observer import CoreObserver
 from rdmad.core.records import Records
@@ -53,6 +54,7 @@ class Take:
         release: Release,
         observers: CoreObserver,
         route_tables: range,
+        limits: Limits,
     ) -> None:
         self._net = net
         self._rdma = rdma
@@ -64,6 +66,7 @@ class Take:
         self._release = release
         self._observers = observers
         self._route_tables = route_tables
+        self._limits = limits
 
     async def take(
         self, claim: Claim, dev: RdmaDevice, target: NetnsTarget, parent: int, opts: ClaimOptions
@@ -90,6 +93,7 @@ class Take:
                     target, placed.ifindex, at.route_table, opts.addresses, opts.routes
                 )
                 step("routes-installed", f"claim {claim.id}")
+            self._limits.apply(claim)
             claim.chardevs = await self._rdma.chardevs(
                 dev, opts.chardevs, target if at.rdma_moved else None
             )
@@ -137,6 +141,7 @@ class Take:
             )
         at = claim.attached
         try:
+            self._limits.lift(claim)
             if at.route_table:  # free when booked: whatever it holds now is this claim's
                 await self._net.remove_policy_routing(target, at.route_table)
             if at.netdev_moved:

@@ -26,6 +26,8 @@ class Config:
     # Policy routing: the tables a claim's table=auto is given from. Spiderpool and DRANET
     # number theirs from 100, so rdmad's range stays clear of 100-199.
     route_tables: str = "1000-1999"
+    # Where the cgroup2 hierarchy is mounted: claims' cgroups are named below it.
+    cgroup_root: Path = Path("/sys/fs/cgroup")
 
 
 class ConfigError(Exception):
@@ -50,6 +52,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--route-tables", metavar="FIRST-LAST", help="tables for table=auto (default 1000-1999)"
     )
+    p.add_argument("--cgroup-root", type=Path, help="the cgroup2 mount (default /sys/fs/cgroup)")
     # The simulated RDMA backend (rdmad.kernel.sim) is for tests, benchmarks and the host demo:
     # accepted, but kept out of --help so that nobody mistakes it for a production feature.
     p.add_argument("--sim-devices", metavar="NAME=NETDEV[,...]", help=argparse.SUPPRESS)

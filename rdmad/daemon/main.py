@@ -31,6 +31,7 @@ from rdmad.daemon.config import Config, ConfigError, load
 from rdmad.daemon.eventlog import EventLog
 from rdmad.errors import RdmadError
 from rdmad.kernel.addr_events import AddrEventSource
+from rdmad.kernel.cgroup import KernelCgroups
 from rdmad.kernel.netns import KernelNetnsResolver
 from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rtnl import RtnlBackend
@@ -91,6 +92,7 @@ async def run(cfg: Config) -> int:
         rdma,
         resolver,
         Store(cfg.state_dir),
+        cgroups=KernelCgroups(cfg.cgroup_root),
         shared_limit=cfg.shared_limit,
         route_tables=parse_table_range(cfg.route_tables),
     )

@@ -13,6 +13,7 @@ from rdmad.bus.service import connect_bus, start_service
 from rdmad.core.core import Core
 from rdmad.core.events import RdmaChanged
 from rdmad.core.store import Store
+from rdmad.kernel.cgroup import KernelCgroups
 from rdmad.kernel.netns import KernelNetnsResolver
 from rdmad.kernel.nlsocket import NlChannel
 from rdmad.kernel.rtnl import RtnlBackend
@@ -71,7 +72,7 @@ async def hotplug_rdmad(
     resolver = KernelNetnsResolver()
     net = await RtnlBackend.create(resolver)
     sim = UnpluggedSim(devices, resolver, net.channel, unplugged)
-    core = Core(net, sim, resolver, Store(workdir / "state"))
+    core = Core(net, sim, resolver, Store(workdir / "state"), cgroups=KernelCgroups())
     source = RtnlEventSource()
     await source.start(core.handle)
     await core.start()

@@ -20,9 +20,11 @@ from tests.bus.conftest import Live
 
 def test_the_bus_takes_exactly_the_claim_options_rdmad_has() -> None:
     assert set(OPTION_SIGNATURES) == set(inspect.signature(parse_claim_options).parameters)
-    # the claimant is the caller's uid, which the bus edge sets: never an option
+    # the claimant is the caller's uid, which the bus edge sets: never an option;
+    # hca_handles and hca_objects arrive as one field: the device's line in rdma.max.
+    limit = {"hca_handles", "hca_objects"}
     fields = {f.name for f in dataclasses.fields(ClaimOptions)}
-    assert set(OPTION_SIGNATURES) == fields - {"claimant"}
+    assert set(OPTION_SIGNATURES) == fields - {"claimant", "limit"} | limit
 
 
 async def test_options_reach_the_core_as_claim_options(live: Live) -> None:
@@ -52,8 +54,9 @@ async def test_an_unknown_claim_option_is_invalid_args_naming_the_known_ones(liv
         await live.call("Claim", "ssa{sv}", ["mlx5_0", "ns1", {"colour": Variant("s", "red")}])
     assert caught.value.type == InvalidArgs.dbus_name
     assert caught.value.text == (
-        "unknown claim option 'colour' (known: addresses, cdi_name, chardevs, ifname, mtu, "
-        "netdev, owner, pod_cdi_name, routes, shared, table)"
+        "unknown claim option 'colour' (known: addresses, cdi_name, cgroup, chardevs, "
+        "hca_handles, hca_objects, ifname, mtu, netdev, owner, pod_cdi_name, routes, shared, "
+        "table)"
     )
 
 

@@ -19,6 +19,7 @@ from rdmad.core.core import Core
 from rdmad.core.events import RdmaChanged
 from rdmad.core.observer import CoreObserver
 from rdmad.core.store import Store
+from rdmad.kernel.cgroup import KernelCgroups
 from rdmad.kernel.netns import KernelNetnsResolver
 from rdmad.kernel.rtnl import RtnlBackend
 from rdmad.kernel.rtnl_events import RtnlEventSource
@@ -150,7 +151,7 @@ async def test_device_removed_while_claimed_is_released_as_device_removed(
     with temp_veth("rl") as pair:
         settings = {"sim0": host_settings(pair.host)}
         sim = SimRdma([("sim0", pair.host)], resolver, net.channel)
-        core = Core(net, sim, resolver, Store(tmp_path))
+        core = Core(net, sim, resolver, Store(tmp_path), cgroups=KernelCgroups())
         observer = ReleasedObserver()
         core.add_observer(observer)
         await source.start(core.handle)

@@ -170,7 +170,14 @@ class Rigs:
         directory."""
         store = Store(self._state) if store is None else store
         process = kernel.process()
-        core = Core(process.net, process.rdma, process.resolver, store, shared_limit=shared_limit)
+        core = Core(
+            process.net,
+            process.rdma,
+            process.resolver,
+            store,
+            cgroups=kernel.cgroups,
+            shared_limit=shared_limit,
+        )
         kernel.attach(core.handle)
         await core.start()
         seen = Recorder()

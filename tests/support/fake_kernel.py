@@ -61,6 +61,7 @@ from rdmad.model import (
     RdmaDevice,
     Route,
 )
+from tests.support.fake_cgroups import FakeCgroups
 
 INIT = 0  # where init_net's netdevs and RDMA devices live (a netns is named by its inode)
 UVERBS_MAJOR, UVERBS_BASE_MINOR = 231, 192
@@ -149,6 +150,7 @@ class FakeKernel:
         self._minors = itertools.count()
         self._fds = itertools.count(100)
         self.calls: collections.Counter[str] = collections.Counter()  # backend calls, by op
+        self.cgroups = FakeCgroups()  # the cgroup2 hierarchy, with the rdma controller
 
     # -- the world, as a test (or another actor on the host) changes it -------------------
 

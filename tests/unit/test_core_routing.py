@@ -141,7 +141,12 @@ async def test_a_range_with_no_room_is_refused(tmp_path: Path) -> None:
     kernel = two_nics()
     process = kernel.process()
     core = Core(
-        process.net, process.rdma, process.resolver, Store(tmp_path), route_tables=range(5, 6)
+        process.net,
+        process.rdma,
+        process.resolver,
+        Store(tmp_path),
+        cgroups=kernel.cgroups,
+        route_tables=range(5, 6),
     )
     kernel.attach(core.handle)
     await core.start()
