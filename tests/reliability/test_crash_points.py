@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 from dbus_fast import Variant
 
+from rdmad.model import RdmaLimit
 from testbed.daemon import BUS_NAME, DBusCallError
 from testbed.faulty_rdmad import CRASH_AT
 from testbed.net import ip, link, temp_netns
 from tests.reliability.conftest import reliability_rig, restart, settings_of
+from tests.support.cgroup_tree import make_tree, written_line
+from tests.support.fake_cgroups import NO_LIMIT
 from tests.support.invariants import assert_invariants
 from tests.support.sim_rig import Rig
 
@@ -26,6 +29,10 @@ WHOLE = {
 SHARED = {"shared": Variant("b", True), "addresses": Variant("as", ["192.0.2.6/24"])}
 # Policy routing: a table, so a rule and routes in the netns between two steps.
 ROUTED = {**SHARED, "table": Variant("u", 0), "routes": Variant("as", ["0.0.0.0/0,via=192.0.2.1"])}
+# An RDMA limit in a cgroup (of a tree shaped as a cgroup2 mount: tests/support/cgroup_tree.py).
+POD_CGROUP = "kubepods.slice/kubepods-pod1.slice"
+LIMIT = RdmaLimit(hca_handle=1, hca_object=None)
+LIMITED = {**SHARED, "cgroup": Variant("s", POD_CGROUP), "hca_handles": Variant("u", 1)}
 
 # (kind, sim mode, claim options, steps of a claim in order, steps of a release in order)
 KINDS = {
@@ -66,6 +73,19 @@ KINDS = {
             "active-written",
         ],
         ["releasing-written", "routes-removed", "netdev-returned", "released-written"],
+    ),
+    "limited": (
+        "shared",
+        LIMITED,
+        [
+            "pending-written",
+            "macvlan-created",
+            "addresses-set",
+            "netdev-placed",
+            "limit-written",
+            "active-written",
+        ],
+        ["releasing-written", "limit-lifted", "netdev-returned", "released-written"],
     ),
 }
 
@@ -114,7 +134,11 @@ async def test_crash_at_every_step_leaves_each_device_home_or_claimed(
     mode, options, claim_steps, release_steps = KINDS[kind]
     steps = claim_steps if op == "claim" else release_steps
     env = {CRASH_AT: steps[0]}
-    async with reliability_rig(bus_address, tmp_path, 1, sim_mode=mode, env=env) as rig:
+    cgroups = make_tree(tmp_path / "cgroup", POD_CGROUP)
+    extra = ["--cgroup-root", str(cgroups)]
+    async with reliability_rig(
+        bus_address, tmp_path, 1, sim_mode=mode, env=env, extra=extra
+    ) as rig:
         prepare_host(rig)
         settings = settings_of(rig.nics)
         for i, step in enumerate(steps):
@@ -125,10 +149,13 @@ async def test_crash_at_every_step_leaves_each_device_home_or_claimed(
             report = await assert_invariants(rig.client, rig.nics, settings, [netns])
             held = "claimed" if claims else "home"
             print(f"{kind:9} {op:7} crash@{step:18} -> {held}, stranded={report.stranded}")
+            line = written_line(cgroups, POD_CGROUP, "sim0")
             if op == "claim" and step == "active-written":
                 assert len(claims) == 1, "a claim written ACTIVE survives the crash"
+                assert line == (LIMIT if kind == "limited" else None)
                 await rig.client.call_raw(BUS_NAME, claims[0][5], "io.rdmad1.Claim", "Release")
             else:
+                assert line in (None, NO_LIMIT), f"crash at {step} left the limit {line}"
                 # Every earlier claim step is undone at start; every release step finished.
                 assert claims == [], f"crash at {step} must not leave a claim: {claims}"
                 assert link(rig.nic("sim0")) is not None

@@ -13,24 +13,14 @@ import pytest
 from rdmad.errors import InvalidArgs, NoSuchCgroup, NotSupported
 from rdmad.kernel.cgroup import KernelCgroups, format_limit, parse_line
 from rdmad.model import RdmaLimit, RdmaUsage
+from tests.support.cgroup_tree import make_cgroup, make_tree
 
 POD = "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice"
 
 
-def make_cgroup(directory: Path, controllers: str = "cpu memory rdma") -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "cgroup.controllers").write_text(controllers + "\n")
-    (directory / "cgroup.subtree_control").write_text("")
-
-
 @pytest.fixture
 def mount(tmp_path: Path) -> Path:
-    root = tmp_path / "cgroup"
-    make_cgroup(root)
-    parts = POD.split("/")
-    for i in range(len(parts)):
-        make_cgroup(root.joinpath(*parts[: i + 1]))
-    return root
+    return make_tree(tmp_path / "cgroup", POD)
 
 
 @pytest.mark.parametrize("form", ["relative", "absolute", "dotted"])
