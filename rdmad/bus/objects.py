@@ -35,6 +35,8 @@ from rdmad.model import (
     Counters,
     DeviceView,
     NetnsMode,
+    RdmaLimit,
+    RdmaUsage,
     netns_label,
 )
 from rdmad.options import parse_claim_options, parse_netns_mode
@@ -44,6 +46,23 @@ ClaimRow = tuple[str, str, str, str, str, str]
 # GetCounters: scope ("device" or "claim"), then per port: index, counter name -> value
 COUNTERS_SIGNATURE = "sa(ua{st})"
 CountersReply = list[object]
+# GetRdmaUsage: the cgroup, then its rdma.current and rdma.max lines for the claim's device
+USAGE_SIGNATURE = "sa{su}a{su}"
+
+
+def limit_dict(limit: RdmaLimit | None) -> dict[str, int]:
+    """A line of rdma.max or rdma.current as resource -> value; a resource at `max` (no
+    limit) is left out."""
+    if limit is None:
+        return {}
+    pairs = (("hca_handle", limit.hca_handle), ("hca_object", limit.hca_object))
+    return {name: value for name, value in pairs if value is not None}
+
+
+def usage_reply(claim: Claim, usage: RdmaUsage | None) -> list[object]:
+    if usage is None:  # no cgroup, or it is gone
+        return [claim.cgroup, {}, {}]
+    return [usage.cgroup, limit_dict(usage.current), limit_dict(usage.max)]
 
 
 class CoreAPI(Protocol):
@@ -80,6 +99,8 @@ class CoreAPI(Protocol):
     async def device_counters(self, name: str) -> Counters: ...
 
     async def claim_counters(self, claim_id: str) -> Counters: ...
+
+    def rdma_usage(self, claim_id: str) -> RdmaUsage | None: ...
 
 
 def counters_reply(counters: Counters) -> CountersReply:
@@ -389,6 +410,8 @@ CLAIM_PROPERTIES: PropertyTable[Claim] = PropertyTable(
     Prop("State", "s", lambda c: claim_state(c)),
     Prop("Failure", "s", lambda c: c.failure),
     Prop("PodUid", "s", lambda c: c.hold.pod_uid if c.hold else ""),
+    Prop("Cgroup", "s", lambda c: c.cgroup),
+    Prop("RdmaLimit", "a{su}", lambda c: limit_dict(c.limit)),
 )
 
 
@@ -448,6 +471,11 @@ class ClaimInterface(ServiceInterface):
     @bus_errors
     async def GetCounters(self) -> Annotated[CountersReply, DBusSignature(COUNTERS_SIGNATURE)]:
         return counters_reply(await self._core.claim_counters(self.claim.id))
+
+    @dbus_method()
+    @bus_errors
+    async def GetRdmaUsage(self) -> Annotated[list[object], DBusSignature(USAGE_SIGNATURE)]:
+        return usage_reply(self.claim, self._core.rdma_usage(self.claim.id))
 
 
 CLAIM_PROPERTIES.export_on(ClaimInterface, lambda self: self.claim)

@@ -26,6 +26,7 @@ from rdmad.model import (
     Port,
     PortCounters,
     RdmaDevice,
+    RdmaUsage,
     ReleaseReason,
 )
 from tests.support.fake_kernel import FakeKernel
@@ -71,6 +72,7 @@ class FakeCore:
         self.last_options: ClaimOptions | None = None
         self.stats = OpStats()
         self.port_counters: dict[str, int] = {}  # port 1 of every device
+        self.usage: RdmaUsage | None = None  # every claim's with a cgroup
         self._n = 0
 
     def _maybe_fail(self) -> None:
@@ -106,6 +108,10 @@ class FakeCore:
         scope = CounterScope.DEVICE if claim.shared else CounterScope.CLAIM
         return Counters(scope, (PortCounters(1, dict(self.port_counters)),))
 
+    def rdma_usage(self, claim_id: str) -> RdmaUsage | None:
+        claim = self.get_claim(claim_id)
+        return self.usage if claim.cgroup else None
+
     def get_claim(self, claim_id: str) -> Claim:
         if claim_id not in self.claims_by_id:
             raise NoSuchClaim(f"no claim {claim_id!r}")
@@ -128,6 +134,8 @@ class FakeCore:
             created_at_us=1_700_000_000_000_000,
             chardevs=(CharDev(ChardevKind.UVERBS, "/dev/infiniband/uverbs0", 231, 192),),
             cdi_device=f"rdmad.io/rdma=c{self._n}",
+            cgroup=options.cgroup,
+            limit=options.limit,
         )
         self.claims_by_id[claim.id] = claim
         for o in self.observers:

@@ -13,7 +13,7 @@ from dbus_fast.errors import DBusError
 
 from rdmad.bus.objects import OPTION_SIGNATURES
 from rdmad.errors import InvalidArgs
-from rdmad.model import ChardevKind, ClaimOptions
+from rdmad.model import ChardevKind, ClaimOptions, RdmaLimit
 from rdmad.options import parse_claim_options
 from tests.bus.conftest import Live
 
@@ -72,4 +72,27 @@ async def test_a_bad_option_value_is_invalid_args_from_the_one_check(live: Live)
         await live.call("Claim", "ssa{sv}", ["mlx5_0", "ns1", {"mtu": Variant("u", 67)}])
     assert caught.value.type == InvalidArgs.dbus_name
     assert caught.value.text == "mtu 67 is out of range 68-65535"
+    assert live.core.claims() == []
+
+
+async def test_a_limit_reaches_the_core_and_shows_on_the_claim(live: Live) -> None:
+    options = {
+        "cgroup": Variant("s", "kubepods/pod1"),
+        "hca_handles": Variant("u", 1),
+        "hca_objects": Variant("u", 3),
+    }
+    (path,) = await live.call("Claim", "ssa{sv}", ["mlx5_0", "ns1", options])
+    assert live.core.last_options == ClaimOptions(
+        cgroup="kubepods/pod1", limit=RdmaLimit(hca_handle=1, hca_object=3)
+    )
+    props = await live.get_all(path, "io.rdmad1.Claim")
+    assert props["Cgroup"] == "kubepods/pod1"
+    assert props["RdmaLimit"] == {"hca_handle": 1, "hca_object": 3}
+
+
+async def test_a_limit_without_a_cgroup_is_invalid_args(live: Live) -> None:
+    with pytest.raises(DBusError) as caught:
+        await live.call("Claim", "ssa{sv}", ["mlx5_0", "ns1", {"hca_handles": Variant("u", 1)}])
+    assert caught.value.type == InvalidArgs.dbus_name
+    assert "need option 'cgroup'" in caught.value.text
     assert live.core.claims() == []

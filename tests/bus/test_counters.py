@@ -6,6 +6,7 @@ from dbus_fast import Variant
 
 from rdmad.bus.names import CLAIM_IFACE, DEVICE_IFACE
 from rdmad.errors import DeviceBusy
+from rdmad.model import RdmaLimit, RdmaUsage
 from tests.bus.conftest import Live
 
 DEVICE = "/io/rdmad1/device/mlx5_5f0"
@@ -28,6 +29,20 @@ async def test_a_shared_claims_counters_are_its_devices(live: Live) -> None:
     (path,) = await live.call("Claim", "ssa{sv}", ["mlx5_0", "ns1", {"shared": Variant("b", True)}])
     (scope, _ports) = await live.call("GetCounters", path=path, interface=CLAIM_IFACE)
     assert scope == "device"
+
+
+async def test_a_claims_rdma_usage_is_its_devices_lines_in_its_cgroup(live: Live) -> None:
+    live.core.usage = RdmaUsage("kubepods/pod1", RdmaLimit(1, 7), RdmaLimit(1, None))
+    options = {"cgroup": Variant("s", "kubepods/pod1"), "hca_handles": Variant("u", 1)}
+    (path,) = await live.call("Claim", "ssa{sv}", ["mlx5_0", "ns1", options])
+    got = await live.call("GetRdmaUsage", path=path, interface=CLAIM_IFACE)
+    assert got == ["kubepods/pod1", {"hca_handle": 1, "hca_object": 7}, {"hca_handle": 1}]
+
+
+async def test_a_claim_without_a_cgroup_has_no_rdma_usage(live: Live) -> None:
+    (path,) = await live.call("Claim", "ssa{sv}", ["mlx5_0", "ns1", {}])
+    got = await live.call("GetRdmaUsage", path=path, interface=CLAIM_IFACE)
+    assert got == ["", {}, {}]
 
 
 async def test_statistics_carry_counts_errors_and_cumulative_histograms(live: Live) -> None:
