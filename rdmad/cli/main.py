@@ -232,6 +232,11 @@ async def cmd_claim(c: Client, a: argparse.Namespace, out: TextIO) -> None:
         opts["routes"] = Variant("as", a.route)
     if a.pod_cdi_name is not None:
         opts["pod_cdi_name"] = Variant("s", a.pod_cdi_name)
+    if a.cgroup is not None:
+        opts["cgroup"] = Variant("s", a.cgroup)
+    for name, value in (("hca_handles", a.hca_handles), ("hca_objects", a.hca_objects)):
+        if value is not None:
+            opts[name] = Variant("u", value)
     (path,) = await c.call("Claim", "ssa{sv}", [a.device, a.netns, opts])
     data = claim_json(await c.get_all(path, CLAIM_IFACE), path)
     _emit(out, a, data, claim_text(data))
@@ -384,6 +389,24 @@ def _claim_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="a CDI device name for every RDMA device of the netns: "
         "rdmad.io/rdma=NAME injects them all",
+    )
+    p.add_argument(
+        "--cgroup",
+        metavar="PATH",
+        help="a cgroup v2 directory (relative to /sys/fs/cgroup, or absolute under it) "
+        "whose rdma.max gets the --hca-* limits on the device",
+    )
+    p.add_argument(
+        "--hca-handles",
+        type=_uint32,
+        metavar="N",
+        help="at most N user contexts (ibv_open_device) on the device in --cgroup",
+    )
+    p.add_argument(
+        "--hca-objects",
+        type=_uint32,
+        metavar="N",
+        help="at most N verbs objects (PD, MR, CQ, QP, ...) on the device in --cgroup",
     )
 
 

@@ -34,6 +34,29 @@ async def _counters(c: Client, path: str, interface: str) -> tuple[str, list[dic
     return str(scope), ports_json(ports)
 
 
+async def rdma_usage(c: Client, path: str) -> dict[str, Any] | None:
+    """The claim's device in its cgroup (Claim.GetRdmaUsage); None without a cgroup."""
+    cgroup, current, limit = await c.call("GetRdmaUsage", path=path, interface=CLAIM_IFACE)
+    if not cgroup:
+        return None
+    return {"cgroup": cgroup, "current": dict(current), "max": dict(limit)}
+
+
+def rdma_rows(label: str, rdma: dict[str, Any], rates: bool) -> list[list[Any]]:
+    """A claim's usage of its cgroup's RDMA resources, as USED/LIMIT ("max": none)."""
+    return [
+        [
+            label,
+            "cgroup",
+            "-",
+            f"rdma.{name}",
+            f"{rdma['current'].get(name, 0)}/{rdma['max'].get(name, 'max')}",
+        ]
+        + (["-"] if rates else [])
+        for name in ("hca_handle", "hca_object")
+    ]
+
+
 async def collect(c: Client, target: str | None) -> dict[str, Any]:
     """Read the counters now. A device that vanishes between the listing and its read is
     left out; a DEVICE or CLAIM the user named must be there."""
@@ -55,6 +78,7 @@ async def collect(c: Client, target: str | None) -> dict[str, Any]:
     for claim_id, device, netns, _ifname, owner, path in claim_rows:
         try:
             scope, ports = await _counters(c, path, CLAIM_IFACE)
+            rdma = await rdma_usage(c, path)
         except DBusError as e:
             if target is None and e.type in (NoSuchDevice.dbus_name, NoSuchClaim.dbus_name):
                 continue
@@ -67,6 +91,7 @@ async def collect(c: Client, target: str | None) -> dict[str, Any]:
                 "owner": owner,
                 "scope": scope,
                 "ports": ports,
+                **({"rdma": rdma} if rdma else {}),
             }
         )
     if target is None:
@@ -126,6 +151,8 @@ def render(data: dict[str, Any], *, rates: bool) -> str:
                     rate = p.get("rates", {}).get(name)
                     row.append("-" if rate is None else f"{rate:.1f}")
                 rows.append(row)
+        if "rdma" in entry:
+            rows.extend(rdma_rows(label, entry["rdma"], rates))
     headers = ["OBJECT", "SCOPE", "PORT", "COUNTER", "VALUE"] + (["PER SECOND"] if rates else [])
     text = table(headers, rows) if rows else "no counters"
     ops = data.get("operations")

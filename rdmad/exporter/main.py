@@ -57,6 +57,9 @@ SCRAPE_TIMEOUT_S = 5.0
 _NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_]")
 
 
+RDMA_RESOURCES = ("hca_handle", "hca_object")  # the rdma cgroup controller's
+
+
 class ReadFailed(Exception):
     """rdmad could not be read at all this scrape (down, not on the bus, timed out)."""
 
@@ -73,6 +76,8 @@ class Snapshot:
     objects: dict[str, Any]  # GetManagedObjects: path -> interface -> property -> Variant
     counters: list[tuple[str, list[Any] | None]]  # device path, GetCounters (None: failed)
     stats: dict[str, Any]  # GetStatistics, values unwrapped
+    # claim path, GetRdmaUsage, for each claim with a cgroup (None: failed)
+    usage: list[tuple[str, list[Any] | None]]
 
 
 class RdmadReader:
@@ -96,19 +101,26 @@ class RdmadReader:
         except (DBusError, Unreachable, OSError, EOFError) as e:
             self.close()
             raise ReadFailed(str(e)) from e
-        counters: list[tuple[str, list[Any] | None]] = []
-        for path, ifaces in objects.items():
-            if DEVICE_IFACE not in ifaces:
-                continue
-            try:
-                counters.append((path, await self._call(path, DEVICE_IFACE, "GetCounters")))
-            except (Unreachable, OSError, EOFError) as e:  # rdmad went away mid-scrape
-                self.close()
-                raise ReadFailed(str(e)) from e
-            except DBusError as e:  # e.g. NoSuchDevice: gone mid-read, skipped this scrape
-                log.info("device %s skipped this scrape: %s: %s", path, e.type, e.text)
-                counters.append((path, None))
-        return Snapshot(objects, counters, {k: v.value for k, v in stats.items()})
+        devices = [p for p, ifaces in objects.items() if DEVICE_IFACE in ifaces]
+        limited = [
+            p
+            for p, ifaces in objects.items()
+            if CLAIM_IFACE in ifaces and _props(ifaces, CLAIM_IFACE).get("Cgroup")
+        ]
+        counters = [(p, await self._read_one(p, DEVICE_IFACE, "GetCounters")) for p in devices]
+        usage = [(p, await self._read_one(p, CLAIM_IFACE, "GetRdmaUsage")) for p in limited]
+        return Snapshot(objects, counters, {k: v.value for k, v in stats.items()}, usage)
+
+    async def _read_one(self, path: str, interface: str, member: str) -> list[Any] | None:
+        """One object's reply, None when the object went away mid-read (skipped this scrape)."""
+        try:
+            return await self._call(path, interface, member)
+        except (Unreachable, OSError, EOFError) as e:  # rdmad went away mid-scrape
+            self.close()
+            raise ReadFailed(str(e)) from e
+        except DBusError as e:  # e.g. NoSuchDevice: gone mid-read, skipped this scrape
+            log.info("%s skipped this scrape: %s: %s", path, e.type, e.text)
+            return None
 
     def close(self) -> None:
         if self._bus is not None:
@@ -164,6 +176,7 @@ class RdmadCollector(Collector):
         yield from self._device_metrics(devices)
         yield self._claim_info(claims, devices)
         yield from self._counter_metrics(devices, snap.counters)
+        yield from self._usage_metrics(objects, snap.usage)
         yield from self._operation_metrics(snap.stats)
         yield self._errors_metric()
 
@@ -252,6 +265,35 @@ class RdmadCollector(Collector):
                         )
                     family.add_metric([device, str(port)], value)
         yield from families.values()
+
+    def _usage_metrics(
+        self, objects: dict[str, Any], usage: list[tuple[str, list[Any] | None]]
+    ) -> Iterator[Metric]:
+        labels = ["claim", "device", "cgroup", "resource"]
+        current = GaugeMetricFamily(
+            "rdmad_claim_rdma_current",
+            "What the claim's cgroup uses of its device (rdma.current): hca_handle (user "
+            "contexts), hca_object (verbs objects); join it on `claim` to rdmad_claim_info",
+            labels=labels,
+        )
+        limit = GaugeMetricFamily(
+            "rdmad_claim_rdma_max",
+            "The limit in the claim's cgroup on its device (rdma.max); none for no limit",
+            labels=labels,
+        )
+        for path, reply in usage:
+            if reply is None:
+                self._count_error()
+                continue
+            claim = _props(objects[path], CLAIM_IFACE)
+            cgroup, used, most = reply
+            for resource in RDMA_RESOURCES:
+                at = [claim["Id"], claim["Device"], cgroup, resource]
+                current.add_metric(at, used.get(resource, 0))
+                if resource in most:
+                    limit.add_metric(at, most[resource])
+        yield current
+        yield limit
 
     def _operation_metrics(self, stats: dict[str, Any]) -> Iterator[Metric]:
         claims = CounterMetricFamily("rdmad_claims", "Successful claims since rdmad started")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 
 from rdmad import __version__
-from rdmad.cli.main import COMMANDS, build_parser, main, parse_args
+from rdmad.cli.main import COMMANDS, build_parser, cmd_claim, main, parse_args
+from tests.cli.fake_client import FakeClient
 
 BUS = "unix:path=/run/example/bus"
 
@@ -95,6 +97,19 @@ def test_claim_options_parse_repeatable_flags() -> None:
 def test_claim_takes_a_pod_cdi_name() -> None:
     args = parse_args(["claim", "mlx5_0", "ns1", "--pod-cdi-name", "pod1"])
     assert args.pod_cdi_name == "pod1"
+
+
+async def test_claim_sends_a_cgroup_and_its_limits_as_claim_options() -> None:
+    limits = ["--cgroup", "kubepods/pod1", "--hca-handles", "1", "--hca-objects", "3"]
+    args = parse_args(["claim", "mlx5_0", "ns1", *limits])
+    client = FakeClient({"Claim": ["/io/rdmad1/claim/c1"], "GetAll": [{}]})
+    await cmd_claim(client, args, io.StringIO())
+    ((_, (_, _, options)), _) = client.calls
+    assert {k: (v.signature, v.value) for k, v in options.items()} == {
+        "cgroup": ("s", "kubepods/pod1"),
+        "hca_handles": ("u", 1),
+        "hca_objects": ("u", 3),
+    }
 
 
 def test_a_relative_netns_path_is_made_absolute_against_the_current_directory(

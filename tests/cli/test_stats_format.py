@@ -119,3 +119,23 @@ async def test_watch_into_a_file_or_pipe_separates_frames_by_a_blank_line() -> N
     screen = Screen(terminal=False)
     first, _second = await frames(watch("--interval", "0.01"), screen, 2)
     assert first.endswith("\n\n") and HOME_AND_CLEAR not in screen.getvalue()
+
+
+def test_a_claims_rdma_usage_is_a_row_per_resource_as_used_of_its_limit() -> None:
+    data: dict[str, Any] = {
+        "devices": [],
+        "claims": [
+            {
+                "claim": "c1",
+                "device": "rxe0",
+                "scope": "device",
+                "ports": [],
+                "rdma": {"cgroup": "pod", "current": {"hca_handle": 1}, "max": {"hca_handle": 1}},
+            }
+        ],
+    }
+    lines = render(data, rates=False).splitlines()
+    assert [line.split() for line in lines[1:]] == [
+        ["claim", "c1", "(rxe0)", "cgroup", "-", "rdma.hca_handle", "1/1"],
+        ["claim", "c1", "(rxe0)", "cgroup", "-", "rdma.hca_object", "0/max"],
+    ]

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from dbus_fast import Variant
 
+from rdmad.model import RdmaLimit
 from tests.e2e.test_stats import FRAMES, port1, quiet_up, send_frames, stats_json
+from tests.support.cgroup_tree import make_tree, written_line
 from tests.support.exporter import running_exporter
 from tests.support.sim_rig import Rig, running_rig
 
@@ -101,3 +103,37 @@ async def test_a_thousand_scrapes_while_claims_come_and_go_keep_rss_flat(
     assert len(bodies) == SCRAPES
     assert all("rdmad_up 1.0" in body for body in bodies)
     assert after - before < RSS_GROWTH_KIB, (before, after)
+
+
+async def test_a_claims_rdma_usage_and_limit_are_joined_to_it_by_claim(
+    bus_address: str, tmp_path: Path, netns: str
+) -> None:
+    """The real daemon on a tree shaped as a cgroup2 mount (tests/support/cgroup_tree.py):
+    the limit it wrote and the usage the kernel would count, as the exporter and rdmactl
+    stats show them."""
+    cgroups = make_tree(tmp_path / "cgroup", "kubepods/pod1")
+    (cgroups / "kubepods/pod1/rdma.current").write_text("sim0 hca_handle=1 hca_object=5\n")
+    extra = ["--cgroup-root", str(cgroups)]
+    async with running_rig(bus_address, tmp_path, extra=extra) as rig:
+        opts = {
+            "shared": Variant("b", True),
+            "cgroup": Variant("s", str(cgroups / "kubepods/pod1")),
+            "hca_handles": Variant("u", 2),
+        }
+        path = await rig.client.manager("Claim", "ssa{sv}", "sim0", netns, opts)
+        claim_id = path.rsplit("/", 1)[1]
+        assert written_line(cgroups, "kubepods/pod1", "sim0") == RdmaLimit(2, None)
+        async with running_exporter(rig.daemon.bus_address) as exporter:
+            samples = await exporter.scrape()
+        (entry,) = (await stats_json(rig, claim_id))["claims"]
+    at = (("cgroup", "kubepods/pod1"), ("claim", claim_id), ("device", "sim0"))
+    handles, objects = (*at, ("resource", "hca_handle")), (*at, ("resource", "hca_object"))
+    assert samples[("rdmad_claim_rdma_current", handles)] == 1
+    assert samples[("rdmad_claim_rdma_current", objects)] == 5
+    assert samples[("rdmad_claim_rdma_max", handles)] == 2
+    assert ("rdmad_claim_rdma_max", objects) not in samples, "no limit: no sample"
+    assert entry["rdma"] == {
+        "cgroup": "kubepods/pod1",
+        "current": {"hca_handle": 1, "hca_object": 5},
+        "max": {"hca_handle": 2},
+    }
