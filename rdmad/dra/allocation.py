@@ -22,6 +22,8 @@ PARAMETERS: dict[str, type] = {
     "interfaceName": str,
     "mtu": int,
     "chardevs": list,
+    "hcaHandles": int,
+    "hcaObjects": int,
 }
 
 
@@ -38,6 +40,13 @@ class Params:
     ifname: str = ""
     mtu: int = 0  # 0: the netdev's own
     chardevs: tuple[str, ...] = ()  # (): rdmad's default
+    # the pod's RDMA limits on the device, in its cgroup's rdma.max (None: no limit)
+    hca_handles: int | None = None
+    hca_objects: int | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.hca_handles is not None or self.hca_objects is not None
 
 
 @dataclass(frozen=True)
@@ -149,6 +158,8 @@ def parse_params(where: str, raw: Mapping[str, Any]) -> Params:
         ifname=raw.get("interfaceName", ""),
         mtu=raw.get("mtu", 0),
         chardevs=tuple(chardevs or ()),
+        hca_handles=raw.get("hcaHandles"),
+        hca_objects=raw.get("hcaObjects"),
     )
     try:  # rdmad's own checks, so that a bad value is this claim's error before any Hold
         parse_claim_options(
@@ -156,6 +167,9 @@ def parse_params(where: str, raw: Mapping[str, Any]) -> Params:
             mtu=raw.get("mtu"),
             shared=bool(params.shared),
             chardevs=params.chardevs or DEFAULT_CHARDEVS,
+            cgroup="pod" if params.limited else "",  # the pod's, found at prepare
+            hca_handles=params.hca_handles,
+            hca_objects=params.hca_objects,
         )
     except InvalidArgs as e:
         raise Refused(f"{where}: invalid parameters: {e}") from e

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from kubernetes.config.config_exception import ConfigException
@@ -24,6 +25,7 @@ from rdmad.dra.device_watch import DeviceWatch
 from rdmad.dra.kube import KubeClaimApi, KubeSliceApi, api_client
 from rdmad.dra.node_service import dra_handlers
 from rdmad.dra.offer import offered
+from rdmad.dra.podcgroup import CGROUP2_MOUNT
 from rdmad.dra.prepare import Preparer
 from rdmad.dra.registration import registration_handler
 from rdmad.dra.rpc.unix_server import serving
@@ -75,6 +77,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="NAME",
         help=f"the DRA driver's name, as DeviceClasses select it (default {DEFAULT_DRIVER})",
     )
+    p.add_argument(
+        "--cgroup-root",
+        type=Path,
+        default=CGROUP2_MOUNT,
+        metavar="DIR",
+        help=f"the host's cgroup2 mount, where the kubelet puts pods' cgroups "
+        f"(default {CGROUP2_MOUNT})",
+    )
     args = p.parse_args(argv)
     if not args.node_name:
         p.error("no node name: give --node-name or set NODE_NAME")
@@ -103,7 +113,7 @@ async def run(args: argparse.Namespace) -> int:
     bus = BusConnection(args.bus_address)
     await bus.connect()
     driver = args.driver_name
-    preparer = Preparer(KubeClaimApi(api), Client(bus), driver, args.node_name)
+    preparer = Preparer(KubeClaimApi(api), Client(bus), driver, args.node_name, args.cgroup_root)
     endpoint = os.path.join(args.kubelet_plugins_directory_path, driver, "dra.sock")
     # The gRPC servers' own sockets, behind the two the kubelet dials (unix_server.py): in
     # the endpoint's directory, which is the plugin's alone and which no watcher scans.

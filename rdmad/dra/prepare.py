@@ -19,6 +19,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from dbus_fast import Variant
@@ -29,6 +30,7 @@ from rdmad.bus.names import CLAIM_IFACE
 from rdmad.dra.allocation import Refused, Wanted, allocation_of
 from rdmad.dra.offer import SHARED_STATE, rdma_device_of
 from rdmad.dra.owner import owner_label, parse_owner
+from rdmad.dra.podcgroup import find_pod_cgroup, pod_cgroups
 from rdmad.dra.slices import ApiFailed
 
 log = logging.getLogger("rdmad.dra")
@@ -63,8 +65,11 @@ class Prepared:
 
 
 class Preparer:
-    def __init__(self, api: ClaimApi, rdmad: Client, driver: str, node: str) -> None:
+    def __init__(
+        self, api: ClaimApi, rdmad: Client, driver: str, node: str, cgroup_root: Path
+    ) -> None:
         self._api = api
+        self._cgroup_root = cgroup_root  # the cgroup2 mount, where the pods' cgroups are
         self._rdmad = rdmad
         self._driver = driver
         self._node = node
@@ -141,6 +146,8 @@ class Preparer:
             options["mtu"] = Variant("u", w.params.mtu)
         if w.params.chardevs:
             options["chardevs"] = Variant("as", list(w.params.chardevs))
+        if w.params.limited:
+            options.update(self._limits(ref, pod_uid, w))
         try:
             (path,) = await self._rdmad.call("Hold", "ssa{sv}", [rdma, pod_uid, options])
         except DBusError as e:
@@ -158,6 +165,28 @@ class Preparer:
             pod_uid,
         )
         return str(path)
+
+    def _limits(self, ref: ClaimRef, pod_uid: str, w: Wanted) -> dict[str, Variant]:
+        """The limit options: the pod's cgroup (the kubelet made it before this prepare),
+        and the parameters' hcaHandles and hcaObjects."""
+        try:
+            cgroup = find_pod_cgroup(self._cgroup_root, pod_uid)
+        except ValueError as e:
+            raise Refused(f"ResourceClaim {ref.namespace}/{ref.name}: {e}") from e
+        if cgroup is None:
+            raise Refused(
+                f"ResourceClaim {ref.namespace}/{ref.name}: parameters hcaHandles/hcaObjects "
+                f"need the cgroup of pod {pod_uid}, and {self._cgroup_root} has none of "
+                f"{', '.join(pod_cgroups(pod_uid))}"
+            )
+        options = {"cgroup": Variant("s", cgroup)}
+        for name, value in (
+            ("hca_handles", w.params.hca_handles),
+            ("hca_objects", w.params.hca_objects),
+        ):
+            if value is not None:
+                options[name] = Variant("u", value)
+        return options
 
     async def _claims(self) -> list[Any]:
         (rows,) = await self._rdmad.call("ListClaims")

@@ -59,7 +59,9 @@ class Plugin:
         return await asyncio.wait_for(self.proc.wait(), WAIT)
 
 
-def argv(api: ApiServer, bus_address: str, workdir: Path) -> list[str]:
+def argv(
+    api: ApiServer, bus_address: str, workdir: Path, extra: list[str] | None = None
+) -> list[str]:
     workdir.mkdir(exist_ok=True)
     return [
         sys.executable,
@@ -77,17 +79,22 @@ def argv(api: ApiServer, bus_address: str, workdir: Path) -> list[str]:
         bus_address,
         "--driver-name",
         api.driver,
+        *(extra or []),
     ]
 
 
 @contextlib.asynccontextmanager
 async def running_plugin(
-    api: ApiServer, bus_address: str, workdir: Path, start_timeout: float = WAIT
+    api: ApiServer,
+    bus_address: str,
+    workdir: Path,
+    start_timeout: float = WAIT,
+    extra: list[str] | None = None,
 ) -> AsyncIterator[Plugin]:
     """Started, and serving once it has said so on stderr (within `start_timeout`: the
     guest's emulated CPU needs longer)."""
     proc = await spawn(  # signalled by the tests (SIGTERM): default dispositions
-        *argv(api, bus_address, workdir),
+        *argv(api, bus_address, workdir, extra),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
