@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from rdmad.dra.podcgroup import pod_cgroups
-from tests.dra import kubelet
-from tests.dra.apiserver import ApiServer
-from tests.dra.claims import POD_UID
+from testbed.dra import kubelet
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.claims import POD_UID
+from testbed.dra.plugin_process import Plugin, running_plugin
+from testbed.net import require_root
 from tests.dra.contract import CLAIM_IFACE, holds, prepare, serve
-from tests.dra.plugin_process import Plugin, running_plugin
 from tests.support.cgroup_tree import make_tree
-from tests.support.net import require_root
 from tests.support.sim_rig import Rig, running_rig
 
 pytestmark = pytest.mark.bus  # a private dbus-daemon

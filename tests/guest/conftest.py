@@ -11,15 +11,18 @@ Nothing here is autouse: test modules written by others share this directory.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from pathlib import Path
 
 import pytest
 
 from rdmad.core.events import Event
 from rdmad.kernel.udev import UdevEvents
 from testbed.daemon import Client, RdmadProcess
-from tests.support.rdma import Rxe, temp_rxe
+from tests.support.cgroup_tree import MOUNT as CGROUP2
+from tests.support.rdma import Rxe, sh, temp_rxe
 
 DAEMON_START = 180.0  # s: imports (dbus-fast, pyroute2, pyudev) over 9p under TCG, loaded host
 
@@ -118,3 +121,23 @@ async def udev_events() -> AsyncIterator[asyncio.Queue[Event]]:
     await source.start(queue.put_nowait)
     yield queue
     await source.stop()
+
+
+@pytest.fixture(scope="module")
+def cgroup2() -> Path:
+    """The guest's cgroup2 hierarchy, mounted if virtme-ng did not, with rdma available."""
+    if not (CGROUP2 / "cgroup.controllers").exists():
+        sh("mount", "-t", "cgroup2", "none", str(CGROUP2))
+    assert "rdma" in (CGROUP2 / "cgroup.controllers").read_text().split()
+    return CGROUP2
+
+
+@pytest.fixture
+def cgroup(cgroup2: Path, rxe: Rxe) -> Iterator[str]:
+    name = f"rdmad-test-{rxe.name}"
+    (cgroup2 / name).mkdir()
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(OSError):
+            (cgroup2 / name).rmdir()

@@ -9,47 +9,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from dbus_fast import Variant
 
-from rdmad.kernel.cgroup import parse_line
 from rdmad.model import RdmaLimit
-from tests.support.daemon import Client
-from tests.support.net import eventually, temp_netns
-from tests.support.rdma import CLAIM_IFACE, WAIT, Rxe, known_to_rdmad, sh
+from testbed.daemon import Client
+from testbed.net import eventually, temp_netns
+from tests.support.cgroup_tree import MOUNT, line
+from tests.support.rdma import CLAIM_IFACE, WAIT, Rxe, known_to_rdmad
 
 pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
 
-MOUNT = Path("/sys/fs/cgroup")
 ROOT = Path(__file__).resolve().parents[2]
 PROBE_START = 120.0  # python's start in the emulated guest
-
-
-@pytest.fixture(scope="module")
-def cgroup2() -> Path:
-    """The guest's cgroup2 hierarchy, mounted if virtme-ng did not, with rdma available."""
-    if not (MOUNT / "cgroup.controllers").exists():
-        sh("mount", "-t", "cgroup2", "none", str(MOUNT))
-    assert "rdma" in (MOUNT / "cgroup.controllers").read_text().split()
-    return MOUNT
-
-
-@pytest.fixture
-def cgroup(cgroup2: Path, rxe: Rxe) -> Iterator[str]:
-    name = f"rdmad-test-{rxe.name}"
-    (cgroup2 / name).mkdir()
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(OSError):
-            (cgroup2 / name).rmdir()
-
-
-def line(cgroup: str, device: str, file: str = "rdma.max") -> RdmaLimit | None:
-    return parse_line((MOUNT / cgroup / file).read_text(), device)
 
 
 async def claim(client: Client, rxe: Rxe, netns: str, cgroup: str, **limits: int) -> str:

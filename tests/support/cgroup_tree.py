@@ -9,6 +9,8 @@ from pathlib import Path
 from rdmad.kernel.cgroup import parse_line
 from rdmad.model import RdmaLimit
 
+MOUNT = Path("/sys/fs/cgroup")  # a real host's (or guest's) cgroup2 mount
+
 
 def make_cgroup(directory: Path, controllers: str = "cpu memory rdma") -> None:
     directory.mkdir(parents=True, exist_ok=True)
@@ -30,3 +32,8 @@ def written_line(root: Path, cgroup: str, device: str) -> RdmaLimit | None:
     """`device`'s line in the cgroup's rdma.max, None if rdmad never wrote one."""
     path = root / cgroup / "rdma.max"
     return parse_line(path.read_text(), device) if path.exists() else None
+
+
+def line(cgroup: str, device: str, file: str = "rdma.max") -> RdmaLimit | None:
+    """`device`'s line in a cgroup of the real cgroup2 mount (rdma.max or rdma.current)."""
+    return parse_line((MOUNT / cgroup / file).read_text(), device)
