@@ -390,6 +390,11 @@ def _claim_arguments(p: argparse.ArgumentParser) -> None:
         help="a CDI device name for every RDMA device of the netns: "
         "rdmad.io/rdma=NAME injects them all",
     )
+    _limit_arguments(p)
+
+
+def _limit_arguments(p: argparse.ArgumentParser) -> None:
+    """A claim's RDMA limits (docs/dbus-api.md#rdma-limits-the-rdma-cgroup)."""
     p.add_argument(
         "--cgroup",
         metavar="PATH",
