@@ -50,6 +50,7 @@ var errorCodes = map[string]uint{
 	"io.rdmad1.Error.ModeBusy":                108,
 	"org.freedesktop.DBus.Error.InvalidArgs":  109,
 	"org.freedesktop.DBus.Error.AccessDenied": 110,
+	"io.rdmad1.Error.NoSuchCgroup":            111,
 }
 
 var (

@@ -31,6 +31,10 @@ TOP = ("rdmad", "testbed", "tests", "scripts", "bench", "cni", "dbus", "debian",
 GENERATED = ("bench/out",)
 # Names the docs give from other projects: a library's API, not rdmad's.
 OUTSIDE = {
+    "rdma.max",  # the kernel's cgroup v2 files
+    "rdma.current",
+    "cgroup.controllers",
+    "cgroup.subtree_control",
     "Monitor.poll",  # pyudev
     "asyncio.Event",
     "asyncio.run",

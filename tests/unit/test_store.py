@@ -425,5 +425,6 @@ def test_a_claim_file_is_written_as_before_attachments(tmp_path: Path, written: 
     Store(tmp_path / "again").save(State([claim], []))
     again = json.loads((tmp_path / "again" / "claims" / f"{claim_id}.json").read_text())
     expected = json.loads(written)
-    expected["claim"]["claimant"] = 0  # kept since; absent, a claim is root's
+    # kept since: the claimant (absent, a claim is root's), the cgroup and its limit
+    expected["claim"] |= {"claimant": 0, "cgroup": "", "limit": None}
     assert again == expected
