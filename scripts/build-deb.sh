@@ -21,7 +21,7 @@ die() { echo "[deb] ERROR: $*" >&2; exit 1; }
 for tool in dpkg-buildpackage dh_virtualenv lintian go; do
     command -v "$tool" >/dev/null || die "$tool missing: run scripts/bootstrap.sh"
 done
-PKG_FILES=(pyproject.toml README.md docs/metrics.md docs/kubernetes.md rdmad systemd dbus debian requirements cni
+PKG_FILES=(pyproject.toml README.md docs/metrics.md docs/kubernetes.md rdmad systemd dbus polkit debian requirements cni
            scripts/build-cni.sh scripts/go.sh scripts/gen-proto.sh scripts/fetch-go-cni.sh
            scripts/private-apt.sh)
 mkdir -p "$OUT"
