@@ -149,7 +149,7 @@ NOBODY = 65534
 # The venv's interpreter may sit under /root (unreadable to nobody); the system python of
 # the same version reads the venv's site-packages just as well.
 _SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-_CALLER_PYTHON = _SYSTEM_PYTHON if os.path.exists(_SYSTEM_PYTHON) else sys.executable
+CALLER_PYTHON = _SYSTEM_PYTHON if os.path.exists(_SYSTEM_PYTHON) else sys.executable
 _CALL = """
 import asyncio, os, sys
 from dbus_fast import Message, MessageType, Variant
@@ -174,6 +174,12 @@ asyncio.run(main())
 """
 
 
+def caller_env() -> dict[str, str]:
+    """The environment in which CALLER_PYTHON, run as another uid, imports rdmad and its
+    dependencies (the venv's site-packages and this checkout)."""
+    return {"PYTHONPATH": f"{sysconfig.get_paths()['purelib']}:{REPO}", "PATH": "/usr/bin:/bin"}
+
+
 async def run_as(
     address: str,
     path: str,
@@ -192,11 +198,9 @@ async def run_as(
     scope); an `h` argument is the caller's own netns. `wrap` runs the caller under a
     command (e.g. unshare). Async, so a service running on the test's own event loop can
     answer meanwhile."""
-    python = _CALLER_PYTHON
-    env = {"PYTHONPATH": f"{sysconfig.get_paths()['purelib']}:{REPO}", "PATH": "/usr/bin:/bin"}
     proc = await asyncio.create_subprocess_exec(
         *wrap,
-        python,
+        CALLER_PYTHON,
         "-c",
         _CALL,
         address,
@@ -209,7 +213,7 @@ async def run_as(
         user=uid,
         group=NOBODY,
         extra_groups=list(extra_groups),
-        env=env,
+        env=caller_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
