@@ -19,7 +19,10 @@ Without dbus-daemon the fixtures skip, except when CI=true: then they fail.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import os
+import platform
 import selectors
 import shutil
 import subprocess
@@ -172,6 +175,30 @@ async def main():
 
 asyncio.run(main())
 """
+
+
+# setresuid(2) and setresgid(2) by number: glibc's wrappers change every thread's ids
+SETRESUID, SETRESGID = {"x86_64": (117, 119), "aarch64": (147, 149)}[platform.machine()]
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _syscall(number: int, *ids: int) -> None:
+    if _libc.syscall(number, *ids) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+
+
+@contextlib.contextmanager
+def this_thread_as(uid: int) -> Iterator[None]:
+    """This thread alone runs as `uid` meanwhile (its saved uid stays 0, to come back): a
+    bus connection made then is `uid`'s, as the bus daemon records its peer at connect."""
+    _syscall(SETRESGID, uid, uid, 0)
+    _syscall(SETRESUID, uid, uid, 0)
+    try:
+        yield
+    finally:
+        _syscall(SETRESUID, 0, 0, 0)
+        _syscall(SETRESGID, 0, 0, 0)
 
 
 def caller_env() -> dict[str, str]:

@@ -5,7 +5,7 @@ CDI name. The container sees the claim's char devices and env, and the macvlan w
 address; the user releases the claim again.
 
 The test makes the user (tests/support/rootless.py) and runs polkitd
-(tests/support/polkit.py) and rdmad on a private bus. A sim device has no char devices:
+(testbed/polkit.py) and rdmad on a private bus. A sim device has no char devices:
 the test makes the nodes its claim's spec names in the /dev of the user's mount namespace
 (rootless runc bind-mounts each from there). podman runs with runc and cgroupfs: on this
 machine kind's hybrid cgroups crun refuses to start.
@@ -22,7 +22,7 @@ import pytest
 
 from testbed.bus import start_private_bus
 from testbed.net import link
-from tests.support.polkit import start_polkitd
+from testbed.polkit import start_polkitd
 from tests.support.rootless import (
     UserSession,
     end_the_users_processes,

@@ -20,8 +20,8 @@ import pytest
 
 from testbed.bus import start_private_bus
 from testbed.daemon import Client, RdmadProcess
+from testbed.polkit import start_polkitd
 from tests.guest.test_podman_cdi import PAIR, expand, pair_env, section
-from tests.support.polkit import start_polkitd
 from tests.support.rdma import Rxe, kernel, known_to_rdmad, temp_rxe
 from tests.support.rootless import (
     UserSession,

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
-import platform
 import socket
 import subprocess
 import tempfile
@@ -34,12 +32,12 @@ from dbus_fast.errors import InvalidMessageError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from testbed.bus import NOBODY, start_private_bus
+from testbed.bus import NOBODY, start_private_bus, this_thread_as
 from testbed.daemon import BUS_NAME, MANAGER_IFACE, MANAGER_PATH, Client, DBusCallError
 from testbed.net import temp_netns
+from testbed.polkit import start_polkitd
 from tests.reliability.conftest import reliability_rig, settings_of
 from tests.support.invariants import HostSettings, assert_invariants, host_settings
-from tests.support.polkit import start_polkitd
 from tests.support.sim_rig import Rig
 
 EXAMPLES = 60
@@ -71,28 +69,6 @@ polkit.addRule(function(action, subject) {
         return polkit.Result.YES;
 });
 """
-# setresuid(2) and setresgid(2) by number: glibc's wrappers change every thread's ids
-SETRESUID, SETRESGID = {"x86_64": (117, 119), "aarch64": (147, 149)}[platform.machine()]
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _syscall(number: int, *ids: int) -> None:
-    if _libc.syscall(number, *ids) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, os.strerror(errno))
-
-
-@contextlib.contextmanager
-def this_thread_as(uid: int) -> Iterator[None]:
-    """This thread alone runs as `uid` meanwhile (its saved uid stays 0, to come back): a
-    bus connection made then is `uid`'s, as the bus daemon records its peer at connect."""
-    _syscall(SETRESGID, uid, uid, 0)
-    _syscall(SETRESUID, uid, uid, 0)
-    try:
-        yield
-    finally:
-        _syscall(SETRESUID, 0, 0, 0)
-        _syscall(SETRESGID, 0, 0, 0)
 
 
 @dataclass
