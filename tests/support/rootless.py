@@ -32,7 +32,8 @@ import pytest
 from testbed.bus import CALLER_PYTHON, caller_env
 
 USER = "rdmad-rootless"
-SUBORDINATE = "524288-589823"  # 65536 ids for the user's namespace
+UID = 64123  # the user's uid and gid: Debian's range for its own allocations, unused
+SUBORDINATE = "524288:65536"  # the ids of the user's namespace: first, count
 WAIT = 600  # s: a rootless podman command under emulation (the guest) takes minutes
 BUSYBOX = Path("/bin/busybox")
 APPLETS = ("sh", "ls", "env", "ip", "cat", "grep")
@@ -94,43 +95,67 @@ def require_rootless_tools() -> None:
 
 
 @contextlib.contextmanager
+def _account(home: Path) -> Iterator[None]:
+    """USER's lines in the account files meanwhile, written as useradd and usermod would
+    (which fail on the guest's overlaid /etc): no shadow entry, no one logs in as it."""
+    lines = {
+        "/etc/passwd": f"{USER}:x:{UID}:{UID}::{home}:/bin/sh",
+        "/etc/group": f"{USER}:x:{UID}:",
+        "/etc/subuid": f"{USER}:{SUBORDINATE}",
+        "/etc/subgid": f"{USER}:{SUBORDINATE}",
+    }
+    assert UID not in {u.pw_uid for u in pwd.getpwall()}, f"uid {UID} is taken"
+    try:
+        for path, line in lines.items():
+            with open(path, "a") as f:
+                f.write(line + "\n")
+        yield
+    finally:
+        for path in lines:
+            kept = [x for x in Path(path).read_text().splitlines() if not x.startswith(f"{USER}:")]
+            Path(path).write_text("".join(x + "\n" for x in kept))
+
+
+@contextlib.contextmanager
 def rootless_user() -> Iterator[Path]:
     """USER with subordinate uids and gids: its home, with a busybox rootfs for its
-    containers. Deleted afterwards, with whatever of its podman still runs."""
+    containers. Gone afterwards, with whatever of its podman still runs."""
     require_rootless_tools()
     home = Path(tempfile.mkdtemp(prefix="rdmad-rl-"))
     home.chmod(0o755)
-    no_automatic_ids = ["-K", "SUB_UID_COUNT=0", "-K", "SUB_GID_COUNT=0"]
-    subprocess.run(
-        ["useradd", *no_automatic_ids, "--home-dir", str(home), "--shell", "/bin/sh", USER],
-        check=True,
-    )
     try:
-        subprocess.run(
-            ["usermod", f"--add-subuids={SUBORDINATE}", f"--add-subgids={SUBORDINATE}", USER],
-            check=True,
-        )
-        rootfs = home / "rootfs"
-        for d in ("bin", "dev", "proc", "sys", "tmp", "usr", "lib", "lib64", "etc/libibverbs.d"):
-            (rootfs / d).mkdir(parents=True)
-        shutil.copy(BUSYBOX, rootfs / "bin" / "busybox")
-        for applet in APPLETS:
-            (rootfs / "bin" / applet).symlink_to("busybox")
-        subprocess.run(["chown", "-R", f"{USER}:{USER}", str(home)], check=True)
-        yield home
+        with _account(home):
+            rootfs = home / "rootfs"
+            for d in (
+                "bin",
+                "dev",
+                "proc",
+                "sys",
+                "tmp",
+                "usr",
+                "lib",
+                "lib64",
+                "etc/libibverbs.d",
+            ):
+                (rootfs / d).mkdir(parents=True)
+            shutil.copy(BUSYBOX, rootfs / "bin" / "busybox")
+            for applet in APPLETS:
+                (rootfs / "bin" / applet).symlink_to("busybox")
+            subprocess.run(["chown", "-R", f"{UID}:{UID}", str(home)], check=True)
+            try:
+                yield home
+            finally:
+                end_the_users_processes()
     finally:
-        end_the_users_processes()
-        subprocess.run(["userdel", USER], check=True)
         shutil.rmtree(home, ignore_errors=True)
 
 
 def end_the_users_processes() -> None:
     """What the user's podman left running (its pause process, which holds the user's
     namespaces; a pod's slirp4netns) ends: killed (catatonit ignores SIGTERM), waited for."""
-    uid = pwd.getpwnam(USER).pw_uid
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            if proc.stat().st_uid != uid:
+            if proc.stat().st_uid != UID:
                 continue
             pidfd = os.pidfd_open(int(proc.name))
         except (FileNotFoundError, ProcessLookupError):
