@@ -23,6 +23,7 @@ Ways = dict[str, tuple[Op, Op]]  # column key -> (claim, release)
 ORDERS: dict[str, tuple[str, ...]] = {
     "rwc": ("rwc", "crw", "wcr", "rcw", "wrc", "cwr"),
     "rwcn": ("rwcn", "nrwc", "crnw", "wrcn", "nwrc", "cwnr", "rncw", "wncr"),
+    "ru": ("ru", "ur"),  # root, a user (bench.shared's 6b)
 }
 
 

@@ -9,6 +9,11 @@ Four columns, interleaved rep by rep in a cycle of orders (bench.columns), settl
          `ip -n N link set X up`; released by `ip -n N link del X`;
   CNI:   containernetworking's `macvlan` plugin, ADD and DEL, with `static` IPAM (it creates
          the macvlan in the netns under a temporary name, renames it, sets the address).
+
+6b. The same share claimed by a user polkit allows (nobody, into a netns it owns, as a
+rootless container's), beside root's into that netns, interleaved on one daemon with
+polkitd on its bus; and polkit's CheckAuthorization alone, the round trip a user's claim
+adds (root's asks nobody).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 from bench.claim import NS_ADDR, NS_IFNAME, NS_MTU, Raw
@@ -30,12 +36,25 @@ from bench.common import (
     claim_options,
     client,
     many_veths,
+    ms_since,
     rdmad,
 )
 from bench.stats import RatioCheck, spread
-from testbed.net import addresses, ip, link, temp_netns
+from rdmad.bus.polkit import Action, Polkit
+from testbed.bus import NOBODY, start_private_bus, this_thread_as
+from testbed.daemon import Client
+from testbed.net import addresses, ip, link, temp_netns, users_netns
+from testbed.polkit import start_polkitd
 
 CNI_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
+# 6b: nobody takes shares and releases its own (docs/rootless.md's rule, by user)
+USER_SHARES = """
+polkit.addRule(function(action, subject) {
+    var granted = ["io.rdmad1.claim-share", "io.rdmad1.release-own"];
+    if (subject.user == "nobody" && granted.indexOf(action.id) >= 0)
+        return polkit.Result.YES;
+});
+"""
 
 
 class RawShared(Raw):
@@ -182,3 +201,43 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                 all(c.met for c in checks) if judged else None,
             )
         )
+    await run_as_a_user(p, res)
+
+
+async def run_as_a_user(p: Params, res: Results) -> None:
+    """6b: a user's share beside root's, settled; then the polkit round trip alone."""
+    ps = Pass("settled", p.shared_reps, Settler(p))
+    opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR], shared=True)
+    with (
+        many_veths(1, "u", up=True) as nics,
+        users_netns(NOBODY) as netns,
+        start_private_bus() as bus,
+        start_polkitd(bus, USER_SHARES),
+    ):
+        async with rdmad(bus.address, nics.sim_spec()) as _d, client(bus.address) as root:
+            with this_thread_as(NOBODY):  # the bus records the connection's uid at connect
+                user = await Client.connect(bus.address, signals=False)
+            try:
+                ways: Ways = {
+                    "r": claim_cycle(root, "sim0", netns, opts),
+                    "u": claim_cycle(user, "sim0", netns, opts),
+                }
+                checks = (lambda: check_claimed(netns), lambda: check_released(netns))
+                await measure(ps, ways, p.warmup, *checks)
+                polkit, asked = Polkit(root.bus), []
+                details, sender = {"device": "sim0", "netns": netns}, user.bus.unique_name
+                assert sender is not None
+                for _ in range(p.shared_reps):
+                    await Settler(p)()
+                    t0 = time.perf_counter()
+                    await polkit.check(sender, Action.CLAIM_SHARE, details, False)
+                    asked.append(ms_since(t0))
+            finally:
+                user.close()
+    u, r = ps.t["uc"], ps.t["rc"]
+    res.dists["Shared claim: a user polkit allows"] = u
+    res.dists["Shared claim: root, beside it"] = r
+    res.dists["polkit CheckAuthorization"] = asked
+    ratio = RatioCheck.of("user/root", u, r, 1.0).text()
+    text = f"root {spread(r)}; polkit round trip {spread(asked)}; {ratio}"
+    res.rows.append(Row("6b. Shared claim as a user polkit allows, settled", spread(u), ratio=text))

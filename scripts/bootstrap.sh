@@ -52,12 +52,15 @@ done
 #   module downloads; also the package's Build-Depends); the CNI library is forky's,
 #   unpacked by scripts/fetch-go-cni.sh (bookworm's 1.1 has no GC or STATUS).
 # polkitd: tests/bus/test_polkit.py runs it on the test's private system bus.
+# Rootless podman (tests/cni/test_rootless.py, tests/guest/test_podman_rootless.py):
+#   uidmap (newuidmap/newgidmap for the user's subordinate ids), slirp4netns (the pod's
+#   network namespace of its own).
 PKGS=(prometheus libsystemd-dev pkg-config gcc python3-dev python3-venv dbus iproute2
       qemu-system-x86 kmod busybox-static udev ca-certificates containernetworking-plugins
       podman runc catatonit ibverbs-utils rdmacm-utils perftest ibverbs-providers crun
       build-essential debhelper dh-virtualenv help2man lintian
       golang-go golang-dbus-dev golang-github-vishvananda-netlink-dev
-      golang-github-vishvananda-netns-dev polkitd)
+      golang-github-vishvananda-netns-dev polkitd uidmap slirp4netns)
 
 missing_pkgs() {
     # one dpkg-query for all packages; anything not "installed" counts as missing

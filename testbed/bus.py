@@ -19,7 +19,10 @@ Without dbus-daemon the fixtures skip, except when CI=true: then they fail.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import os
+import platform
 import selectors
 import shutil
 import subprocess
@@ -149,7 +152,7 @@ NOBODY = 65534
 # The venv's interpreter may sit under /root (unreadable to nobody); the system python of
 # the same version reads the venv's site-packages just as well.
 _SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-_CALLER_PYTHON = _SYSTEM_PYTHON if os.path.exists(_SYSTEM_PYTHON) else sys.executable
+CALLER_PYTHON = _SYSTEM_PYTHON if os.path.exists(_SYSTEM_PYTHON) else sys.executable
 _CALL = """
 import asyncio, os, sys
 from dbus_fast import Message, MessageType, Variant
@@ -174,6 +177,36 @@ asyncio.run(main())
 """
 
 
+# setresuid(2) and setresgid(2) by number: glibc's wrappers change every thread's ids
+SETRESUID, SETRESGID = {"x86_64": (117, 119), "aarch64": (147, 149)}[platform.machine()]
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _syscall(number: int, *ids: int) -> None:
+    if _libc.syscall(number, *ids) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+
+
+@contextlib.contextmanager
+def this_thread_as(uid: int) -> Iterator[None]:
+    """This thread alone runs as `uid` meanwhile (its saved uid stays 0, to come back): a
+    bus connection made then is `uid`'s, as the bus daemon records its peer at connect."""
+    _syscall(SETRESGID, uid, uid, 0)
+    _syscall(SETRESUID, uid, uid, 0)
+    try:
+        yield
+    finally:
+        _syscall(SETRESUID, 0, 0, 0)
+        _syscall(SETRESGID, 0, 0, 0)
+
+
+def caller_env() -> dict[str, str]:
+    """The environment in which CALLER_PYTHON, run as another uid, imports rdmad and its
+    dependencies (the venv's site-packages and this checkout)."""
+    return {"PYTHONPATH": f"{sysconfig.get_paths()['purelib']}:{REPO}", "PATH": "/usr/bin:/bin"}
+
+
 async def run_as(
     address: str,
     path: str,
@@ -192,11 +225,9 @@ async def run_as(
     scope); an `h` argument is the caller's own netns. `wrap` runs the caller under a
     command (e.g. unshare). Async, so a service running on the test's own event loop can
     answer meanwhile."""
-    python = _CALLER_PYTHON
-    env = {"PYTHONPATH": f"{sysconfig.get_paths()['purelib']}:{REPO}", "PATH": "/usr/bin:/bin"}
     proc = await asyncio.create_subprocess_exec(
         *wrap,
-        python,
+        CALLER_PYTHON,
         "-c",
         _CALL,
         address,
@@ -209,7 +240,7 @@ async def run_as(
         user=uid,
         group=NOBODY,
         extra_groups=list(extra_groups),
-        env=env,
+        env=caller_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import json
 import os
+import pwd
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -142,6 +143,31 @@ def temp_netns(prefix: str = "rt") -> Iterator[str]:
         yield name
     finally:
         ip("netns", "del", name, check=False)
+
+
+@contextlib.contextmanager
+def users_netns(uid: int, prefix: str = "ru") -> Iterator[str]:
+    """A named netns (/run/netns/NAME) that `uid` owns, as a rootless container's: made by
+    `uid` with a user namespace of its own (held by its process meanwhile), and named by
+    a bind mount. Unnamed and ended afterwards."""
+    as_uid = ["setpriv", f"--reuid={uid}", f"--regid={pwd.getpwuid(uid).pw_gid}", "--clear-groups"]
+    holder = subprocess.Popen(
+        [*as_uid, "unshare", "--user", "--net", "sh", "-c", "echo ready; read _"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    path = f"/run/netns/{unique_name(prefix)}"
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"ready\n"
+        os.makedirs("/run/netns", exist_ok=True)
+        open(path, "x").close()
+        subprocess.run(["mount", "--bind", f"/proc/{holder.pid}/ns/net", path], check=True)
+        yield os.path.basename(path)
+    finally:
+        subprocess.run(["umount", path], check=False, capture_output=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        holder.communicate(b"\n", timeout=30)
 
 
 @dataclass(frozen=True)

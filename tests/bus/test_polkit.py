@@ -17,9 +17,10 @@ from dbus_fast.aio import MessageBus
 from rdmad.bus.names import CLAIM_IFACE, MANAGER_IFACE, MANAGER_PATH
 from rdmad.bus.polkit import POLKIT_IFACE, POLKIT_NAME
 from testbed.bus import PrivateBus, private_bus, run_as, start_private_bus  # noqa: F401
+from testbed.polkit import start_polkitd
 from tests.bus.conftest import Live, start_live
 from tests.bus.fakes import DAEMON, NOBODY, SYS
-from tests.support.polkit import TEST_RULES, start_polkitd
+from tests.support.polkit import TEST_RULES
 
 pytestmark = pytest.mark.usefixtures("root")  # polkitd's rules in /etc, calls as another uid
 

@@ -16,8 +16,9 @@ import pytest
 
 from testbed.bus import NOBODY, PrivateBus, run_as, start_private_bus
 from testbed.children import spawn
+from testbed.polkit import start_polkitd
 from tests.reliability.conftest import reliability_rig, restart
-from tests.support.polkit import TEST_RULES, start_polkitd
+from tests.support.polkit import TEST_RULES
 from tests.support.sim_rig import Rig
 
 DENIED = "org.freedesktop.DBus.Error.AccessDenied"

@@ -3,9 +3,14 @@ oversized strings, wrong variant types, unknown options, paths to non-netns file
 directories, FIFOs, init_net, symlinks, pid: of dead or foreign processes, non-netns fds via
 ClaimFd, wrong signatures. Every call gets a named error, the daemon stays up, nothing moves.
 
+Each runs twice (`target`'s params): as root, whom rdmad never asks about, and with polkit
+in the path: as nobody, whom the real polkitd's rule allows every action, so that every
+call is checked by polkit (and a claim into root's netns is AccessDenied after it).
+
 Hypothesis drives a plain function, so the examples run in a worker thread with its own
 event loop and bus connection (the daemon is another process: nothing is shared but the
-bus). One daemon serves the whole module: a call that changes nothing cannot leak state.
+bus). One daemon serves each run of the module: a call that changes nothing cannot leak
+state.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from dbus_fast.errors import InvalidMessageError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from testbed.bus import NOBODY, start_private_bus, this_thread_as
 from testbed.daemon import BUS_NAME, MANAGER_IFACE, MANAGER_PATH, Client, DBusCallError
 from testbed.net import temp_netns
+from testbed.polkit import start_polkitd
 from tests.reliability.conftest import reliability_rig, settings_of
 from tests.support.invariants import HostSettings, assert_invariants, host_settings
 from tests.support.sim_rig import Rig
@@ -54,6 +61,14 @@ NAMED = {
     "io.rdmad1.Error.NotSupported",
     NOT_SENDABLE,
 }
+DENIED = "org.freedesktop.DBus.Error.AccessDenied"
+# polkit in the path: nobody may do everything polkit decides (not claim into root's netns)
+ALLOW_NOBODY = """
+polkit.addRule(function(action, subject) {
+    if (action.id.indexOf("io.rdmad1.") == 0 && subject.user == "nobody")
+        return polkit.Result.YES;
+});
+"""
 
 
 @dataclass
@@ -61,6 +76,7 @@ class Fuzzer:
     """A bus connection on a private loop in the calling thread; records every outcome."""
 
     address: str
+    uid: int = 0  # the caller's
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
     client: Client | None = None
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -75,7 +91,8 @@ class Fuzzer:
         iface: str = MANAGER_IFACE,
     ) -> str:
         if self.client is None:
-            self.client = self.loop.run_until_complete(Client.connect(self.address))
+            with this_thread_as(self.uid) if self.uid else contextlib.nullcontext():
+                self.client = self.loop.run_until_complete(Client.connect(self.address))
         call = self.client.call_raw(BUS_NAME, path, iface, member, sig, body, fds)
         try:
             self.loop.run_until_complete(asyncio.wait_for(call, 30))
@@ -89,6 +106,17 @@ class Fuzzer:
         self.outcomes[result] = self.outcomes.get(result, 0) + 1
         return result
 
+    def uid_on_the_bus(self) -> int:
+        """The uid the bus daemon has for this connection (rdmad and polkit ask it)."""
+        self.call("GetManagedObjects", "", [], iface="org.freedesktop.DBus.ObjectManager")
+        assert self.client is not None
+        dbus = ("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus")
+        call = self.client.call_raw(
+            *dbus, "GetConnectionUnixUser", "s", [self.client.bus.unique_name]
+        )
+        (uid,) = self.loop.run_until_complete(call)
+        return int(uid)
+
     def close(self) -> None:
         if self.client is not None:
             self.client.close()
@@ -101,6 +129,19 @@ class Target:
     netns: str
     settings: dict[str, HostSettings]
     specials: list[str]
+    uid: int  # the caller's
+    named: set[str]  # the errors a bad call may get
+
+
+@contextlib.contextmanager
+def caller_bus(caller: str, bus_address: str) -> Iterator[tuple[str, int, set[str]]]:
+    """The bus, the caller's uid and the named errors: root's on the session's bus, or
+    nobody's on a bus with polkitd under ALLOW_NOBODY."""
+    if caller == "root":
+        yield bus_address, 0, NAMED
+        return
+    with start_private_bus() as bus, start_polkitd(bus, ALLOW_NOBODY):
+        yield bus.address, NOBODY, NAMED | {DENIED}
 
 
 @contextlib.contextmanager
@@ -149,13 +190,17 @@ def special_paths() -> Iterator[list[str]]:
         ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["root", "polkit"])
 async def target(
-    bus_address: str, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, bus_address: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Target]:
-    with temp_netns("fz") as netns, special_paths() as specials:
-        async with reliability_rig(bus_address, tmp_path_factory.mktemp("fuzz"), 2) as rig:
-            yield Target(rig, netns, settings_of(rig.nics), specials)
+    with (
+        temp_netns("fz") as netns,
+        special_paths() as specials,
+        caller_bus(request.param, bus_address) as (bus, uid, named),
+    ):
+        async with reliability_rig(bus, tmp_path_factory.mktemp("fuzz"), 2) as rig:
+            yield Target(rig, netns, settings_of(rig.nics), specials, uid, named)
 
 
 def unchanged(t: Target) -> None:
@@ -188,8 +233,8 @@ option_keys = st.one_of(
 options = st.dictionaries(option_keys, variants, max_size=4)
 
 
-def run_property(test: Callable[[Fuzzer], None], address: str) -> dict[str, int]:
-    fuzzer = Fuzzer(address)
+def run_property(test: Callable[[Fuzzer], None], address: str, uid: int) -> dict[str, int]:
+    fuzzer = Fuzzer(address, uid)
     try:
         test(fuzzer)
     finally:
@@ -201,13 +246,24 @@ async def fuzz(t: Target, name: str, body: Callable[[Fuzzer, Target], None]) -> 
     def test(f: Fuzzer) -> None:
         body(f, t)
 
-    outcomes = await asyncio.to_thread(run_property, test, t.rig.daemon.bus_address)
+    outcomes = await asyncio.to_thread(run_property, test, t.rig.daemon.bus_address, t.uid)
     print(f"fuzz {name}: {sum(outcomes.values())} calls, outcomes {outcomes}")
     await assert_invariants(t.rig.client, t.rig.nics, t.settings, [t.netns])
 
 
-def expect_named(result: str) -> None:
-    assert result in NAMED, f"unnamed or unexpected outcome {result}"
+def expect_named(result: str, t: Target) -> None:
+    assert result in t.named, f"unnamed or unexpected outcome {result}"
+
+
+async def test_each_run_calls_as_its_caller(target: Target) -> None:
+    """As nobody, SetNetnsMode (a no-op: the mode is shared already) passes because
+    polkitd's rule allows it: polkit is in that run's path."""
+
+    def body(f: Fuzzer, t: Target) -> None:
+        assert f.uid_on_the_bus() == t.uid
+        assert f.call("SetNetnsMode", "s", ["shared"]) == "ok"
+
+    await fuzz(target, "caller", body)
 
 
 async def test_claim_with_random_device_netns_and_options_is_refused_by_name(
@@ -221,7 +277,7 @@ async def test_claim_with_random_device_netns_and_options_is_refused_by_name(
             options,
         )
         def prop(device: str, netns: str, opts: dict[str, Variant]) -> None:
-            expect_named(f.call("Claim", "ssa{sv}", [device, netns, opts]))
+            expect_named(f.call("Claim", "ssa{sv}", [device, netns, opts]), t)
             unchanged(t)
 
         prop()
@@ -361,7 +417,7 @@ async def test_claim_fd_with_fds_that_are_not_a_netns_is_refused_by_name(target:
         @given(st.sampled_from(kinds), st.one_of(st.just("sim0"), texts), options)
         def prop(kind: str, device: str, opts: dict[str, Variant]) -> None:
             with odd_fd(kind) as fd:
-                expect_named(f.call("ClaimFd", "sha{sv}", [device, 0, opts], [fd]))
+                expect_named(f.call("ClaimFd", "sha{sv}", [device, 0, opts], [fd]), t)
             unchanged(t)
 
         prop()
@@ -382,7 +438,7 @@ async def test_every_other_method_with_random_arguments_answers_by_name(target: 
             elif member == "SetNetnsMode" and arg == "shared":
                 assert result == "ok"  # already shared: a no-op
             else:
-                expect_named(result)
+                expect_named(result, t)
             unchanged(t)
 
         @FUZZ
@@ -427,7 +483,7 @@ async def test_every_other_method_with_random_arguments_answers_by_name(target: 
             if result == "ok":
                 assert member in readers | {"GetDevice", "SetNetnsMode"}, (member, sig, body_)
             else:
-                expect_named(result)
+                expect_named(result, t)
             unchanged(t)
 
         one_string()
@@ -444,7 +500,7 @@ async def test_claim_object_release_on_unknown_paths_is_named(target: Target) ->
             result = f.call(
                 "Release", "", [], path=f"/io/rdmad1/claim/{tail}", iface="io.rdmad1.Claim"
             )
-            assert result in NAMED | {"org.freedesktop.DBus.Error.UnknownObject"}, result
+            assert result in t.named | {"org.freedesktop.DBus.Error.UnknownObject"}, result
             unchanged(t)
 
         prop()

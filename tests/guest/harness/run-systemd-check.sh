@@ -109,6 +109,12 @@ check "rdmactl list (root)"     "$(get rdmactl_root_list_rc)/$(get rdmactl_root_
 check "rdmactl list (nobody)"   "$(get rdmactl_user_list_rc)" '^0$'
 check "rdmactl claim (nobody)"  "$(get rdmactl_user_claim_rc) $(get rdmactl_user_claim_err)" \
     '^1 rdmactl: .*AccessDenied'
+check "polkit action file"      "$(get polkit_action_file)" '^rdmad: /usr/share/polkit-1/actions/io\.rdmad1\.policy$'
+shipped=$(sed -n 's/.*<action id="\([^"]*\)".*/\1/p' "$HERE/../../../polkit/io.rdmad1.policy" | paste -sd' ')
+check "pkaction lists each"     "$(get polkit_listed)"     "^${shipped//./\\.}$"
+check "user share: defaults"    "$(get polkit_default_rc) $(get polkit_default_err)" \
+    '^1 rdmactl: .*AccessDenied.*io\.rdmad1\.claim-share: not authorized by polkit'
+check "user share: a rule"      "$(get polkit_rule_rc)"    '^0$'
 check "CNI plugin VERSION"      "$(get cni_version_rc) $(get cni_versions)" '^0 (.* )?1\.1\.0( |$)'
 check "shared Claim"            "$(get claim)"             '^o "/io/rdmad1/'
 check "Claim.Release"           "$(get release_rc)"        '^0$'

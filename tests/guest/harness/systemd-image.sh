@@ -37,7 +37,8 @@ mkdir -p "$SD"
 # A node as the package expects it: the .deb's dependencies are all here, so its install
 # needs no network; no compiler, no python3-venv (the venv comes built in the package).
 SUITE=bookworm
-INCLUDE=systemd,systemd-sysv,udev,kmod,iproute2,dbus,python3,libudev1
+# polkitd: the package recommends it (apt installs recommends; no network in the chroot)
+INCLUDE=systemd,systemd-sysv,udev,kmod,iproute2,dbus,python3,libudev1,polkitd
 debian_mirrors   # MIRROR: the archive the host's apt sources name (scripts/private-apt.sh)
 base_stamp="$SUITE $INCLUDE $MIRROR v2"
 if [ "$(cat "$SD/.base-stamp" 2>/dev/null)" != "$base_stamp" ] || [ ! -x "$ROOT/lib/systemd/systemd" ]; then

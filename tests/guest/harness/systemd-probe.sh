@@ -63,6 +63,36 @@ out=$(as_nobody rdmactl claim rxe0 probe1 --shared 2>&1); kv rdmactl_user_claim_
 echo "$out"
 kv rdmactl_user_claim_err "$(head -n 1 <<<"$out")"
 
+section "polkit: the package's actions; a user's share refused by the defaults, then allowed"
+actions=/usr/share/polkit-1/actions/io.rdmad1.policy
+kv polkit_action_file "$(dpkg-query -S "$actions" 2>&1)"
+listed=()
+for id in $(sed -n 's/.*<action id="\([^"]*\)".*/\1/p' "$actions"); do
+    pkaction --action-id "$id" >/dev/null && listed+=("$id")
+done
+kv polkit_listed "${listed[*]}"
+# nobody claims a share of rxe0 into a netns of its own (its own user namespace's), then
+# releases it: refused by the actions' defaults (auth_admin), allowed once a rule says so
+share_own() {
+    # shellcheck disable=SC2016  # expanded by the inner shell
+    as_nobody unshare --user --net sh -c 'out=$(rdmactl --json claim rxe0 "pid:$$" --shared 2>&1) ||
+        { echo "$out"; exit 1; }
+        rdmactl release "$(echo "$out" | python3 -c "import json, sys; print(json.load(sys.stdin)[\"id\"])")"'
+}
+out=$(share_own 2>&1); kv polkit_default_rc $?; echo "$out"
+kv polkit_default_err "$(head -n 1 <<<"$out")"
+rules=/etc/polkit-1/rules.d/50-rdmad-probe.rules
+cat > "$rules" <<'RULES'
+polkit.addRule(function(action, subject) {
+    if ((action.id == "io.rdmad1.claim-share" || action.id == "io.rdmad1.release-own") &&
+        subject.user == "nobody")
+        return polkit.Result.YES;
+});
+RULES
+systemctl restart polkit   # the rule read now, not when polkitd's file monitor fires
+out=$(share_own 2>&1); kv polkit_rule_rc $?; echo "$out"
+rm -f "$rules"; systemctl restart polkit
+
 section "the CNI plugin (Go, a static binary): VERSION"
 out=$(echo '{"cniVersion":"1.0.0"}' | CNI_COMMAND=VERSION /usr/lib/cni/rdmad)
 kv cni_version_rc $?; echo "$out"
