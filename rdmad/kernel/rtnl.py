@@ -47,6 +47,7 @@ from rdmad.kernel.netns import (
 from rdmad.kernel.nlsocket import NlChannel, open_socket, rtnl_busy
 from rdmad.kernel.rtnl_msgs import (
     Link,
+    MoveSocket,
     add_address,
     addresses,
     assign_nsid,
@@ -148,6 +149,7 @@ class RtnlBackend:
 
     def __init__(self, nl: NlChannel, resolver: KernelNetnsResolver) -> None:
         self._nl = nl
+        self._mover = MoveSocket()  # made on the loop's thread: in init_net
         self._resolver = resolver
         # A netns's nsid cannot change while a handle of ours holds the netns: ask once per
         # handle (a claim needs it before and after the move).
@@ -167,6 +169,7 @@ class RtnlBackend:
 
     async def close(self) -> None:
         self._nl.close()
+        self._mover.close()
 
     def _in_netns(self, target: NetnsTarget) -> _Opening:
         """`target`'s rtnetlink socket, from its first use until the handle closes."""
@@ -234,6 +237,7 @@ class RtnlBackend:
                 ifname=ifname,
                 mtu=mtu,
                 up=True,
+                via=self._mover,
             )
         except OSError as e:  # the kernel's refusal, or setns() on the mover thread
             # Not atomic: the kernel moves first, then sets MTU, name and state (and
@@ -506,9 +510,10 @@ class RtnlBackend:
         mtu: int | None = None,
         up: bool | None = None,
         mtu_before: int | None = None,
+        via: MoveSocket | None = None,
     ) -> None:
         """A netns move, sent from the netns open at `from_fd` by a worker thread, so the
-        loop keeps serving (see move_link_blocking)."""
+        loop keeps serving (see move_link_blocking); on `via`, made in that netns, if given."""
         move = functools.partial(
             move_link_blocking,
             index,
@@ -517,6 +522,7 @@ class RtnlBackend:
             mtu=mtu,
             up=up,
             mtu_before=mtu_before,
+            via=via,
         )
         await move_from_netns(from_fd, move)
 
