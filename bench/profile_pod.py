@@ -3,7 +3,10 @@ N pods of 8 whole-device claims, back to back from one client (bench.pod's back-
 column, on the sim backend), the daemon under one of
 
   strace:    its system calls per claim, by name, and what they do: fsyncs, files
-             written (opened for writing), netlink dumps asked for, sockets opened;
+             written (opened for writing), sockets opened, netlink dumps asked for
+             (on init_net's sockets: strace cannot decode those made in a pod's netns);
+  cprofile:  cProfile on the event loop's thread, timed by that thread's CPU clock: the
+             split by function (its own overhead is in the times);
   callgrind: valgrind's callgrind, the instructions the daemon's process ran (Ir: all of
              its user space, interpreter included; not the kernel's work for its calls).
 
@@ -13,7 +16,7 @@ own, or the host's other link events (other runs' veths) are counted too. Not in
 (minutes under callgrind).
 
     ip netns add prof && ip netns exec prof ip link set lo up
-    ip netns exec prof python -m bench.profile_pod [--pods N] [--tool strace|callgrind]
+    ip netns exec prof python -m bench.profile_pod [--pods N] [--tool strace|callgrind|cprofile]
 """
 
 from __future__ import annotations
@@ -21,11 +24,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import cProfile
+import os
+import pstats
 import re
+import runpy
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -37,6 +45,7 @@ from testbed.net import temp_netns
 
 POD = "profpod"
 SETTLE_S = 0.5  # the claims' own kernel events read; IPv6 DAD's GID re-reads are later
+_DUMP = re.compile(r"nlmsg_type=(\w+), nlmsg_flags=[\w|]*NLM_F_DUMP")
 _CALL = re.compile(r"^\d+\s+(?:<\.\.\. )?(\w+)(?:\(| resumed>)")
 
 
@@ -66,6 +75,8 @@ async def _run(tool: str, pods: int, out: Path) -> str:
         ToolRdmad.prefix = [
             "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={trace}",
         ]  # fmt: skip
+    elif tool == "cprofile":
+        ToolRdmad.prefix = [sys.executable, "-m", "bench.profile_pod", "--daemon", str(trace), "--"]
     with (
         start_private_bus() as bus,
         many_veths(RAILS, "q", up=True) as nics,
@@ -90,11 +101,22 @@ async def _run(tool: str, pods: int, out: Path) -> str:
             await d.stop(timeout=300)
     if tool == "callgrind":
         return _callgrind_summary(trace, pods)
+    if tool == "cprofile":
+        return _cprofile_summary(trace, pods * RAILS)
     return _strace_summary(trace, pods * RAILS)
 
 
 async def _counting(tool: str, pid: int, trace: Path, c: Client) -> Callable[[], Awaitable[None]]:
     """Start counting the daemon's work; returns what stops it."""
+    if tool == "cprofile":
+        os.kill(pid, signal.SIGUSR1)
+        await c.manager("GetDevice", "s", "sim0")
+
+        async def dump() -> None:
+            os.kill(pid, signal.SIGUSR2)
+            await c.manager("GetDevice", "s", "sim0")  # the loop ran since: dumped
+
+        return dump
     if tool == "callgrind":
         _callgrind_control(pid, "on")
         await c.manager("GetDevice", "s", "sim0")  # the loop ran since the switch
@@ -105,7 +127,7 @@ async def _counting(tool: str, pid: int, trace: Path, c: Client) -> Callable[[],
         return off
     # -f with -p: every thread of the daemon; appended to over the pods
     strace = subprocess.Popen(  # noqa: ASYNC220 (it runs beside, until detach)
-        ["strace", "-f", "-qq", "-p", str(pid), "-A", "-o", str(trace), "-s", "0"],
+        ["strace", "-f", "-qq", "-yy", "-s", "64", "-p", str(pid), "-A", "-o", str(trace)],
         stderr=subprocess.PIPE,
     )
     await asyncio.sleep(0.5)  # attached (strace prints nothing to say so)
@@ -131,6 +153,33 @@ def _callgrind_summary(path: Path, pods: int) -> str:
     return f"callgrind: {per_pod:.1f} M Ir per pod, {per_pod / RAILS:.2f} M per claim"
 
 
+def _profiled_daemon(out: Path, argv: list[str]) -> None:
+    """rdmad's daemon (`argv`: its interpreter's), its loop thread profiled between SIGUSR1
+    and SIGUSR2; the counts of every window summed into `out`."""
+    prof = cProfile.Profile(time.thread_time)
+
+    def dump(*_: object) -> None:
+        prof.disable()
+        prof.dump_stats(out)
+
+    signal.signal(signal.SIGUSR1, lambda *_: prof.enable())
+    signal.signal(signal.SIGUSR2, dump)
+    module = argv[argv.index("-m") + 1]
+    sys.argv = [module, *argv[argv.index("-m") + 2 :]]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def _cprofile_summary(path: Path, claims: int) -> str:
+    stats = pstats.Stats(str(path))
+    cpu = stats.total_tt  # type: ignore[attr-defined]
+    lines = [f"cprofile: {cpu / claims * 1000:.2f} ms of the loop's CPU per claim"]
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][3])  # type: ignore[attr-defined]
+    for (file, line, fn), (_cc, nc, _tt, ct, _callers) in rows[:60]:
+        where = f"{Path(file).parent.name}/{Path(file).name}:{line}"
+        lines.append(f"  {ct / cpu * 100:5.1f}% {nc / claims:6.2f}/claim {fn} ({where})")
+    return "\n".join(lines)
+
+
 def _strace_summary(path: Path, claims: int) -> str:
     calls: collections.Counter[str] = collections.Counter()
     what: collections.Counter[str] = collections.Counter()
@@ -146,8 +195,8 @@ def _strace_summary(path: Path, claims: int) -> str:
             what["files opened for writing"] += 1
         elif name == "openat":
             what["files opened for reading"] += 1
-        elif name in ("sendto", "sendmsg") and "NLM_F_DUMP" in line:
-            what["netlink dumps"] += 1
+        elif name in ("sendto", "sendmsg") and (dump := _DUMP.search(line)):
+            what[f"netlink dumps: {dump.group(1)}"] += 1
         elif name == "socket":
             what["sockets opened"] += 1
     lines = [f"strace: {calls.total() / claims:.1f} system calls per claim"]
@@ -159,9 +208,14 @@ def _strace_summary(path: Path, claims: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.profile_pod", description=__doc__)
     ap.add_argument("--pods", type=int, default=5)
-    ap.add_argument("--tool", choices=("strace", "callgrind"), default="strace")
+    ap.add_argument("--tool", choices=("strace", "callgrind", "cprofile"), default="strace")
+    ap.add_argument("--daemon", type=Path, help=argparse.SUPPRESS)  # cprofile's daemon
+    ap.add_argument("argv", nargs="*", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="rdmad-profpod-")))
     args = ap.parse_args(argv)
+    if args.daemon:
+        _profiled_daemon(args.daemon, args.argv)
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     print(asyncio.run(_run(args.tool, args.pods, args.out)))
     print(f"(files in {args.out})", file=sys.stderr)
