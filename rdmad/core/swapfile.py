@@ -65,11 +65,23 @@ def write_swapped(path: Path, data: bytes, spare: Path, mode: int = 0o600) -> No
     """Make `data` the content of `path` (created if missing) through `spare`, on the same
     filesystem. `mode`: of a new spare, before the umask. OSError on failure, with `path`
     as it was."""
+    swap_in(path, data, spare, mode)
+    _sync_dirs(os.fspath(path), os.fspath(spare))
+
+
+def swap_in(path: Path, data: bytes, spare: Path, mode: int = 0o600) -> None:
+    """`write_swapped` but for the sync of the directory, which holds `spare` too: for
+    files written in a batch, whose directory is synced once after the last (`sync_dir`).
+    OSError on failure, with `path` as it was."""
     name, spare_name = os.fspath(path), os.fspath(spare)
     _write(spare_name, _TRUNC, mode, data)
     if not _exchange(spare_name, name):
         os.rename(spare_name, name)  # no file to swap with, or a filesystem that cannot swap
-    _sync_dirs(name, spare_name)
+
+
+def sync_dir(directory: Path) -> None:
+    """Make the entries of `directory`'s files (created, swapped, renamed) durable."""
+    _sync_dirs(os.path.join(os.fspath(directory), ""))
 
 
 def remove(path: Path) -> None:

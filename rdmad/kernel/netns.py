@@ -16,19 +16,21 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import fcntl
+import functools
 import os
 import re
 import socket
 import stat
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from rdmad.core.backend import NetnsTarget
 from rdmad.errors import AccessDenied, InvalidNetns
-from rdmad.kernel.nlsocket import rtnl_busy
+from rdmad.kernel.nlsocket import open_socket, rtnl_busy
 from rdmad.model import netns_label
 
 CLONE_NEWNET = 0x40000000
@@ -204,7 +206,14 @@ class KernelNetnsResolver:
         return None
 
     async def cookie(self, target: NetnsTarget) -> int:
-        return await run_in_netns(target.fd, _own_netns_cookie)
+        # Through the handle's rtnetlink socket, which a claim's requests there use next:
+        # a socket made for the read alone would be closed, and freed through RCU, right
+        # before the claim's move.
+        try:
+            sock = await rtnl_socket_in(target)
+        except OSError as e:  # setns() or socket() on the worker
+            raise InvalidNetns(f"cannot read the cookie of {netns_label(target.inode)}: {e}") from e
+        return int.from_bytes(sock.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8), sys.byteorder)
 
     def other_netns_exist(self) -> bool:
         return any(
@@ -276,11 +285,35 @@ class KernelNetnsResolver:
         return NetnsHandle(fd, st.st_ino, path)
 
 
-def _own_netns_cookie() -> int:
-    """The cookie of the calling thread's netns, as a socket made there reports it."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        raw = sock.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8)
-    return int.from_bytes(raw, sys.byteorder)
+# A handle's rtnetlink socket in its netns, from its first use until the handle closes.
+_rtnl_sockets: weakref.WeakKeyDictionary[NetnsTarget, asyncio.Future[socket.socket]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def rtnl_socket_in(target: NetnsTarget) -> asyncio.Future[socket.socket]:
+    """`target`'s rtnetlink socket, made by a worker inside its netns on the first call and
+    closed with the handle: a claim reads the netns's cookie and tables, places its netdev
+    and installs its routes through one. A socket closed frees itself through RCU, and a
+    netns move soon after waits for that (docs/performance.md): one close per claim, with
+    its handle after its move, not one before it. The worker starts on it at once, so it
+    is made while the caller goes on (while the kernel moves a netdev, say)."""
+    fd = target.fd  # raises once the handle is closed: never its closed socket
+    made = _rtnl_sockets.get(target)
+    if made is None:
+        made = _rtnl_sockets[target] = submit_in_netns(
+            fd, functools.partial(open_socket, socket.NETLINK_ROUTE)
+        )
+        target.on_close(functools.partial(_close_made, made))
+    return made
+
+
+def _close_made(made: asyncio.Future[socket.socket]) -> None:
+    """Close the socket now, or once the worker has made it."""
+    if not made.done():
+        made.add_done_callback(_close_made)
+    elif not made.cancelled() and made.exception() is None:
+        made.result().close()  # a failed open: the operation reports its error
 
 
 def candidate_paths(hint: str = "", fd_label: str | None = None) -> Iterator[str]:

@@ -42,11 +42,12 @@ from rdmad.kernel.netns import (
     KernelNetnsResolver,
     candidate_paths,
     move_from_netns,
-    submit_in_netns,
+    rtnl_socket_in,
 )
-from rdmad.kernel.nlsocket import NlChannel, open_socket, rtnl_busy
+from rdmad.kernel.nlsocket import NlChannel, rtnl_busy
 from rdmad.kernel.rtnl_msgs import (
     Link,
+    MoveSocket,
     add_address,
     addresses,
     assign_nsid,
@@ -107,17 +108,12 @@ def _is_link_local(iface: Cidr) -> bool:
 
 
 class _Opening:
-    """A handle's in-netns socket, opened by a worker thread on its first use and closed with
-    the handle: a routed claim reads the netns's tables, places its netdev and installs its
-    routes through one. A socket closed frees itself through RCU, and a netns move soon
-    after waits for that (docs/performance.md): one close per claim, after its move, not
-    one before it. Opened while the kernel moves a netdev or makes a macvlan, not after."""
+    """A handle's in-netns rtnetlink channel, on its socket (netns.rtnl_socket_in), which
+    closes with the handle."""
 
-    def __init__(self, netns_fd: int, where: str) -> None:
-        # a worker starts on it now
-        sock = submit_in_netns(netns_fd, functools.partial(open_socket, socket.NETLINK_ROUTE))
-        self._ns = asyncio.ensure_future(self._wrap(sock))
-        self._where = where
+    def __init__(self, target: NetnsTarget) -> None:
+        self._ns = asyncio.ensure_future(self._wrap(rtnl_socket_in(target)))
+        self._where = netns_label(target.inode)
 
     @staticmethod
     async def _wrap(sock: Awaitable[socket.socket]) -> NlChannel:
@@ -129,18 +125,6 @@ class _Opening:
         except OSError as e:  # setns() or socket() on the worker
             raise kernel_error(e, f"opening rtnetlink in {self._where}") from e
 
-    def close(self) -> None:
-        """Close the socket now, or once the worker has made it."""
-        if self._ns.done():
-            _close_opened(self._ns)
-        else:
-            self._ns.add_done_callback(_close_opened)
-
-
-def _close_opened(opened: asyncio.Future[NlChannel]) -> None:
-    if not opened.cancelled() and opened.exception() is None:
-        opened.result().close()  # a failed open: the operation reports its error
-
 
 class RtnlBackend:
     """Implements rdmad.core.backend.NetdevBackend. Build with
@@ -148,6 +132,7 @@ class RtnlBackend:
 
     def __init__(self, nl: NlChannel, resolver: KernelNetnsResolver) -> None:
         self._nl = nl
+        self._mover = MoveSocket()  # made on the loop's thread: in init_net
         self._resolver = resolver
         # A netns's nsid cannot change while a handle of ours holds the netns: ask once per
         # handle (a claim needs it before and after the move).
@@ -167,14 +152,14 @@ class RtnlBackend:
 
     async def close(self) -> None:
         self._nl.close()
+        self._mover.close()
 
     def _in_netns(self, target: NetnsTarget) -> _Opening:
         """`target`'s rtnetlink socket, from its first use until the handle closes."""
-        fd = target.fd  # raises once the handle is closed: never its closed socket
+        _ = target.fd  # raises once the handle is closed: never its closed socket
         opening = self._openings.get(target)
         if opening is None:
-            opening = self._openings[target] = _Opening(fd, netns_label(target.inode))
-            target.on_close(opening.close)
+            opening = self._openings[target] = _Opening(target)
         return opening
 
     # -- reading init_net -----------------------------------------------------------------
@@ -234,6 +219,7 @@ class RtnlBackend:
                 ifname=ifname,
                 mtu=mtu,
                 up=True,
+                via=self._mover,
             )
         except OSError as e:  # the kernel's refusal, or setns() on the mover thread
             # Not atomic: the kernel moves first, then sets MTU, name and state (and
@@ -506,9 +492,10 @@ class RtnlBackend:
         mtu: int | None = None,
         up: bool | None = None,
         mtu_before: int | None = None,
+        via: MoveSocket | None = None,
     ) -> None:
         """A netns move, sent from the netns open at `from_fd` by a worker thread, so the
-        loop keeps serving (see move_link_blocking)."""
+        loop keeps serving (see move_link_blocking); on `via`, made in that netns, if given."""
         move = functools.partial(
             move_link_blocking,
             index,
@@ -517,6 +504,7 @@ class RtnlBackend:
             mtu=mtu,
             up=up,
             mtu_before=mtu_before,
+            via=via,
         )
         await move_from_netns(from_fd, move)
 

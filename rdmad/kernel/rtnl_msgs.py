@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import itertools
 import socket
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rdmad.kernel.netlink import (
@@ -360,11 +361,12 @@ def move_link_blocking(
     mtu: int | None = None,
     up: bool | None = None,
     mtu_before: int | None = None,
+    via: MoveSocket | None = None,
 ) -> None:
     """One RTM_SETLINK that moves a netdev between netns, sent from the calling thread's
-    netns on a socket of its own: run it on a worker thread (rdmad.kernel.netns). `mtu` is
-    set in the target, after the move; `mtu_before` in the source, before it, by a request
-    of its own on the same socket.
+    netns on `via`, made there, or on a socket of its own: run it on a worker thread
+    (rdmad.kernel.netns). `mtu` is set in the target, after the move; `mtu_before` in the
+    source, before it, by a request of its own on the same socket.
 
     Why not on the loop: a netlink request runs in the sender's send() call, and a move
     waits there for RCU (15-25 ms here). On the loop thread that stalls every other client,
@@ -376,12 +378,35 @@ def move_link_blocking(
     builds = [setlink_request(index, net_ns_fd=net_ns_fd, ifname=ifname, mtu=mtu, up=up)]
     if mtu_before is not None:
         builds.insert(0, setlink_request(index, mtu=mtu_before))
+    sock = via
     try:
-        with open_socket(socket.NETLINK_ROUTE, blocking=True) as sock:
-            sock.settimeout(MOVE_TIMEOUT_S)
-            for seq, build in enumerate(builds, 1):
-                transact(sock, build, seq)
+        sock = sock or MoveSocket()
+        sock.send(builds)
     except NetlinkError:
         raise
     except OSError as e:  # the socket itself failed, or the kernel never answered
         raise NetlinkError(e.errno or errno.ETIMEDOUT, str(e)) from e
+    finally:
+        if sock is not None and sock is not via:
+            sock.close()
+
+
+class MoveSocket:
+    """A blocking rtnetlink socket for netns moves, in the netns of the thread that made
+    it. One kept for the moves out of init_net (`move_link_blocking(via=...)`) spares each
+    claim a socket made and closed: a closed socket frees itself through RCU, which the
+    pod's next claim's move would wait for (docs/performance.md). Used by one thread at a
+    time: the mover thread (rdmad.kernel.netns.move_from_netns)."""
+
+    def __init__(self) -> None:
+        self._sock = open_socket(socket.NETLINK_ROUTE, blocking=True)
+        self._sock.settimeout(MOVE_TIMEOUT_S)
+        # Never reused: a reply that came after its request timed out is skipped by seq.
+        self._seq = itertools.count(1)
+
+    def send(self, builds: Sequence[Build]) -> None:
+        for build in builds:
+            transact(self._sock, build, next(self._seq))
+
+    def close(self) -> None:
+        self._sock.close()

@@ -16,7 +16,7 @@ import pytest
 
 import rdmad.daemon.cdi
 from rdmad.core.store import Store
-from rdmad.core.swapfile import write_swapped
+from rdmad.core.swapfile import swap_in
 from rdmad.daemon.cdi import CdiWriter
 from rdmad.model import Claim, ClaimOptions, NetnsMode
 from tests.support.core_rig import Rig, Rigs
@@ -52,9 +52,9 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
 
     def counting(path: Path, data: bytes, spare: Path, mode: int) -> None:
         counted[path.name] += 1
-        write_swapped(path, data, spare, mode)
+        swap_in(path, data, spare, mode)
 
-    monkeypatch.setattr(rdmad.daemon.cdi, "write_swapped", counting)
+    monkeypatch.setattr(rdmad.daemon.cdi, "swap_in", counting)
     yield counted
 
 
