@@ -11,7 +11,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,14 @@ from rdmad.bus.address import bus_address
 from rdmad.bus.argtypes import add_bus_address
 from rdmad.bus.client import Client
 from rdmad.bus.connection import BusConnection
+from rdmad.dra.call_lock import CallLock
 from rdmad.dra.device_watch import DeviceWatch
 from rdmad.dra.kube import KubeClaimApi, KubeSliceApi, api_client
 from rdmad.dra.node_service import dra_handlers
 from rdmad.dra.offer import offered
 from rdmad.dra.podcgroup import CGROUP2_MOUNT
 from rdmad.dra.prepare import Preparer
-from rdmad.dra.registration import registration_handler
+from rdmad.dra.registration import POD_UID, Sockets, registration_handler, sockets
 from rdmad.dra.rpc.unix_server import serving
 from rdmad.dra.slices import Pool, SlicePublisher
 
@@ -70,6 +71,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="NAME",
         help="this node's name in Kubernetes (default: $NODE_NAME)",
     )
+    p.add_argument(
+        "--pod-uid",
+        default=os.environ.get("POD_UID", ""),
+        metavar="UID",
+        help="the UID of the plugin's pod (default: $POD_UID): given, the plugin's sockets "
+        "are the pod's own, so that a new pod of the DaemonSet serves beside the old one "
+        "during a rolling upgrade (Kubernetes 1.33 and later)",
+    )
     add_bus_address(p)
     p.add_argument(
         "--driver-name",
@@ -88,6 +97,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not args.node_name:
         p.error("no node name: give --node-name or set NODE_NAME")
+    if args.pod_uid and not POD_UID.fullmatch(args.pod_uid):
+        p.error(f"pod UID {args.pod_uid!r} is not a UUID")
     try:
         args.bus_address = bus_address(args.bus_address)
     except ValueError as e:
@@ -106,6 +117,32 @@ async def follow_rdmad(watch: DeviceWatch, publisher: SlicePublisher) -> None:
         stale.clear()
 
 
+@contextlib.asynccontextmanager
+async def serving_the_kubelet(
+    paths: Sockets, driver: str, preparer: Preparer, registered: Callable[[], None]
+) -> AsyncIterator[None]:
+    """The DRA service and the registration service on the instance's sockets while the
+    context lasts; at its end (SIGTERM) the sockets are gone before the servers stop, and
+    the instance's private directory with them, so that none is left for the kubelet to
+    dial or for the next instance to find."""
+    # The DRA socket first: the kubelet connects to it as soon as it registers us.
+    async with (
+        serving(
+            paths.endpoint,
+            dra_handlers(preparer, CallLock(paths.lock)),
+            os.path.join(paths.private, "dra.sock"),
+        ),
+        serving(
+            paths.registration,
+            [registration_handler(driver, paths.endpoint, registered)],
+            os.path.join(paths.private, "reg.sock"),
+        ),
+    ):
+        yield
+    with contextlib.suppress(OSError):  # left, with a socket in it, by a killed gRPC server
+        os.rmdir(paths.private)
+
+
 async def run(args: argparse.Namespace) -> int:
     api = api_client(args.kubeconfig)
     pool = Pool(KubeSliceApi(api), args.driver_name, args.node_name)
@@ -114,11 +151,12 @@ async def run(args: argparse.Namespace) -> int:
     await bus.connect()
     driver = args.driver_name
     preparer = Preparer(KubeClaimApi(api), Client(bus), driver, args.node_name, args.cgroup_root)
-    endpoint = os.path.join(args.kubelet_plugins_directory_path, driver, "dra.sock")
-    # The gRPC servers' own sockets, behind the two the kubelet dials (unix_server.py): in
-    # the endpoint's directory, which is the plugin's alone and which no watcher scans.
-    private = os.path.join(os.path.dirname(endpoint), "grpc")
-    reg_socket = os.path.join(args.kubelet_registrar_directory_path, f"{driver}-reg.sock")
+    paths = sockets(
+        args.kubelet_registrar_directory_path,
+        args.kubelet_plugins_directory_path,
+        driver,
+        args.pod_uid,
+    )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -130,22 +168,14 @@ async def run(args: argparse.Namespace) -> int:
     stopped = asyncio.ensure_future(stop.wait())
     lost = asyncio.ensure_future(bus.wait_for_disconnect())
     try:
-        # The DRA socket first: the kubelet connects to it as soon as it registers us.
-        async with (
-            serving(endpoint, dra_handlers(preparer), os.path.join(private, "dra.sock")),
-            serving(
-                reg_socket,
-                [registration_handler(driver, endpoint, publisher.recheck)],
-                os.path.join(private, "reg.sock"),
-            ),
-        ):
+        async with serving_the_kubelet(paths, driver, preparer, publisher.recheck):
             log.info(
                 "serving DRA driver %s for node %s: registration %s, DRA service %s; "
                 "rdmad on bus %s",
                 driver,
                 args.node_name,
-                reg_socket,
-                endpoint,
+                paths.registration,
+                paths.endpoint,
                 args.bus_address,
             )
             done, _ = await asyncio.wait(

@@ -25,16 +25,20 @@ class Plugin:
     registry_dir: Path
     plugins_dir: Path
     driver: str
+    pod_uid: str = ""  # given, the sockets are the pod's own (a rolling upgrade's names)
     log: list[str] = field(default_factory=list)
     _logged: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def registration_socket(self) -> Path:
-        return self.registry_dir / f"{self.driver}-reg.sock"
+        """kubeletplugin's names, the rolling upgrade's for a path that fits in sun_path."""
+        instance = f"-{self.pod_uid}" if self.pod_uid else ""
+        return self.registry_dir / f"{self.driver}{instance}-reg.sock"
 
     @property
     def endpoint(self) -> Path:
-        return self.plugins_dir / self.driver / "dra.sock"
+        instance = f"-{self.pod_uid}" if self.pod_uid else ""
+        return self.plugins_dir / self.driver / f"dra{instance}.sock"
 
     async def wait_log(self, text: str, timeout: float = WAIT, nth: int = 1) -> str:
         """The `nth` line of the plugin's stderr that holds `text`."""
@@ -90,17 +94,19 @@ async def running_plugin(
     workdir: Path,
     start_timeout: float = WAIT,
     extra: list[str] | None = None,
+    pod_uid: str = "",
 ) -> AsyncIterator[Plugin]:
     """Started, and serving once it has said so on stderr (within `start_timeout`: the
-    guest's emulated CPU needs longer)."""
+    guest's emulated CPU needs longer); with `pod_uid`, as that pod of a DaemonSet."""
+    instance = ["--pod-uid", pod_uid] if pod_uid else []
     proc = await spawn(  # signalled by the tests (SIGTERM): default dispositions
-        *argv(api, bus_address, workdir, extra),
+        *argv(api, bus_address, workdir, [*instance, *(extra or [])]),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    plugin = Plugin(proc, workdir / "plugins_registry", workdir / "plugins", api.driver)
+    plugin = Plugin(proc, workdir / "plugins_registry", workdir / "plugins", api.driver, pod_uid)
 
     async def read_log() -> None:  # and keep the pipe drained, or its logging blocks
         assert proc.stderr is not None

@@ -44,3 +44,19 @@ def test_a_bus_address_that_is_not_one_is_a_usage_error(
         parse_args(["--bus-address", "not-an-address"])
     assert exit.value.code == 2
     assert "is not a D-Bus address" in capsys.readouterr().err
+
+
+def test_the_pod_uid_comes_from_the_downward_apis_pod_uid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_NAME", "node-a")
+    monkeypatch.setenv("POD_UID", "ad4af911-5bcd-47c5-a554-f35cea869472")
+    assert parse_args([]).pod_uid == "ad4af911-5bcd-47c5-a554-f35cea869472"
+
+
+def test_a_pod_uid_that_is_not_a_uuid_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NODE_NAME", "node-a")
+    with pytest.raises(SystemExit) as exit:
+        parse_args(["--pod-uid", "../../etc"])
+    assert exit.value.code == 2
+    assert "is not a UUID" in capsys.readouterr().err

@@ -26,7 +26,7 @@ PYTHON_TREES = ("rdmad", "testbed", "tests", "bench")
 
 # The repo's top folders that a doc names paths under.
 TOP = ("rdmad", "testbed", "tests", "scripts", "bench", "cni", "dbus", "debian", "systemd", "docs",
-       "requirements", ".ci")  # fmt: skip
+       "requirements", ".ci", "deploy")  # fmt: skip
 # Paths made by a build or a run, not kept in git.
 GENERATED = ("bench/out",)
 # Names the docs give from other projects: a library's API, not rdmad's.
