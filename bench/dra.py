@@ -5,7 +5,10 @@ and the plugin as its own process.
 
   prepare:  NodePrepareResources of a one-device claim, as the kubelet calls it (a new gRPC
             channel per call: the kubelet double's), beside the same claim's work by hand
-            from this process: the claim's GET from the API server and rdmad's Hold.
+            from this process: the claim's GET from the API server and rdmad's Hold, and
+            beside the plugin as landed (RDMAD_BENCH_LANDED, a git revision, default
+            `main`: its rdmad/ from `git archive`, on an API server double of its own).
+            Target: prepare/landed <= 1 at p50 (no worse than the code as landed).
   ADD:      the pod's CNI ADD through the held device (rdmad-cni `"pod": true`, chained,
             K8S_POD_UID in CNI_ARGS: rdmad's Attach) beside today's ADD by device name
             (`"device": "sim0"`: rdmad's Claim), both with the pod's CNI_ARGS, on one netdev;
@@ -24,7 +27,7 @@ and the plugin as its own process.
             stops came (rdmad/dra/rpc/on_demand.py), by thread name, so that the report says
             whose they are (gRPC's C core names its threads). Target: 0 and 0.
 
-The three prepare/ADD columns take turns in bench.columns' cycle of orders, each operation
+The four prepare/ADD columns take turns in bench.columns' cycle of orders, each operation
 settled (bench.common.Settler); after each change of the offer, the plugin's slice write is
 waited for before the next operation, so its reaction is no other column's cost.
 """
@@ -35,6 +38,9 @@ import asyncio
 import contextlib
 import json
 import math
+import os
+import shutil
+import subprocess
 import tempfile
 import time
 import urllib.request
@@ -63,7 +69,7 @@ from bench.common import (
 )
 from bench.stats import RatioCheck, pct, pct_interval, spread
 from testbed.cni_plugin import PLUGIN as RDMAD_CNI
-from testbed.daemon import Client
+from testbed.daemon import ROOT, Client
 from testbed.dra import kubelet
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.claims import DRIVER, NODE, POD_UID, claim
@@ -73,6 +79,8 @@ from testbed.net import temp_netns
 from testbed.threads import Thread, switches, woken
 
 ADD_TARGET = 1.1  # the held device's ADD over the ADD by device name (issue 28)
+LANDED_TARGET = 1.0  # prepare over the landed plugin's prepare (issue 38)
+LANDED = os.environ.get("RDMAD_BENCH_LANDED", "main")
 HOTPLUG_P99_MS = 1000.0
 DEVICE = "sim0"  # the pod's device; sim1 is the node's other one (and the hot-plugged one)
 IFNAME = "net1"  # the held device's interfaceName, and the by-name ADD's CNI_IFNAME
@@ -120,9 +128,10 @@ def offers(rdma: str, whole: bool = False) -> Callable[[dict[str, dict[str, Any]
 
 
 def lacks(rdma: str) -> Callable[[dict[str, dict[str, Any]]], bool]:
-    """Whether the pool no longer offers `rdma` whole (held, claimed, or gone)."""
+    """Whether the pool no longer offers `rdma` whole (held, claimed, or gone), and offers
+    something: a pool being rewritten offers nothing until its slices are all written."""
     has = offers(rdma, whole=True)
-    return lambda devices: not has(devices)
+    return lambda devices: bool(devices) and not has(devices)
 
 
 def seen_at(api: ApiServer, what: Callable[[dict[str, dict[str, Any]]], bool]) -> float:
@@ -159,9 +168,10 @@ Column = Callable[[Samples], Awaitable[None]]
 
 async def take_turns(cols: dict[str, Column], reps: int, warmup: int) -> Samples:
     """`warmup` reps into a throw-away Samples, then `reps`, each rep running every column
-    once in bench.columns' cycle of orders for three columns."""
-    letters = dict(zip("rwc", cols, strict=True))
-    orders = ORDERS["rwc"]
+    once in bench.columns' cycle of orders for as many columns."""
+    key = "rwcn"[: len(cols)]
+    letters = dict(zip(key, cols, strict=True))
+    orders = ORDERS[key]
     kept = Samples()
     for i in range(warmup + reps):
         into = kept if i >= warmup else Samples()
@@ -172,7 +182,8 @@ async def take_turns(cols: dict[str, Column], reps: int, warmup: int) -> Samples
 
 @dataclass
 class Node:
-    """What the prepare and ADD columns act on."""
+    """What the prepare and ADD columns act on: the plugin, and the landed one beside it
+    (each with its API server double), following one rdmad."""
 
     api: ApiServer
     endpoint: str
@@ -181,6 +192,14 @@ class Node:
     bus: str
     netns: str
     settle: Settler
+    landed_api: ApiServer
+    landed_endpoint: str
+
+    async def shows(self, what: Callable[[dict[str, dict[str, Any]]], bool]) -> None:
+        """Until both plugins' slices show `what`: neither one's write is the next
+        operation's cost."""
+        await published(self.api, what)
+        await published(self.landed_api, what)
 
 
 async def register(plugin: Plugin) -> tuple[str, str]:
@@ -200,29 +219,42 @@ def columns(node: Node) -> dict[str, Column]:
         wall, cpu = run_once(RDMAD_CNI, command, confs[conf], node.netns, ifname, args)
         s.add(name, wall, cpu)
 
-    async def held(s: Samples) -> None:
+    async def prepare(s: Samples, name: str, endpoint: str) -> None:
         await node.settle()
         t0 = time.perf_counter()
-        got = await kubelet.prepare_devices(node.endpoint, node.service, [REF])
-        s.add("prepare", ms_since(t0))
+        got = await kubelet.prepare_devices(endpoint, node.service, [REF])
+        s.add(name, ms_since(t0))
         if got[REF.uid].error or not got[REF.uid].devices:
             raise RuntimeError(f"NodePrepareResources failed: {got}")
-        await published(node.api, lacks(DEVICE))
+
+    async def unprepare(endpoint: str) -> None:
+        errors = await kubelet.unprepare(endpoint, node.service, [REF])
+        if errors != {REF.uid: ""}:
+            raise RuntimeError(f"NodeUnprepareResources failed: {errors}")
+
+    async def landed(s: Samples) -> None:
+        await prepare(s, "landed prepare", node.landed_endpoint)
+        await node.shows(lacks(DEVICE))
+        await node.settle()
+        await unprepare(node.landed_endpoint)
+        await node.shows(offers(DEVICE, whole=True))
+
+    async def held(s: Samples) -> None:
+        await prepare(s, "prepare", node.endpoint)
+        await node.shows(lacks(DEVICE))
         await cni(s, "held ADD", "ADD", "pod", "eth0")  # chained: the node's eth0
         await cni(s, "held DEL", "DEL", "pod", "eth0")
         await node.settle()
         t0 = time.perf_counter()
-        errors = await kubelet.unprepare(node.endpoint, node.service, [REF])
+        await unprepare(node.endpoint)
         s.add("unprepare", ms_since(t0))
-        if errors != {REF.uid: ""}:
-            raise RuntimeError(f"NodeUnprepareResources failed: {errors}")
-        await published(node.api, offers(DEVICE, whole=True))
+        await node.shows(offers(DEVICE, whole=True))
 
     async def by_name(s: Samples) -> None:
         await cni(s, "by-name ADD", "ADD", "by name", IFNAME)
-        await published(node.api, lacks(DEVICE))
+        await node.shows(lacks(DEVICE))
         await cni(s, "by-name DEL", "DEL", "by name", IFNAME)
-        await published(node.api, offers(DEVICE, whole=True))
+        await node.shows(offers(DEVICE, whole=True))
 
     claim_url = f"{node.api.url}/apis/resource.k8s.io/v1/namespaces/{REF.namespace}"
     claim_url += f"/resourceclaims/{REF.name}"
@@ -238,11 +270,11 @@ def columns(node: Node) -> dict[str, Column]:
         await asyncio.to_thread(read_json, claim_url)  # a thread, as the plugin's read
         path = await node.rdmad.manager("Hold", "ssa{sv}", DEVICE, POD_UID, hold_options)
         s.add("by-hand prepare", ms_since(t0))
-        await published(node.api, lacks(DEVICE))
+        await node.shows(lacks(DEVICE))
         await node.rdmad.manager("Release", "s", str(path).rsplit("/", 1)[1])
-        await published(node.api, offers(DEVICE, whole=True))
+        await node.shows(offers(DEVICE, whole=True))
 
-    return {"held": held, "by name": by_name, "by hand": by_hand}
+    return {"held": held, "by name": by_name, "by hand": by_hand, "landed": landed}
 
 
 def read_json(url: str) -> Any:
@@ -280,7 +312,7 @@ async def hotplugs(
     for _ in range(reps):
         for name, act, what in (
             ("hotplug", plug, offers("sim1")),
-            ("unplug", unplug, lambda d: not offers("sim1")(d)),
+            ("unplug", unplug, lambda d: offers("sim0")(d) and not offers("sim1")(d)),
         ):
             await settle()
             t0 = time.perf_counter()
@@ -364,6 +396,20 @@ class Measured:
     start_ms: float  # the plugin's start to serving
 
 
+def landed_tree(into: Path) -> Path:
+    """rdmad/ as of LANDED (git archive), with this tree's generated gRPC modules (not in
+    git), under `into`."""
+    into.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", LANDED, "rdmad"], check=True, capture_output=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    proto = Path("rdmad/dra/rpc/proto")
+    for generated in (ROOT / proto).glob("*_pb2.py"):
+        shutil.copy(generated, into / proto)
+    return into
+
+
 async def run(bus: str, p: Params, res: Results, out: Path) -> None:
     del out  # rows only
     settle = Settler(p)
@@ -373,9 +419,14 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
         temp_netns("rbk") as netns,
         tempfile.TemporaryDirectory(prefix="rdmad-bench-dra-", dir=SHM) as tmp,
         api_server() as api,
+        api_server() as landed_api,
     ):
-        api.put_claim(claim(REF.uid, [DEVICE], name=REF.name, parameters={"interfaceName": IFNAME}))
+        for served in (api, landed_api):
+            served.put_claim(
+                claim(REF.uid, [DEVICE], name=REF.name, parameters={"interfaceName": IFNAME})
+            )
         workdir = Path(tmp)
+        landed_root = landed_tree(workdir / "landed-tree")
         t0 = time.perf_counter()
         # One plugin throughout: it follows rdmad's going and the hot-plug rdmad's coming.
         async with running_plugin(api, bus, workdir / "dra") as plugin:
@@ -385,8 +436,23 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
             async with rdmad(bus, nics.sim_spec()), client(bus) as rdmad_client:
                 await published(api, offers(DEVICE, whole=True))
                 rss_start = rss_mb(pid)
-                node = Node(api, endpoint, service, rdmad_client, bus, netns, settle)
-                pod = await take_turns(columns(node), reps, p.warmup)
+                async with running_plugin(
+                    landed_api, bus, workdir / "landed", root=landed_root
+                ) as landed:
+                    landed_endpoint, _ = await register(landed)
+                    node = Node(
+                        api,
+                        endpoint,
+                        service,
+                        rdmad_client,
+                        bus,
+                        netns,
+                        settle,
+                        landed_api,
+                        landed_endpoint,
+                    )
+                    await node.shows(offers(DEVICE, whole=True))
+                    pod = await take_turns(columns(node), reps, p.warmup)
                 noop = await noop_adds(node, reps, p.warmup)
                 connects = await channel_connects(endpoint, reps, settle)
                 rss_after = rss_mb(pid)
@@ -424,6 +490,20 @@ def report(res: Results, m: Measured) -> None:
             f"{with_p99(t['by-hand prepare'])} (by hand: the claim's GET + Hold)",
             "-",
             prep.text(),
+        )
+    )
+    landed = RatioCheck.of("prepare/landed", t["prepare"], t["landed prepare"], LANDED_TARGET)
+    # no worse: the p50 ratio's 95% interval does not lie wholly above 1
+    no_worse = landed.intervals[50][0] <= LANDED_TARGET
+    res.rows.append(
+        Row(
+            f"10. rdmad-dra NodePrepareResources against the plugin as landed ({LANDED})",
+            with_p99(t["prepare"]),
+            with_p99(t["landed prepare"]),
+            "-",
+            landed.text(),
+            "prepare/landed p50 no worse than 1 (its 95% interval reaches 1 or below)",
+            no_worse,
         )
     )
     res.rows.append(
@@ -489,7 +569,7 @@ def report(res: Results, m: Measured) -> None:
         f" new gRPC channel to its DRA socket, connected: {spread(m.connects)} (part of each"
         " prepare above; the kubelet keeps its channel)"
     )
-    for name in ("prepare", "by-hand prepare", "held ADD", "by-name ADD"):
+    for name in ("prepare", "landed prepare", "by-hand prepare", "held ADD", "by-name ADD"):
         res.dists[f"DRA: {name}"] = t[name]
     res.dists["DRA: no-op ADD"] = mine
     res.dists["DRA: portmap ADD"] = floor

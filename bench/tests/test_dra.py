@@ -52,6 +52,13 @@ async def test_over_a_cycle_each_column_goes_first_equally_often() -> None:
     assert Counter(ran[0::3]) == {"a": 2, "b": 2, "c": 2}
 
 
+async def test_four_columns_with_the_landed_plugin_take_turns_alike() -> None:
+    ran: list[str] = []
+    column = recording(ran)
+    await take_turns({n: column(n) for n in "abcd"}, 8, 0)
+    assert Counter(ran[0::4]) == {"a": 2, "b": 2, "c": 2, "d": 2}
+
+
 def test_the_pod_mode_confs_are_chained_and_name_no_device() -> None:
     confs = cni_confs("unix:path=/bus", "ns1")
     for name in ("pod", "portmap"):
@@ -74,6 +81,11 @@ def test_a_device_is_offered_whole_or_as_a_share_slot() -> None:
 def test_a_device_held_whole_lacks_from_the_pool_even_with_a_slot_left() -> None:
     assert lacks("sim0")(device("sim0", "sim0--share-0"))
     assert not lacks("sim0")(device("sim0", "sim0"))
+
+
+def test_a_pool_being_rewritten_shows_no_device_lacking() -> None:
+    # until all its slices are written the scheduler, and the double, see none of it
+    assert not lacks("sim0")({})
 
 
 def test_wakeups_are_counted_per_thread_and_a_thread_born_meanwhile_counts_whole() -> None:

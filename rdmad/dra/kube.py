@@ -4,6 +4,7 @@ rdmad/dra/slices.py's worker thread and rdmad/dra/prepare.py's threads."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import urllib3
@@ -17,6 +18,7 @@ REQUEST_TIMEOUT = (10.0, 30.0)
 # A claim's read, within the kubelet's own bound on a prepare call (its default: 45 s), so
 # that a slow API server is the claim's error, not a dropped call.
 CLAIM_READ_TIMEOUT = (5.0, 20.0)
+_VERSION = re.compile(r"v?(\d+)\.(\d+)")
 
 
 def api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -51,6 +53,7 @@ class KubeSliceApi:
     """rdmad/dra/slices.py's SliceApi on a kubernetes ApiClient."""
 
     def __init__(self, api: client.ApiClient) -> None:
+        self._api = api
         self._core = client.CoreV1Api(api)
         self._resource = client.ResourceV1Api(api)
 
@@ -62,6 +65,18 @@ class KubeSliceApi:
         if reply.metadata is None or not reply.metadata.uid:
             raise ApiFailed(f"get node {node}: no uid in the reply")
         return reply.metadata.uid
+
+    def server_version(self) -> tuple[int, int]:
+        """(major, minor) from the API server's /version: its gitVersion, as `minor` may
+        carry a vendor's suffix (`36+`)."""
+        try:
+            reply = client.VersionApi(self._api).get_code(_request_timeout=REQUEST_TIMEOUT)
+        except _ERRORS as e:
+            raise _failed("get version", e) from e
+        found = _VERSION.match(reply.git_version or "")
+        if found is None:
+            raise ApiFailed(f"get version: no version in gitVersion {reply.git_version!r}")
+        return int(found[1]), int(found[2])
 
     def list_slices(self, driver: str, node: str) -> list[dict[str, Any]]:
         try:

@@ -1,5 +1,5 @@
 """What the node offers: rdmad's devices as resource.k8s.io/v1 Devices (API JSON), within
-the API's limits, in slices of at most 128.
+the API's limits, in slices of at most 128 (64 once they consume counters).
 
 Each RDMA device is offered whole while rdmad lists it as `available`. In the kernel's
 shared netns mode it is also offered as share slots: one device of the slice per share
@@ -10,6 +10,10 @@ Kubernetes holds stay published under their names, as the scheduler counts them 
 Held whole, or unavailable (its netdev out of the host netns), a device offers nothing, so
 the scheduler never hands out what rdmad would refuse. In exclusive mode an RDMA device
 belongs to one netns and rdmad refuses shared claims: no slots.
+
+Where the API server has partitionable devices (KEP-4815), the slots and the whole device
+are partitions of one counter set (`partitioned`), so that the scheduler itself never
+allocates both.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +32,8 @@ log = logging.getLogger("rdmad.dra")
 
 # The API's limits (resource.k8s.io/v1 validation).
 DEVICES_PER_SLICE = 128
+DEVICES_PER_SLICE_WITH_COUNTERS = 64  # once any device of the slice consumes counters
+COUNTER_SETS_PER_SLICE = 8  # in a slice of its own: no devices beside them
 ATTRIBUTES_PER_DEVICE = 32  # attributes and capacities together
 STRING_BYTES = 64  # a string attribute's value
 LABEL_BYTES = 63  # a device name: a DNS label
@@ -42,6 +48,7 @@ SHARED_STATE = "shared"  # rdmad's device state while it has shared claims
 SHAREABLE_STATES = (OFFERED_STATE, SHARED_STATE)  # the states that can take a share
 SHARED_NETNS_MODE = "shared"
 SHARED = "shared"  # the bool attribute: a share slot (true) or the whole device (false)
+SHARES_COUNTER = "shares"  # a device's counter set: its slots; the whole device takes all
 SLOT_MARK = "--share-"  # a slot's name: <device>--share-<n>; no whole device's has "--"
 _SLOT = re.compile(r"(.+)--share-(0|[1-9][0-9]*)")
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -204,8 +211,55 @@ def _slots(rdma: str, owners: list[str], limit: int) -> list[int]:
     return sorted(held) + [next(unused) for _ in range(free)]
 
 
-def in_slices(devices: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """`devices` split into slices of at most DEVICES_PER_SLICE; no device at all is one
-    empty slice, which tells the scheduler the pool exists and is empty."""
+def partitioned(devices: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """`devices` as partitions of their RDMA devices (KEP-4815), and the counter sets they
+    consume: each RDMA device with share slots has a counter set named as its whole device,
+    of one `shares` per slot published; a slot consumes one, the whole device all of them.
+    So the scheduler never allocates the whole device and a slot of it, nor two wholes."""
+    slots: dict[str, int] = {}
+    for device in devices:
+        if device["attributes"][SHARED]["bool"]:
+            rdma = _rdma_attribute(device)
+            slots[rdma] = slots.get(rdma, 0) + 1
+    out = []
+    for device in devices:
+        rdma = _rdma_attribute(device)
+        if rdma not in slots:  # no slots: nothing to share the device with
+            out.append(device)
+            continue
+        take = 1 if device["attributes"][SHARED]["bool"] else slots[rdma]
+        consumes = {"counterSet": device_name(rdma), "counters": _shares(take)}
+        out.append({**device, "consumesCounters": [consumes]})
+    counter_sets = [
+        {"name": device_name(r), "counters": _shares(n)} for r, n in sorted(slots.items())
+    ]
+    return out, counter_sets
+
+
+def _rdma_attribute(device: Mapping[str, Any]) -> str:
+    # every device carries it: a kernel RDMA device name is at most 63 bytes
+    return str(device["attributes"]["rdmaDevice"]["string"])
+
+
+def _shares(n: int) -> dict[str, dict[str, str]]:
+    return {SHARES_COUNTER: {"value": str(n)}}
+
+
+def in_slices(
+    devices: list[dict[str, Any]], counter_sets: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """The pool's slices' contents (the devices, or the counter sets, of each spec): the
+    counter sets by at most COUNTER_SETS_PER_SLICE, then the devices by at most
+    DEVICES_PER_SLICE (DEVICES_PER_SLICE_WITH_COUNTERS once any consumes counters). No
+    device at all is one empty slice, which tells the scheduler the pool exists and is
+    empty."""
+    step = COUNTER_SETS_PER_SLICE
+    out = [
+        {"sharedCounters": list(counter_sets[i : i + step])}
+        for i in range(0, len(counter_sets), step)
+    ]
     step = DEVICES_PER_SLICE
-    return [devices[i : i + step] for i in range(0, len(devices), step)] or [[]]
+    if any("consumesCounters" in d for d in devices):
+        step = DEVICES_PER_SLICE_WITH_COUNTERS
+    out += [{"devices": devices[i : i + step]} for i in range(0, len(devices), step)]
+    return out or [{"devices": []}]

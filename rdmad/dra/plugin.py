@@ -30,7 +30,7 @@ from rdmad.dra.podcgroup import CGROUP2_MOUNT
 from rdmad.dra.prepare import Preparer
 from rdmad.dra.registration import POD_UID, Sockets, registration_handler, sockets
 from rdmad.dra.rpc.unix_server import serving
-from rdmad.dra.slices import Pool, SlicePublisher
+from rdmad.dra.slices import SHARING, Pool, SlicePublisher
 
 log = logging.getLogger("rdmad.dra")
 
@@ -94,6 +94,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"the host's cgroup2 mount, where the kubelet puts pods' cgroups "
         f"(default {CGROUP2_MOUNT})",
     )
+    p.add_argument(
+        "--sharing",
+        choices=SHARING,
+        default="auto",
+        help="how share slots are published: as partitions of a counter set per device, "
+        "which the whole device takes all of (counters: Kubernetes 1.36 and newer), or plain "
+        "(slots: 1.34, 1.35); auto, the default: counters if the API server is 1.36 or newer",
+    )
     args = p.parse_args(argv)
     if not args.node_name:
         p.error("no node name: give --node-name or set NODE_NAME")
@@ -145,7 +153,7 @@ async def serving_the_kubelet(
 
 async def run(args: argparse.Namespace) -> int:
     api = api_client(args.kubeconfig)
-    pool = Pool(KubeSliceApi(api), args.driver_name, args.node_name)
+    pool = Pool(KubeSliceApi(api), args.driver_name, args.node_name, args.sharing)
     publisher = SlicePublisher(pool)
     bus = BusConnection(args.bus_address)
     await bus.connect()

@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rdmad.dra.offer import in_slices
+from rdmad.dra.offer import in_slices, partitioned
 
 log = logging.getLogger("rdmad.dra")
 
 API_VERSION = "resource.k8s.io/v1"
-_SAME = ("name", "attributes", "capacity")  # what makes a published device the wanted one
+# what makes a published device the wanted one
+_SAME = ("name", "attributes", "capacity", "consumesCounters")
+# The first release whose API server has partitionable devices on by default (KEP-4815).
+PARTITIONABLE_SINCE = (1, 36)
+SHARING = ("auto", "counters", "slots")  # how share slots are published: --sharing
 
 
 class SliceApi(Protocol):
@@ -29,6 +34,7 @@ class SliceApi(Protocol):
     failures raise ApiFailed."""
 
     def node_uid(self, node: str) -> str: ...
+    def server_version(self) -> tuple[int, int]: ...
     def list_slices(self, driver: str, node: str) -> list[dict[str, Any]]: ...
     def create_slice(self, body: dict[str, Any]) -> None: ...
     def replace_slice(self, name: str, body: dict[str, Any]) -> None: ...
@@ -53,22 +59,47 @@ def _comparable(device: dict[str, Any]) -> dict[str, Any]:
     return {k: device[k] for k in _SAME if device.get(k)}
 
 
-def _devices_of(slice_: dict[str, Any]) -> list[dict[str, Any]]:
-    return [_comparable(d) for d in slice_["spec"].get("devices") or []]
+def _contents(spec: dict[str, Any]) -> dict[str, Any]:
+    """A slice's devices (as far as _SAME goes) or counter sets, as in_slices gives them."""
+    if spec.get("sharedCounters"):
+        return {"sharedCounters": spec["sharedCounters"]}
+    return {"devices": [_comparable(d) for d in spec.get("devices") or []]}
+
+
+def _canonical(contents: Iterable[dict[str, Any]]) -> list[str]:
+    return sorted(json.dumps(c, sort_keys=True) for c in contents)
 
 
 class Pool:
     """The node's pool of this driver's devices, as the API server should hold it."""
 
-    def __init__(self, api: SliceApi, driver: str, node: str) -> None:
+    def __init__(self, api: SliceApi, driver: str, node: str, sharing: str = "auto") -> None:
         self._api = api
         self.driver = driver
         self.node = node
+        self._sharing = sharing
+        self._counters: bool | None = None  # auto: known once the API server answered
+
+    def _partitionable(self) -> bool:
+        """Whether slots are published as partitions of counter sets: `counters`, or
+        `auto` with an API server of PARTITIONABLE_SINCE or newer (read once)."""
+        if self._counters is None:
+            if self._sharing == "auto":
+                version = self._api.server_version()
+                self._counters = version >= PARTITIONABLE_SINCE
+                log.info(
+                    "API server %d.%d: share slots published %s",
+                    *version,
+                    "as partitions of counter sets" if self._counters else "plain",
+                )
+            else:
+                self._counters = self._sharing == "counters"
+        return self._counters
 
     def _body(
         self,
         node_uid: str,
-        devices: list[dict[str, Any]],
+        contents: dict[str, Any],
         generation: int,
         count: int,
         existing: str | None,
@@ -96,27 +127,29 @@ class Pool:
                 "driver": self.driver,
                 "nodeName": self.node,
                 "pool": {"name": self.node, "generation": generation, "resourceSliceCount": count},
-                "devices": devices,
+                **contents,
             },
         }
 
     def _current(
-        self, node_uid: str, slices: list[dict[str, Any]], wanted: list[list[dict[str, Any]]]
+        self, node_uid: str, slices: list[dict[str, Any]], wanted: list[dict[str, Any]]
     ) -> bool:
         if len(slices) != len(wanted):
             return False
         generations = {s["spec"]["pool"].get("generation", 0) for s in slices}
-        for s, devices in zip(slices, wanted, strict=True):
+        for s in slices:
             owners = s["metadata"].get("ownerReferences") or []
             if (
                 len(generations) != 1
                 or s["spec"]["pool"].get("name") != self.node
                 or s["spec"]["pool"].get("resourceSliceCount") != len(wanted)
                 or [o.get("uid") for o in owners] != [node_uid]
-                or _devices_of(s) != [_comparable(d) for d in devices]
             ):
                 return False
-        return True
+        # in any order: a new slice's name is the API server's choice
+        return _canonical(_contents(s["spec"]) for s in slices) == _canonical(
+            _contents(c) for c in wanted
+        )
 
     def sync(self, devices: list[dict[str, Any]]) -> bool:
         """Make the API server's slices hold `devices`; True if anything was written.
@@ -124,7 +157,7 @@ class Pool:
         # Read each time: a node deleted and made again under its name has a new UID, and
         # slices owned by the old one would be garbage-collected.
         node_uid = self._api.node_uid(self.node)
-        wanted = in_slices(devices)
+        wanted = in_slices(*partitioned(devices)) if self._partitionable() else in_slices(devices)
         slices = sorted(
             self._api.list_slices(self.driver, self.node), key=lambda s: s["metadata"]["name"]
         )

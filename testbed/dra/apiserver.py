@@ -12,10 +12,13 @@ finds its connection closed).
 
 Every ResourceSlice it is given is validated as the real API server and the node
 authorizer would: it must deserialize into the kubernetes client's V1ResourceSlice, keep
-the API's limits (128 devices a slice, 32 attributes and capacities a device, string
-values of 64 bytes, DNS-label device names), name this node and driver, and be owned by the
-Node. A slice that fails is refused with 422 and its faults are kept in `invalid`, which
-the tests assert empty.
+the API's limits (128 devices a slice, 64 once one consumes counters, 32 attributes and
+capacities a device, string values of 64 bytes, DNS-label device and counter names, devices
+or at most 8 counter sets in a slice, not both), name this node and driver, and be owned by
+the Node. A slice that fails is refused with 422 and its faults are kept in `invalid`,
+which the tests assert empty. The devices and counter sets the tests read are the pool's
+newest complete generation's, as the scheduler takes them. Its /version is `version`
+(1.37 unless a test says otherwise).
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ from kubernetes.client import ResourceV1ResourceClaim, V1ResourceSlice
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 CLAIMS = re.compile(r"/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)")
 DEVICES_PER_SLICE = 128
+DEVICES_PER_SLICE_WITH_COUNTERS = 64
+COUNTER_SETS_PER_SLICE = 8
+CONSUMPTIONS_PER_DEVICE = 2
+COUNTERS_PER_SET = 32
 ATTRIBUTES_AND_CAPACITIES = 32
 STRING_BYTES = 64
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -51,6 +58,7 @@ class ApiServer:
         self.node = node
         self.node_uid = str(uuid.uuid4())
         self.driver = driver
+        self.version = (1, 37)  # /version: (major, minor)
         self.slices: dict[str, dict[str, Any]] = {}
         self.invalid: list[str] = []  # every refused slice's faults
         self.writes = 0  # slices created, replaced or deleted
@@ -89,20 +97,28 @@ class ApiServer:
         return self._changed
 
     def devices(self) -> dict[str, dict[str, Any]]:
-        """The pool's devices by name, from its newest generation's slices."""
+        """The pool's devices by name, from its newest complete generation's slices."""
         with self._changed:
             return self._devices()
 
+    def counter_sets(self) -> dict[str, dict[str, Any]]:
+        """The pool's counter sets by name, from its newest complete generation's slices."""
+        with self._changed:
+            return {c["name"]: c for s in self._newest() for c in s.get("sharedCounters") or []}
+
+    def _newest(self) -> list[dict[str, Any]]:
+        """The specs of the pool's newest complete generation (all its resourceSliceCount
+        slices written), as the scheduler takes it."""
+        by_generation: dict[int, list[dict[str, Any]]] = {}
+        for s in self.slices.values():
+            by_generation.setdefault(s["spec"]["pool"]["generation"], []).append(s["spec"])
+        for _, specs in sorted(by_generation.items(), reverse=True):
+            if len(specs) == specs[0]["pool"]["resourceSliceCount"]:
+                return specs
+        return []
+
     def _devices(self) -> dict[str, dict[str, Any]]:
-        if not self.slices:
-            return {}
-        newest = max(s["spec"]["pool"]["generation"] for s in self.slices.values())
-        return {
-            d["name"]: d
-            for s in self.slices.values()
-            if s["spec"]["pool"]["generation"] == newest
-            for d in s["spec"].get("devices") or []
-        }
+        return {d["name"]: d for s in self._newest() for d in s.get("devices") or []}
 
     async def wait_for(
         self, what: Callable[[dict[str, dict[str, Any]]], bool], timeout: float = 20.0
@@ -185,8 +201,18 @@ class ApiServer:
         if [{k: o.get(k) for k in expected} for o in owners] != [expected]:
             out.append(f"ownerReferences {owners}")
         devices = spec.get("devices") or []
-        if len(devices) > DEVICES_PER_SLICE:
-            out.append(f"{len(devices)} devices")
+        counter_sets = spec.get("sharedCounters") or []
+        if devices and counter_sets:
+            out.append("both devices and sharedCounters")
+        if len(counter_sets) > COUNTER_SETS_PER_SLICE:
+            out.append(f"{len(counter_sets)} counter sets")
+        for c in counter_sets:
+            out += [f"counter set {c['name']!r}: {f}" for f in _counter_faults(c)]
+        limit = DEVICES_PER_SLICE
+        if any(d.get("consumesCounters") for d in devices):
+            limit = DEVICES_PER_SLICE_WITH_COUNTERS
+        if len(devices) > limit:
+            out.append(f"{len(devices)} devices (at most {limit})")
         names = [d.get("name", "") for d in devices]
         if len(set(names)) != len(names):
             out.append(f"device names repeat: {names}")
@@ -212,6 +238,13 @@ class ApiServer:
             text = value.get("string")
             if text is not None and len(text.encode()) > STRING_BYTES:
                 out.append(f"attribute {key}: {len(text.encode())} bytes")
+        consumes = device.get("consumesCounters") or []
+        if len(consumes) > CONSUMPTIONS_PER_DEVICE:
+            out.append(f"{len(consumes)} counter consumptions")
+        if len({c["counterSet"] for c in consumes}) != len(consumes):
+            out.append("a counter set consumed twice")
+        for c in consumes:
+            out += [f"consumes {c['counterSet']!r}: {f}" for f in _counter_faults(c)]
         return out
 
     # --- HTTP ---
@@ -288,7 +321,10 @@ class ApiServer:
 
             def do_GET(self) -> None:
                 url = urlparse(self.path)
-                if url.path == f"/api/v1/nodes/{server.node}":
+                if url.path in ("/version", "/version/"):  # the client asks the latter
+                    major, minor = server.version
+                    self._reply(200, _version_info(major, minor))
+                elif url.path == f"/api/v1/nodes/{server.node}":
                     node = {"name": server.node, "uid": server.node_uid}
                     self._reply(200, {"apiVersion": "v1", "kind": "Node", "metadata": node})
                 elif url.path == SLICES:
@@ -350,6 +386,35 @@ class ApiServer:
 
 def _version(slice_: dict[str, Any]) -> Any:
     return slice_["metadata"]["resourceVersion"]
+
+
+def _counter_faults(counters: dict[str, Any]) -> list[str]:
+    """A counter set, or a device's consumption of one: DNS-label names, at most 32
+    counters, each a whole, non-negative quantity (all rdmad-dra writes)."""
+    name = counters.get("name", counters.get("counterSet", ""))
+    out = [] if DNS_LABEL.fullmatch(name) else [f"name {name!r} is not a DNS label"]
+    values = counters.get("counters") or {}
+    if not values or len(values) > COUNTERS_PER_SET:
+        out.append(f"{len(values)} counters")
+    for key, counter in values.items():
+        if not DNS_LABEL.fullmatch(key) or not str(counter.get("value", "")).isdigit():
+            out.append(f"counter {key!r}: {counter}")
+    return out
+
+
+def _version_info(major: int, minor: int) -> dict[str, str]:
+    """/version as an API server answers it (a vendor's `minor` may carry a `+`)."""
+    return {
+        "major": str(major),
+        "minor": f"{minor}+",
+        "gitVersion": f"v{major}.{minor}.0",
+        "gitCommit": "0" * 40,
+        "gitTreeState": "clean",
+        "buildDate": "2026-09-01T00:00:00Z",
+        "goVersion": "go1.25.0",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    }
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:

@@ -62,3 +62,99 @@ def claim(
         },
         "status": status,
     }
+
+
+# KEP-5004: a DeviceClass that backs the Mellanox shared device plugin's extended resource,
+# so that pods written for it (`resources.limits: rdma/hca_shared_devices_a: 1`) get a
+# share slot unchanged. deploy/kubernetes ships it.
+EXTENDED_RESOURCE = "rdma/hca_shared_devices_a"
+EXTENDED_CLASS: dict[str, Any] = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "hca-shared-devices-a.rdma.rdmad.io"},
+    "spec": {
+        "extendedResourceName": EXTENDED_RESOURCE,
+        "selectors": [
+            {
+                "cel": {
+                    "expression": f'device.driver == "{DRIVER}" && '
+                    f'device.attributes["{DRIVER}"].shared'
+                }
+            }
+        ],
+        "config": [
+            {"opaque": {"driver": DRIVER, "parameters": {"kind": "RdmaConfig", "shared": True}}}
+        ],
+    },
+}
+
+
+def extended_resource_claim(
+    uid: str, pod: str, devices: list[str], *, namespace: str = "default", pod_uid: str = POD_UID
+) -> dict[str, Any]:
+    """The claim the scheduler makes, allocates and reserves for pod `pod`, whose first
+    container asks for EXTENDED_RESOURCE (as many as `devices`), as kube-scheduler's
+    dynamicresources plugin writes it: named after the pod, owned by it, annotated as the
+    extended resource claim, one request per container and resource
+    (`container-<i>-request-<j>`), and the class's config in the allocation."""
+    request = "container-0-request-0"
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": f"{pod}-extended-resources-x7k2p",
+            "generateName": f"{pod}-extended-resources-",
+            "namespace": namespace,
+            "uid": uid,
+            "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+            "finalizers": ["resource.kubernetes.io/delete-protection"],
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": pod,
+                    "uid": pod_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": request,
+                        "exactly": {
+                            "deviceClassName": EXTENDED_CLASS["metadata"]["name"],
+                            "allocationMode": "ExactCount",
+                            "count": len(devices),
+                        },
+                    }
+                ]
+            }
+        },
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": request, "driver": DRIVER, "pool": NODE, "device": d}
+                        for d in devices
+                    ],
+                    "config": [
+                        {"source": "FromClass", "requests": [request], **config}
+                        for config in EXTENDED_CLASS["spec"]["config"]
+                    ],
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [NODE]}
+                            ]
+                        }
+                    ]
+                },
+            },
+            "reservedFor": [{"resource": "pods", "name": pod, "uid": pod_uid}],
+        },
+    }

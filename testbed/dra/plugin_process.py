@@ -95,16 +95,19 @@ async def running_plugin(
     start_timeout: float = WAIT,
     extra: list[str] | None = None,
     pod_uid: str = "",
+    root: Path = ROOT,
 ) -> AsyncIterator[Plugin]:
-    """Started, and serving once it has said so on stderr (within `start_timeout`: the
-    guest's emulated CPU needs longer); with `pod_uid`, as that pod of a DaemonSet."""
+    """Started from the source tree `root`, and serving once it has said so on stderr
+    (within `start_timeout`: the guest's emulated CPU needs longer); with `pod_uid`, as that
+    pod of a DaemonSet."""
     instance = ["--pod-uid", pod_uid] if pod_uid else []
     proc = await spawn(  # signalled by the tests (SIGTERM): default dispositions
         *argv(api, bus_address, workdir, [*instance, *(extra or [])]),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(root)},
+        cwd=root,  # `-m` puts the working directory first on the path
     )
     plugin = Plugin(proc, workdir / "plugins_registry", workdir / "plugins", api.driver, pod_uid)
 

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from rdmad.dra.offer import (
+    COUNTER_SETS_PER_SLICE,
     DEVICES_PER_SLICE,
+    DEVICES_PER_SLICE_WITH_COUNTERS,
     LABEL_BYTES,
     PCI_BUS_ID,
     PCIE_ROOT,
@@ -20,6 +22,7 @@ from rdmad.dra.offer import (
     in_slices,
     is_slot,
     offered,
+    partitioned,
     rdma_device_of,
     slot_name,
 )
@@ -133,10 +136,18 @@ def test_two_devices_that_would_share_a_name_offer_only_the_first() -> None:
     assert [d["name"] for d in whole(a, b)] == ["mlx5-0"]
 
 
+def sizes(slices: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    return [(kind, len(items)) for s in slices for kind, items in s.items()]
+
+
 def test_devices_go_in_slices_of_at_most_128_and_none_is_one_empty_slice() -> None:
     devices = offer(*[props(f"mlx5_{i}") for i in range(300)], mode="exclusive")
-    assert [len(s) for s in in_slices(devices)] == [DEVICES_PER_SLICE, DEVICES_PER_SLICE, 44]
-    assert in_slices([]) == [[]]
+    assert sizes(in_slices(devices)) == [
+        ("devices", DEVICES_PER_SLICE),
+        ("devices", DEVICES_PER_SLICE),
+        ("devices", 44),
+    ]
+    assert in_slices([]) == [{"devices": []}]
 
 
 def test_a_device_over_the_attribute_limit_is_refused() -> None:
@@ -219,4 +230,55 @@ def test_a_published_name_leads_back_to_its_rdma_device() -> None:
 def test_slots_count_against_the_slice_limit_like_devices() -> None:
     devices = offer(*[props(f"mlx5_{i}") for i in range(8)], limit=16)
     assert len(devices) == 8 * 17
-    assert [len(s) for s in in_slices(devices)] == [DEVICES_PER_SLICE, 8]
+    assert sizes(in_slices(devices)) == [("devices", DEVICES_PER_SLICE), ("devices", 8)]
+
+
+# --- partitionable devices (KEP-4815): the slots and the whole device share counters ---
+
+
+def consumed(devices: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each device's consumption, by name: {counter set: shares}."""
+    return {
+        d["name"]: {
+            c["counterSet"]: c["counters"]["shares"]["value"] for c in d.get("consumesCounters", [])
+        }
+        for d in devices
+    }
+
+
+def test_a_devices_counter_set_has_a_share_per_slot_the_whole_device_takes_them_all() -> None:
+    devices, counter_sets = partitioned(offer(props("mlx5_0"), limit=3))
+    assert counter_sets == [{"name": "mlx5-0", "counters": {"shares": {"value": "3"}}}]
+    assert consumed(devices) == {
+        "mlx5-0": {"mlx5-0": "3"},
+        "mlx5-0--share-0": {"mlx5-0": "1"},
+        "mlx5-0--share-1": {"mlx5-0": "1"},
+        "mlx5-0--share-2": {"mlx5-0": "1"},
+    }
+
+
+def test_a_share_taken_outside_kubernetes_shrinks_the_counter_set_with_the_slots() -> None:
+    taken = (claim(owner=owner_label("uid-a", "mlx5-0--share-0")), claim(owner="ctr-1"))
+    devices, counter_sets = partitioned(offer(props("mlx5_0", "shared"), claims=taken, limit=3))
+    # the held slot, still the scheduler's, and one free: the outside share took the third
+    assert counter_sets == [{"name": "mlx5-0", "counters": {"shares": {"value": "2"}}}]
+    assert consumed(devices) == {
+        "mlx5-0--share-0": {"mlx5-0": "1"},
+        "mlx5-0--share-1": {"mlx5-0": "1"},
+    }
+
+
+def test_a_device_without_slots_consumes_no_counters() -> None:
+    devices, counter_sets = partitioned(offer(props("mlx5_0"), mode="exclusive"))
+    assert counter_sets == [] and consumed(devices) == {"mlx5-0": {}}
+
+
+def test_counter_sets_take_slices_of_their_own_and_partitions_slices_of_64() -> None:
+    devices, counter_sets = partitioned(offer(*[props(f"mlx5_{i}") for i in range(9)], limit=16))
+    assert sizes(in_slices(devices, counter_sets)) == [
+        ("sharedCounters", COUNTER_SETS_PER_SLICE),
+        ("sharedCounters", 1),
+        ("devices", DEVICES_PER_SLICE_WITH_COUNTERS),
+        ("devices", DEVICES_PER_SLICE_WITH_COUNTERS),
+        ("devices", 9 * 17 - 2 * DEVICES_PER_SLICE_WITH_COUNTERS),
+    ]

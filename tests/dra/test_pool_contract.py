@@ -18,10 +18,14 @@ from testbed.dra.apiserver import ApiServer
 from tests.dra.test_offer import offer, props
 
 
+def pool_on(api: ApiServer, tmp_path: Path, sharing: str = "auto") -> Pool:
+    kube = KubeSliceApi(api_client(str(api.kubeconfig(tmp_path))))
+    return Pool(kube, api.driver, api.node, sharing)
+
+
 @pytest.fixture
 def pool(api: ApiServer, tmp_path: Path) -> Pool:
-    kube = KubeSliceApi(api_client(str(api.kubeconfig(tmp_path))))
-    return Pool(kube, api.driver, api.node)
+    return pool_on(api, tmp_path)
 
 
 def devices(n: int) -> list[dict[str, Any]]:
@@ -83,6 +87,60 @@ def test_a_node_made_again_under_its_name_owns_the_slices_anew(api: ApiServer, p
     assert pool.sync(devices(2))
     (s,) = api.slices.values()
     assert [o["uid"] for o in s["metadata"]["ownerReferences"]] == [api.node_uid]
+
+
+@pytest.mark.parametrize(
+    ("version", "sharing", "partitions"),
+    [
+        ((1, 36), "auto", True),
+        ((1, 37), "auto", True),
+        ((1, 35), "auto", False),
+        ((1, 34), "auto", False),
+        ((1, 35), "counters", True),
+        ((1, 37), "slots", False),
+    ],
+)
+def test_slots_are_partitions_on_1_36_and_newer_or_as_the_flag_says(
+    api: ApiServer,
+    tmp_path: Path,
+    version: tuple[int, int],
+    sharing: str,
+    partitions: bool,
+) -> None:
+    api.version = version
+    pool_on(api, tmp_path, sharing).sync(offer(props("mlx5_0"), limit=2))
+    assert sorted(api.devices()) == ["mlx5-0", "mlx5-0--share-0", "mlx5-0--share-1"]
+    consumes = [d.get("consumesCounters") for d in api.devices().values()]
+    if partitions:
+        assert api.counter_sets() == {
+            "mlx5-0": {"name": "mlx5-0", "counters": {"shares": {"value": "2"}}}
+        }
+        assert all(consumes)
+    else:
+        assert api.counter_sets() == {} and not any(consumes)
+
+
+def test_counter_sets_and_devices_are_slices_of_one_generation(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    pool_on(api, tmp_path).sync(offer(*[props(f"mlx5_{i}") for i in range(9)], limit=16))
+    specs = [s["spec"] for s in api.slices.values()]
+    assert sorted(("sharedCounters" in s, len(s.get("devices", []))) for s in specs) == [
+        (False, 25),
+        (False, 64),
+        (False, 64),
+        (True, 0),
+        (True, 0),
+    ]
+    assert {(s["pool"]["generation"], s["pool"]["resourceSliceCount"]) for s in specs} == {(1, 5)}
+    assert len(api.counter_sets()) == 9
+
+
+def test_unchanged_partitions_write_nothing(api: ApiServer, pool: Pool) -> None:
+    pool.sync(offer(props("mlx5_0"), limit=2))
+    writes = api.writes
+    assert not pool.sync(offer(props("mlx5_0"), limit=2))
+    assert api.writes == writes
 
 
 @contextlib.asynccontextmanager

@@ -89,7 +89,7 @@ async def test_shares_free_keep_slots_offered_and_none_left_withdraws_the_free_o
     serve(api, A, ["sim0--share-1"])
     assert (await prepare(plugin, A))[A.uid].error == ""
     # One share of two is Kubernetes': its slot stays, the free one too; whole, it is gone.
-    devices = await api.wait_for(lambda d: "sim0" not in d)
+    devices = await api.wait_for(lambda d: "sim0" not in d and "sim1" in d)
     assert slots_of(devices, "sim0") == SIM0_SLOTS
     # The last share, taken outside Kubernetes: the free slot goes, the held one stays.
     path = await rig.client.manager(
@@ -166,3 +166,50 @@ async def test_exclusive_mode_offers_no_slots(
         devices = await api.wait_for(lambda d: {"sim0", "sim1"} <= set(d))
         assert devices["sim0"]["attributes"]["netnsMode"] == {"string": "exclusive"}
         assert set(devices) == {"sim0", "sim1"}
+
+
+def shares(api: ApiServer, rdma: str) -> str | None:
+    """The `shares` of the device's counter set, None for none."""
+    counter_set = api.counter_sets().get(rdma)
+    return counter_set["counters"]["shares"]["value"] if counter_set else None
+
+
+def consumption(devices: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return list(devices[name].get("consumesCounters", []))
+
+
+async def test_on_1_36_and_newer_the_whole_device_takes_all_its_slots_counters(
+    api: ApiServer, rig: Rig, plugin: Plugin
+) -> None:
+    devices = await api.wait_for(lambda d: slots_of(d, "sim0") == SIM0_SLOTS)
+    assert shares(api, "sim0") == str(LIMIT)
+    assert consumption(devices, "sim0") == [
+        {"counterSet": "sim0", "counters": {"shares": {"value": str(LIMIT)}}}
+    ]
+    for slot in SIM0_SLOTS:
+        assert consumption(devices, slot) == [
+            {"counterSet": "sim0", "counters": {"shares": {"value": "1"}}}
+        ]
+
+
+async def test_a_share_taken_outside_kubernetes_shrinks_the_counter_set(
+    api: ApiServer, rig: Rig, plugin: Plugin, netns: str
+) -> None:
+    await api.wait_for(lambda d: slots_of(d, "sim0") == SIM0_SLOTS)
+    path = await rig.client.manager(
+        "Claim", "ssa{sv}", "sim0", netns, {"shared": Variant("b", True)}
+    )
+    devices = await api.wait_for(lambda d: "sim0" not in d and shares(api, "sim0") == "1")
+    assert len(slots_of(devices, "sim0")) == 1
+    await rig.client.manager("Release", "s", path.rsplit("/", 1)[1])
+    await api.wait_for(lambda d: "sim0" in d and shares(api, "sim0") == str(LIMIT))
+
+
+async def test_an_api_server_before_1_36_gets_plain_slots(
+    api: ApiServer, rig: Rig, tmp_path: Path
+) -> None:
+    api.version = (1, 35)
+    async with running_plugin(api, rig.daemon.bus_address, tmp_path / "dra"):
+        devices = await api.wait_for(lambda d: slots_of(d, "sim0") == SIM0_SLOTS)
+    assert api.counter_sets() == {}
+    assert not any("consumesCounters" in d for d in devices.values())
