@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,7 +54,7 @@ async def test_add_writes_the_limit_and_del_lifts_it(
     ids=["missing cgroup", "outside the mount", "no cgroup", "out of range"],
 )
 async def test_a_limit_that_cannot_apply_fails_the_add_and_claims_nothing(
-    limited_rig: CniRig, netns: str, keys: dict[str, object], error: int
+    limited_rig: CniRig, netns: str, keys: dict[str, Any], error: int
 ) -> None:
     done = limited_rig.run("ADD", limited_rig.conf(device="sim0", **keys), netns)
     assert done.error == error, done
