@@ -122,7 +122,11 @@ async def run(
             containerd.add_network("rdmanet", [pod_network(rdmad, rxe.name)])
             kubelet = Kubelet(await containerd.start(image), containerd.pod_logs)
             log.info("containerd is up; RunPodSandbox in %s", cgroup)
-            pod = await kubelet.run_pod("trainer-0", uid=uid, cgroup_parent=f"/{cgroup}")
+            try:
+                pod = await kubelet.run_pod("trainer-0", uid=uid, cgroup_parent=f"/{cgroup}")
+            except BaseException as exc:
+                exc.add_note("containerd log (tail):\n" + containerd.log()[-6000:])
+                raise
             limit_running = line(cgroup, rxe.name)
             mounts = tuple(
                 kubelet.cri.pb.Mount(container_path=d, host_path=d, readonly=True)
