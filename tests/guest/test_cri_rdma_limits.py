@@ -49,10 +49,11 @@ SCRIPT_TIMEOUT_S = 300  # two verbs tools under TCG, on a loaded host
 HOST_MOUNTS = ("/usr", "/lib", "/lib64", "/etc/libibverbs.d")  # rdma-core
 # busybox sh, the host's tools on PATH: a first context held by an ibv_rc_pingpong server
 # (it prints its local address once its context and QP exist, then waits for a client),
-# then a second open of the same device by ibv_devinfo, and its exit status.
+# then a second open of the same device by ibv_devinfo, and its exit status. stdbuf: its
+# stdout is a file, which libc would buffer until it exits.
 SCRIPT = """
 export PATH=/usr/bin:/bin
-ibv_rc_pingpong -d $RDMAD_DEVICE -g $RDMAD_GID_INDEX > /tmp/first 2>&1 &
+stdbuf -oL ibv_rc_pingpong -d $RDMAD_DEVICE -g $RDMAD_GID_INDEX > /tmp/first 2>&1 &
 first=$!
 until grep -q "local address" /tmp/first || ! kill -0 $first 2>/dev/null; do sleep 0.2; done
 echo "== first"; cat /tmp/first
