@@ -10,6 +10,12 @@ netns). Raw keeps an in-netns netlink socket open across reps and knows the ifin
 is the floor a hand-written tool could reach; rdmad may not keep such a socket (it must
 never pin a netns) and has to look things up and persist its state file.
 
+A fourth column is rdmad's claim with an RDMA limit (bench.claim.LIMIT: a cgroup, its
+hca_handle and hca_object line in rdma.max): against the same claim without, at most 1.1x.
+This host's kernel has no rdma controller, so the cgroup2 mount is a tree of plain files on
+tmpfs (limited_tree): it measures rdmad's side of it (the cgroup's checks, the writes and
+the state they add), not the kernel's handling of the writes.
+
 Two passes. Settled (the targets): each operation starts 50-60 ms after the previous one
 ended (bench.common.Settler), so it pays for little of what the operation before left behind
 (not nothing: see bench.columns) and starts at a random phase of the tick, as a claim on a node
@@ -19,14 +25,20 @@ does. Back to back: shown beside it; there a move's cost depends on the operatio
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import socket
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+from dbus_fast import Variant
 from pyroute2 import AsyncIPRoute
 
 from bench.columns import Pass, Ways, measure
 from bench.common import (
+    SHM,
     Params,
     Results,
     Row,
@@ -44,6 +56,26 @@ from testbed.net import addresses, ip, link, temp_netns
 HOST_MTU, NS_MTU = 1500, 1400
 HOST_ADDR, NS_ADDR = "192.0.2.1/24", "198.51.100.2/24"
 NS_IFNAME = "bench0"
+POD_CGROUP = "kubepods/pod1"
+LIMIT = {
+    "cgroup": Variant("s", POD_CGROUP),
+    "hca_handles": Variant("u", 4),
+    "hca_objects": Variant("u", 4096),
+}
+
+
+@contextlib.contextmanager
+def limited_tree() -> Iterator[Path]:
+    """A cgroup2 mount of plain files on tmpfs, with rdma, holding POD_CGROUP."""
+    root = Path(tempfile.mkdtemp(prefix="rdmad-bench-cgroup-", dir=SHM))
+    try:
+        for directory in (root, root / "kubepods", root / POD_CGROUP):
+            directory.mkdir(exist_ok=True)
+            (directory / "cgroup.controllers").write_text("cpu memory rdma\n")
+            (directory / "cgroup.subtree_control").write_text("")
+        yield root
+    finally:
+        shutil.rmtree(root)
 
 
 class Raw:
@@ -133,7 +165,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
         Pass("settled", p.latency_reps, Settler(p)),
         Pass("back to back", p.back_to_back_reps, None),
     ]
-    with many_veths(1, "c") as nics, temp_netns("rbc") as netns:
+    with many_veths(1, "c") as nics, temp_netns("rbc") as netns, limited_tree() as cgroups:
         host = nics.hosts[0]
         ip("link", "set", "dev", host, "mtu", str(HOST_MTU), "up")
         ip("addr", "add", HOST_ADDR, "dev", host)
@@ -141,7 +173,8 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
         await raw.open()
         opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR])
         try:
-            async with rdmad(bus, nics.sim_spec()) as _d, client(bus) as c:
+            extra = ["--cgroup-root", str(cgroups)]
+            async with rdmad(bus, nics.sim_spec(), extra=extra) as _d, client(bus) as c:
                 rdmad_claim, rdmad_release = claim_cycle(c, "sim0", netns, opts)
 
                 async def cli_claim_op() -> None:
@@ -154,6 +187,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                     "r": (rdmad_claim, rdmad_release),
                     "w": (raw.claim, raw.release),
                     "c": (cli_claim_op, cli_release_op),
+                    "l": claim_cycle(c, "sim0", netns, {**opts, **LIMIT}),
                 }
                 for ps in passes:
                     await measure(
@@ -190,6 +224,17 @@ def _report(ps: Pass, res: Results, main: bool) -> None:
                 "; ".join(c.text() for c in checks),
                 "; ".join(c.target() for c in checks) if main else "",
                 all(c.met for c in checks) if main else None,
+            )
+        )
+        limited = RatioCheck.of("limit/none", ps.t["l" + op], r, 1.1)
+        res.rows.append(
+            Row(
+                f"1. {label} latency with an RDMA limit (tmpfs cgroup tree), {ps.name}",
+                spread(ps.t["l" + op]),
+                spread(r),
+                ratio=limited.text(),
+                target=limited.target() if main else "",
+                met=limited.met if main else None,
             )
         )
 

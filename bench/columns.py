@@ -19,10 +19,11 @@ from bench.common import Settler, ms_since
 Op = Callable[[], Awaitable[None]]
 Ways = dict[str, tuple[Op, Op]]  # column key -> (claim, release)
 
-# rdmad, raw pyroute2, iproute2 CLI (and the CNI plugin)
+# rdmad, raw pyroute2, iproute2 CLI (and the CNI plugin, or rdmad with an RDMA limit)
 ORDERS: dict[str, tuple[str, ...]] = {
     "rwc": ("rwc", "crw", "wcr", "rcw", "wrc", "cwr"),
     "rwcn": ("rwcn", "nrwc", "crnw", "wrcn", "nwrc", "cwnr", "rncw", "wncr"),
+    "rwcl": ("rwcl", "lrwc", "crlw", "wrcl", "lwrc", "cwlr", "rlcw", "wlcr"),
     "ru": ("ru", "ur"),  # root, a user (bench.shared's 6b)
 }
 

@@ -52,6 +52,7 @@ type NetConf struct {
 	Chardevs       []string  `json:"chardevs,omitempty"`
 	Netdev         *bool     `json:"netdev,omitempty"`
 	PolicyRouting  bool      `json:"policyRouting,omitempty"` // the IPAM routes in the claim's own table
+	Limits                   // cgroup, hcaHandles, hcaObjects: cgroup.go
 	DeviceInfoFile string    `json:"CNIDeviceInfoFile,omitempty"`
 	RuntimeConfig  struct {
 		DeviceID       string `json:"deviceID,omitempty"`
@@ -162,6 +163,7 @@ func (c *NetConf) checkPod() error {
 		{"device", c.Device != ""}, {"deviceID", c.DeviceID != ""}, {"selector", c.Selector != nil},
 		{"shared", c.Shared}, {"mtu", c.MTU != nil}, {"chardevs", c.Chardevs != nil},
 		{"netdev", c.Netdev != nil}, {"policyRouting", c.PolicyRouting}, {"mac", c.RuntimeConfig.MAC != ""},
+		{"cgroup", c.Cgroup != ""}, {"hcaHandles", c.HcaHandles != nil}, {"hcaObjects", c.HcaObjects != nil},
 	} {
 		if f.set {
 			return invalid("%s does not go with pod: the pod's ResourceClaim chose the device and its options", f.key)
@@ -215,7 +217,7 @@ func (c *NetConf) check() error {
 			return invalid("mac %q is not an Ethernet address", mac)
 		}
 	}
-	return nil
+	return c.Limits.check()
 }
 
 // hasNetdev: the claim puts the device's netdev in the container (the default).

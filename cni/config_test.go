@@ -97,6 +97,8 @@ func TestLoadNetConfReadsTheDeviceAndItsOptions(t *testing.T) {
 			func(c *NetConf) bool { return *c.MTU == 9000 && len(c.Chardevs) == 2 }},
 		{"a shared claim's mac", `"device": "d", "shared": true, "runtimeConfig": {"mac": "02:00:00:aa:bb:cc"}`,
 			func(c *NetConf) bool { return c.RuntimeConfig.MAC == "02:00:00:aa:bb:cc" }},
+		{"limits", `"device": "d", "cgroup": "rdma.slice", "hcaHandles": 2, "hcaObjects": 0`,
+			func(c *NetConf) bool { return c.Cgroup == "rdma.slice" && *c.HcaHandles == 2 && *c.HcaObjects == 0 }},
 		{"pod mode", `"pod": true, "ipam": {"type": "host-local"}`, func(c *NetConf) bool { return c.Pod && c.IPAM.Type == "host-local" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

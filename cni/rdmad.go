@@ -58,6 +58,7 @@ var (
 	codeDeviceBusy   = errorCodes["io.rdmad1.Error.DeviceBusy"]
 	codeNoSuchDevice = errorCodes["io.rdmad1.Error.NoSuchDevice"]
 	codeNoSuchClaim  = errorCodes["io.rdmad1.Error.NoSuchClaim"]
+	codeNoSuchCgroup = errorCodes["io.rdmad1.Error.NoSuchCgroup"]
 )
 
 type device struct {

@@ -113,8 +113,13 @@ func add(e *env, conf *NetConf) (*current.Result, error) {
 	if len(owner) > ownerMaxBytes {
 		return nil, invalid("network name and container id are too long for a claim's owner")
 	}
+	options, err := conf.Limits.options(string(e.K8S.K8S_POD_UID), cgroupMount)
+	if err != nil {
+		return nil, err
+	}
+	options["owner"] = dbus.MakeVariant(owner)
 	var result *current.Result
-	err := withRdmad(&conf.Network, func(r *rdmad) error {
+	err = withRdmad(&conf.Network, func(r *rdmad) error {
 		mine, err := owned(r, owner)
 		if err != nil {
 			return err
@@ -135,7 +140,7 @@ func add(e *env, conf *NetConf) (*current.Result, error) {
 				return err
 			}
 		}
-		result, err = attach(r, devices, e, conf, owner, addresses)
+		result, err = attach(r, devices, e, conf, options, addresses)
 		if err != nil && conf.IPAM.Type != "" {
 			_ = ipam(invoke.DelegateDel, conf.IPAM.Type, e.StdinData) // the lease goes with the failed ADD
 		}
@@ -144,9 +149,10 @@ func add(e *env, conf *NetConf) (*current.Result, error) {
 	return result, err
 }
 
-// attach claims a device and completes the interface; a failure after the claim releases it.
-func attach(r *rdmad, devices []string, e *env, conf *NetConf, owner string, addresses *current.Result) (*current.Result, error) {
-	claim, err := claimFirst(r, devices, e, conf, owner, addresses)
+// attach claims a device with options (the owner and the limits, to which the config's
+// others are added) and completes the interface; a failure after the claim releases it.
+func attach(r *rdmad, devices []string, e *env, conf *NetConf, options map[string]dbus.Variant, addresses *current.Result) (*current.Result, error) {
+	claim, err := claimFirst(r, devices, e, conf, options, addresses)
 	if err != nil {
 		return nil, err
 	}
@@ -227,11 +233,8 @@ func selected(d device, s *Selector) bool {
 }
 
 // claimFirst claims the first device that is still free (another pod may take one meanwhile).
-func claimFirst(r *rdmad, devices []string, e *env, conf *NetConf, owner string, addresses *current.Result) (claimRow, error) {
-	options := map[string]dbus.Variant{
-		"owner":  dbus.MakeVariant(owner),
-		"shared": dbus.MakeVariant(conf.Shared),
-	}
+func claimFirst(r *rdmad, devices []string, e *env, conf *NetConf, options map[string]dbus.Variant, addresses *current.Result) (claimRow, error) {
+	options["shared"] = dbus.MakeVariant(conf.Shared)
 	if conf.hasNetdev() {
 		options["ifname"] = dbus.MakeVariant(e.IfName)
 	} else {

@@ -171,10 +171,10 @@ def fake_ipam(tmp_path: Path) -> FakeIpam:
 
 @contextlib.asynccontextmanager
 async def running_rig(
-    bus_address: str, workdir: Path, sim_mode: str = "shared"
+    bus_address: str, workdir: Path, sim_mode: str = "shared", extra: list[str] | None = None
 ) -> AsyncIterator[CniRig]:
     path = cni_path()
-    async with sim_rig.running_rig(bus_address, workdir, sim_mode, pci=PCI) as r:
+    async with sim_rig.running_rig(bus_address, workdir, sim_mode, extra, pci=PCI) as r:
         yield CniRig(r.daemon, r.client, r.nics, workdir, path)
 
 

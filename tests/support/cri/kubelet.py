@@ -36,11 +36,17 @@ class Kubelet:
         self.logs = logs  # /var/log/pods on a node
 
     async def run_pod(
-        self, name: str, namespace: str = "team", uid: str = "", attempt: int = 0
+        self,
+        name: str,
+        namespace: str = "team",
+        uid: str = "",
+        attempt: int = 0,
+        cgroup_parent: str = "",
     ) -> Pod:
         """`uid`: the pod's, when a test prepared claims for it first (else a new one).
         `attempt`: 1 and up for a sandbox the kubelet makes again for the same pod (its
-        last one died or changed)."""
+        last one died or changed). `cgroup_parent`: the pod's cgroup, which the kubelet
+        made before this call (else the runtime's default)."""
         pb = self.cri.pb
         uid = uid or str(uuid.uuid4())
         config = pb.PodSandboxConfig(
@@ -54,6 +60,7 @@ class Kubelet:
                 "io.kubernetes.pod.namespace": namespace,
                 "io.kubernetes.pod.uid": uid,
             },
+            linux=pb.LinuxPodSandboxConfig(cgroup_parent=cgroup_parent),
         )
         return Pod(name, namespace, uid, await self.cri.run_pod_sandbox(config), config)
 
