@@ -36,13 +36,21 @@ class Kubelet:
         self.logs = logs  # /var/log/pods on a node
 
     async def run_pod(
-        self, name: str, namespace: str = "team", uid: str = "", attempt: int = 0
+        self,
+        name: str,
+        namespace: str = "team",
+        uid: str = "",
+        attempt: int = 0,
+        host_network: bool = False,
     ) -> Pod:
         """`uid`: the pod's, when a test prepared claims for it first (else a new one).
         `attempt`: 1 and up for a sandbox the kubelet makes again for the same pod (its
-        last one died or changed)."""
+        last one died or changed). `host_network`: the pod spec's hostNetwork (the node's
+        netns: no CNI call)."""
         pb = self.cri.pb
         uid = uid or str(uuid.uuid4())
+        network = pb.NODE if host_network else pb.POD
+        options = pb.NamespaceOption(network=network)
         config = pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(
                 name=name, uid=uid, namespace=namespace, attempt=attempt
@@ -54,6 +62,9 @@ class Kubelet:
                 "io.kubernetes.pod.namespace": namespace,
                 "io.kubernetes.pod.uid": uid,
             },
+            linux=pb.LinuxPodSandboxConfig(
+                security_context=pb.LinuxSandboxSecurityContext(namespace_options=options)
+            ),
         )
         return Pod(name, namespace, uid, await self.cri.run_pod_sandbox(config), config)
 
@@ -65,17 +76,23 @@ class Kubelet:
         command: tuple[str, ...] = ("/bin/sleep", "3600"),
         attempt: int = 0,
         mounts: tuple[Any, ...] = (),
+        image: str = IMAGE,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> Container:
         """A started container in `pod`, with the CDI devices named (`kind=name` each).
         `attempt`: the container's restart count (the kubelet's next one after it died, or
         in a sandbox made again while the old sandbox's container is not removed yet).
-        `mounts`: CRI Mounts (host paths bound into the container)."""
+        `mounts`: CRI Mounts (host paths bound into the container). `command` () runs the
+        image's entrypoint, with `args`; `env`: the container's environment."""
         pb = self.cri.pb
-        assert await self.cri.image_id(IMAGE), f"{IMAGE} is not in the runtime"
+        assert await self.cri.image_id(image), f"{image} is not in the runtime"
         config = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name, attempt=attempt),
-            image=pb.ImageSpec(image=IMAGE),
+            image=pb.ImageSpec(image=image),
             command=list(command),
+            args=list(args),
+            envs=[pb.KeyValue(key=k, value=v) for k, v in (env or {}).items()],
             log_path=f"{name}/0.log",
             labels={
                 "io.kubernetes.container.name": name,
