@@ -46,7 +46,7 @@ class Kubelet:
         """`uid`: the pod's, when a test prepared claims for it first (else a new one).
         `attempt`: 1 and up for a sandbox the kubelet makes again for the same pod (its
         last one died or changed). `host_network`: the pod spec's hostNetwork (the node's
-        netns: no CNI call)."""
+        netns and host name: no CNI call)."""
         pb = self.cri.pb
         uid = uid or str(uuid.uuid4())
         network = pb.NODE if host_network else pb.POD
@@ -55,7 +55,7 @@ class Kubelet:
             metadata=pb.PodSandboxMetadata(
                 name=name, uid=uid, namespace=namespace, attempt=attempt
             ),
-            hostname=name,
+            hostname="" if host_network else name,  # the node's: no UTS namespace of its own
             log_directory=str(self.logs / f"{namespace}_{name}_{uid}"),
             labels={
                 "io.kubernetes.pod.name": name,
