@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 GUEST  := tests/guest/harness
 
-.PHONY: setup lock deb kernels lint test test-host test-guest test-guest-7.3 test-guest-6.1 test-systemd demo demo-host bench bench-smoke soak soak-guest
+.PHONY: setup lock deb image kernels lint test test-host test-guest test-guest-7.3 test-guest-6.1 test-systemd demo demo-host bench bench-smoke soak soak-guest
 
 setup:
 	scripts/bootstrap.sh
@@ -20,6 +20,12 @@ lock: setup
 # build/deb/rdmad_<version>_<arch>.deb (debian/, lintian-checked); a no-op when unchanged
 deb: setup
 	scripts/build-deb.sh
+
+# build/image/rdmad-dra.oci.tar: rdmad-dra's OCI image, a minimal bookworm (mmdebstrap) with
+# the .debs installed, built twice and compared (reproducible); `ctr images import` reads it.
+# tests/cri/test_dra_image.py runs it through containerd's CRI.
+image: deb
+	scripts/build-image.sh --check
 
 kernels: setup
 	$(GUEST)/prepare-kernel.sh all
@@ -68,8 +74,8 @@ test-systemd: kernels deb
 
 # The stages of `make test`, each once, in this order, stopping at the first that fails; then
 # one line per stage with its duration (scripts/timed-stages.sh), whether it passed or not.
-TEST_STAGES := setup lint test-host kernels test-guest-7.3 test-guest-6.1 deb test-systemd \
-	bench-smoke
+TEST_STAGES := setup lint deb image test-host kernels test-guest-7.3 test-guest-6.1 \
+	test-systemd bench-smoke
 test:
 	@scripts/timed-stages.sh "$(MAKE)" $(TEST_STAGES)
 

@@ -52,15 +52,16 @@ done
 #   module downloads; also the package's Build-Depends); the CNI library is forky's,
 #   unpacked by scripts/fetch-go-cni.sh (bookworm's 1.1 has no GC or STATUS).
 # polkitd: tests/bus/test_polkit.py runs it on the test's private system bus.
-# Rootless podman (tests/cni/test_rootless.py, tests/guest/test_podman_rootless.py):
+# Rootless podman (tests/e2e/test_rootless_podman.py, tests/guest/test_podman_rootless.py):
 #   uidmap (newuidmap/newgidmap for the user's subordinate ids), slirp4netns (the pod's
 #   network namespace of its own).
+# make image (scripts/build-image.sh): mmdebstrap makes the image's bookworm, jq its JSON.
 PKGS=(prometheus libsystemd-dev pkg-config gcc python3-dev python3-venv dbus iproute2
       qemu-system-x86 kmod busybox-static udev ca-certificates containernetworking-plugins
       podman runc catatonit ibverbs-utils rdmacm-utils perftest ibverbs-providers crun
       build-essential debhelper dh-virtualenv help2man lintian
       golang-go golang-dbus-dev golang-github-vishvananda-netlink-dev
-      golang-github-vishvananda-netns-dev polkitd uidmap slirp4netns)
+      golang-github-vishvananda-netns-dev polkitd uidmap slirp4netns mmdebstrap jq)
 
 missing_pkgs() {
     # one dpkg-query for all packages; anything not "installed" counts as missing
@@ -85,7 +86,7 @@ if [ "$do_apt" = 1 ]; then
         apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null \
             || die "apt-get install ${need[*]} failed"
     fi
-    # tests/cri's containerd: trixie's, unpacked into a cache (a no-op when present)
+    # tests/cri's containerd: sid's 2.1, unpacked into a cache (a no-op when present)
     "$ROOT/scripts/fetch-containerd.sh" >/dev/null || die "scripts/fetch-containerd.sh failed"
     # rdmad-cni's CNI library: forky's, unpacked into a GOPATH entry (a no-op when present)
     "$ROOT/scripts/fetch-go-cni.sh" >/dev/null || die "scripts/fetch-go-cni.sh failed"

@@ -1,4 +1,4 @@
-"""containerd 1.7 driven through CRI as the kubelet drives it, with rdmad-cni as the pod
+"""containerd 2 driven through CRI as the kubelet drives it, with rdmad-cni as the pod
 network: the pod's sandbox holds the device, a container created with the claim's CDI device
 (CRI's CDIDevices) has its char devices, environment and netdev, and taking the pod down
 brings the device home."""

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -39,6 +40,13 @@ class Prepared:
         return cdi.removeprefix("rdmad.io/rdma=")
 
 
+class Endpoint(Protocol):
+    """A running rdmad-dra, as the kubelet calls it: the DRA socket its GetInfo named."""
+
+    @property
+    def endpoint(self) -> Path: ...
+
+
 @contextlib.asynccontextmanager
 async def dra_plugin(node: Node, workdir: Path) -> AsyncIterator[tuple[ApiServer, Plugin]]:
     """rdmad-dra on the node's rdmad, with the loopback API server as its cluster."""
@@ -55,7 +63,7 @@ async def plugin(node: Node, tmp_path: Path) -> AsyncIterator[tuple[ApiServer, P
         yield p
 
 
-async def prepare(api: ApiServer, plugin: Plugin, device: str) -> Prepared:
+async def prepare(api: ApiServer, plugin: Endpoint, device: str) -> Prepared:
     """What the kubelet does before RunPodSandbox: NodePrepareResources of the pod's claim."""
     pod_uid = str(uuid.uuid4())
     ref = dra.Claim("team", str(uuid.uuid4()), "trainer-0-rdma")
@@ -98,7 +106,7 @@ async def pod_with_container(node: Node, prepared: Prepared) -> tuple[Kubelet, P
 
 
 async def take_down_and_unprepare(
-    kubelet: Kubelet, pod: Pod, plugin: Plugin, prepared: Prepared
+    kubelet: Kubelet, pod: Pod, plugin: Endpoint, prepared: Prepared
 ) -> None:
     """What the kubelet does when the pod ends: StopPodSandbox, RemovePodSandbox, then
     NodeUnprepareResources of its claim."""

@@ -1,4 +1,4 @@
-"""A private containerd, configured as a Kubernetes node's: Debian trixie's 1.7
+"""A private containerd, configured as a Kubernetes node's: Debian sid's 2.1
 (scripts/fetch-containerd.sh unpacks it, `make setup` runs that) with bookworm's runc, CDI on
 and reading the test's CDI dir, the CNI networks the test gives it (rdmad-cni and the
 containernetworking plugins in its bin dir), and the offline busybox image as both the pause
@@ -28,7 +28,7 @@ from tests.support.cri.client import Cri
 from tests.support.cri.image import BUSYBOX
 
 CACHE = Path(os.environ.get("RDMAD_CONTAINERD_CACHE", "/opt/rdmad-containerd"))
-BIN = CACHE / "containerd" / "usr" / "bin"
+BIN = CACHE / "containerd2" / "usr" / "bin"
 CNI_PLUGINS = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 IMAGE = "localhost/rdmad-test:busybox"
 NAMESPACE = "k8s.io"  # the containerd namespace the CRI plugin keeps its pods in
@@ -49,29 +49,32 @@ def require_containerd() -> None:
 
 
 def _config(home: Path, cdi_dir: Path, snapshotter: str) -> str:
-    return f"""version = 2
+    """containerd 2's version 3 config: CDI and NRI are on by default there (NRI's socket and
+    plugin dirs are moved into `home`), the CRI plugin split into its images and runtime
+    parts."""
+    return f"""version = 3
 root = "{home}/root"
 state = "{home}/state"
 [grpc]
   address = "{home}/containerd.sock"
-[plugins."io.containerd.internal.v1.opt"]
+[plugins.'io.containerd.internal.v1.opt']
   path = "{home}/opt"
-[plugins."io.containerd.nri.v1.nri"]
-  disable = true
-[plugins."io.containerd.grpc.v1.cri"]
-  enable_cdi = true
+[plugins.'io.containerd.nri.v1.nri']
+  socket_path = "{home}/nri.sock"
+  plugin_path = "{home}/nri/plugins"
+  plugin_config_path = "{home}/nri/conf.d"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "{snapshotter}"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "{IMAGE}"
+[plugins.'io.containerd.cri.v1.runtime']
   cdi_spec_dirs = ["{cdi_dir}"]
   # The sandbox refuses the pause process's oom_score_adj of -998: without this every
   # RunPodSandbox fails in runc ("failed to update /proc/self/oom_score_adj").
   restrict_oom_score_adj = true
-  sandbox_image = "{IMAGE}"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{home}/cni-bin"
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["{home}/cni-bin"]
     conf_dir = "{home}/net.d"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "{snapshotter}"
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
 """
 
 
@@ -140,12 +143,14 @@ class Containerd:
         exited.cancel()
         if (error := ready.exception()) is not None:
             raise RuntimeError(f"containerd did not answer: {error}; log:\n{self.log()}")
-        await self._import(image_archive)
+        await self.import_image(image_archive)
         not_ready = await self.cri.not_ready()
         assert not not_ready, f"containerd is not ready: {not_ready}"
         return self.cri
 
-    async def _import(self, archive: Path) -> None:
+    async def import_image(self, archive: Path) -> None:
+        """An OCI archive's images into the CRI plugin's namespace, as a node is given an
+        image without a registry (`ctr images import`)."""
         ctr = await asyncio.create_subprocess_exec(
             str(BIN / "ctr"),
             "--address",

@@ -42,25 +42,32 @@ class Kubelet:
         uid: str = "",
         attempt: int = 0,
         cgroup_parent: str = "",
+        host_network: bool = False,
     ) -> Pod:
         """`uid`: the pod's, when a test prepared claims for it first (else a new one).
         `attempt`: 1 and up for a sandbox the kubelet makes again for the same pod (its
         last one died or changed). `cgroup_parent`: the pod's cgroup, which the kubelet
-        made before this call (else the runtime's default)."""
+        made before this call (else the runtime's default). `host_network`: the pod spec's
+        hostNetwork (the node's netns and host name: no CNI call)."""
         pb = self.cri.pb
         uid = uid or str(uuid.uuid4())
+        network = pb.NODE if host_network else pb.POD
+        options = pb.NamespaceOption(network=network)
         config = pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(
                 name=name, uid=uid, namespace=namespace, attempt=attempt
             ),
-            hostname=name,
+            hostname="" if host_network else name,  # the node's: no UTS namespace of its own
             log_directory=str(self.logs / f"{namespace}_{name}_{uid}"),
             labels={
                 "io.kubernetes.pod.name": name,
                 "io.kubernetes.pod.namespace": namespace,
                 "io.kubernetes.pod.uid": uid,
             },
-            linux=pb.LinuxPodSandboxConfig(cgroup_parent=cgroup_parent),
+            linux=pb.LinuxPodSandboxConfig(
+                cgroup_parent=cgroup_parent,
+                security_context=pb.LinuxSandboxSecurityContext(namespace_options=options),
+            ),
         )
         return Pod(name, namespace, uid, await self.cri.run_pod_sandbox(config), config)
 
@@ -72,17 +79,23 @@ class Kubelet:
         command: tuple[str, ...] = ("/bin/sleep", "3600"),
         attempt: int = 0,
         mounts: tuple[Any, ...] = (),
+        image: str = IMAGE,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> Container:
         """A started container in `pod`, with the CDI devices named (`kind=name` each).
         `attempt`: the container's restart count (the kubelet's next one after it died, or
         in a sandbox made again while the old sandbox's container is not removed yet).
-        `mounts`: CRI Mounts (host paths bound into the container)."""
+        `mounts`: CRI Mounts (host paths bound into the container). `command` () runs the
+        image's entrypoint, with `args`; `env`: the container's environment."""
         pb = self.cri.pb
-        assert await self.cri.image_id(IMAGE), f"{IMAGE} is not in the runtime"
+        assert await self.cri.image_id(image), f"{image} is not in the runtime"
         config = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name, attempt=attempt),
-            image=pb.ImageSpec(image=IMAGE),
+            image=pb.ImageSpec(image=image),
             command=list(command),
+            args=list(args),
+            envs=[pb.KeyValue(key=k, value=v) for k, v in (env or {}).items()],
             log_path=f"{name}/0.log",
             labels={
                 "io.kubernetes.container.name": name,
