@@ -52,10 +52,9 @@ async def test_over_a_cycle_each_column_goes_first_equally_often() -> None:
     assert Counter(ran[0::3]) == {"a": 2, "b": 2, "c": 2}
 
 
-def test_the_pod_mode_confs_are_chained_and_name_no_device() -> None:
+def test_the_pod_mode_conf_is_chained_and_names_no_device() -> None:
     confs = cni_confs("unix:path=/bus", "ns1")
-    for name in ("pod", "portmap"):
-        assert confs[name]["prevResult"]["interfaces"][0]["sandbox"] == "/run/netns/ns1"
+    assert confs["pod"]["prevResult"]["interfaces"][0]["sandbox"] == "/run/netns/ns1"
     assert confs["pod"]["pod"] is True and "device" not in confs["pod"]
     assert confs["by name"]["device"] == DEVICE and "pod" not in confs["by name"]
 
