@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,15 +96,13 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
             try:
                 for kind, shared in (("whole-device", False), ("shared", True)):
                     cls = RawShared if shared else Raw
-                    raws = [
-                        cls(h, socket.if_nametoindex(h), ns)
-                        for h, ns in zip(nics.hosts, spaces, strict=True)
-                    ]
-                    for raw in raws:
-                        await raw.open()
-                    try:
-                        ours: list[list[float]] = []
-                        floor: list[list[float]] = []
+                    ours: list[list[float]] = []
+                    floor: list[list[float]] = []
+                    async with contextlib.AsyncExitStack() as opened:
+                        raws = [
+                            await opened.enter_async_context(cls.opened(h, ns))
+                            for h, ns in zip(nics.hosts, spaces, strict=True)
+                        ]
                         for b in range(p.bursts):
                             for first in (b % 2 == 0, b % 2 != 0):
                                 if first:
@@ -115,9 +112,6 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                                 else:
                                     floor.append(await _raw_serial(raws))
                                 await asyncio.sleep(DRAIN_S)
-                    finally:
-                        for raw in raws:
-                            raw.close()
                     _report(res, k, kind, ours, floor)
             finally:
                 for c in [*clients, watcher]:

@@ -30,13 +30,14 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Self
 
 from dbus_fast import Variant
 from pyroute2 import AsyncIPRoute
 
-from bench.columns import Pass, Ways, measure
+from bench.columns import Pass, Ways, blocking, measure
 from bench.common import (
     SHM,
     Params,
@@ -87,6 +88,17 @@ class Raw:
         self.ns: AsyncIPRoute | None = None
         self._ns_sock: socket.socket | None = None
         self._init_fd = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def opened(cls, host: str, netns: str) -> AsyncIterator[Self]:
+        """Raw on netdev `host`, its socket in `netns` open; closed afterwards."""
+        raw = cls(host, socket.if_nametoindex(host), netns)
+        await raw.open()
+        try:
+            yield raw
+        finally:
+            raw.close()
 
     async def open(self) -> None:
         await self.init.setup_endpoint()
@@ -169,36 +181,22 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
         host = nics.hosts[0]
         ip("link", "set", "dev", host, "mtu", str(HOST_MTU), "up")
         ip("addr", "add", HOST_ADDR, "dev", host)
-        raw = Raw(host, _ifindex(host), netns)
-        await raw.open()
         opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR])
-        try:
-            extra = ["--cgroup-root", str(cgroups)]
-            async with rdmad(bus, nics.sim_spec(), extra=extra) as _d, client(bus) as c:
-                rdmad_claim, rdmad_release = claim_cycle(c, "sim0", netns, opts)
-
-                async def cli_claim_op() -> None:
-                    cli_claim(host, netns)
-
-                async def cli_release_op() -> None:
-                    cli_release(host, netns)
-
-                ways: Ways = {
-                    "r": (rdmad_claim, rdmad_release),
-                    "w": (raw.claim, raw.release),
-                    "c": (cli_claim_op, cli_release_op),
-                    "l": claim_cycle(c, "sim0", netns, {**opts, **LIMIT}),
-                }
-                for ps in passes:
-                    await measure(
-                        ps,
-                        ways,
-                        p.warmup,
-                        lambda: check_claimed(netns),
-                        lambda: check_home(host),
-                    )
-        finally:
-            raw.close()
+        async with (
+            Raw.opened(host, netns) as raw,
+            rdmad(bus, nics.sim_spec(), extra=["--cgroup-root", str(cgroups)]),
+            client(bus) as c,
+        ):
+            ways: Ways = {
+                "r": claim_cycle(c, "sim0", netns, opts),
+                "w": (raw.claim, raw.release),
+                "c": (blocking(cli_claim, host, netns), blocking(cli_release, host, netns)),
+                "l": claim_cycle(c, "sim0", netns, {**opts, **LIMIT}),
+            }
+            for ps in passes:
+                await measure(
+                    ps, ways, p.warmup, lambda: check_claimed(netns), lambda: check_home(host)
+                )
     for ps in passes:
         _report(ps, res, main=ps is passes[0])
 
@@ -237,7 +235,3 @@ def _report(ps: Pass, res: Results, main: bool) -> None:
                 met=limited.met if main else None,
             )
         )
-
-
-def _ifindex(name: str) -> int:
-    return socket.if_nametoindex(name)

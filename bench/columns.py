@@ -28,6 +28,15 @@ ORDERS: dict[str, tuple[str, ...]] = {
 }
 
 
+def blocking(fn: Callable[..., None], *args: str) -> Op:
+    """A column's operation that calls `fn(*args)` and waits for it (a script's `ip` runs)."""
+
+    async def op() -> None:
+        fn(*args)
+
+    return op
+
+
 @dataclass
 class Pass:
     """One way of sequencing the operations, and what it measured."""

@@ -14,6 +14,7 @@ import os
 import random
 import secrets
 import subprocess
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -243,31 +244,18 @@ async def rdmad(
     process: type[RdmadProcess] = RdmadProcess,
 ) -> AsyncIterator[RdmadProcess]:
     """A running rdmad (READY=1 received) at production log level, state on tmpfs."""
-    workdir = Path(_mkdtemp())
-    # RdmadProcess passes --log-level debug; the last one wins, and users run at info.
-    daemon = process(bus_address, workdir, spec, mode, ["--log-level", "info", *extra])
-    await daemon.start()
-    try:
-        yield daemon
-    except BaseException as exc:
-        # the log dies with the workdir: keep its tail with the error
-        exc.add_note("rdmad log (tail):\n" + daemon.log()[-3000:])
-        raise
-    finally:
-        await daemon.stop()
-        _rmtree(workdir)
-
-
-def _mkdtemp() -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(prefix="rdmad-bench-", dir=SHM)
-
-
-def _rmtree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="rdmad-bench-", dir=SHM) as workdir:
+        # RdmadProcess passes --log-level debug; the last one wins, and users run at info.
+        daemon = process(bus_address, Path(workdir), spec, mode, ["--log-level", "info", *extra])
+        await daemon.start()
+        try:
+            yield daemon
+        except BaseException as exc:
+            # the log dies with the workdir: keep its tail with the error
+            exc.add_note("rdmad log (tail):\n" + daemon.log()[-3000:])
+            raise
+        finally:
+            await daemon.stop()
 
 
 def pid_of(daemon: RdmadProcess) -> int:

@@ -13,11 +13,6 @@ and the plugin as its own process.
             K8S_POD_UID in CNI_ARGS: rdmad's Attach) beside today's ADD by device name
             (`"device": "sim0"`: rdmad's Claim), both with the pod's CNI_ARGS, on one netdev;
             then each one's DEL. Target: held/by name <= 1.1 (bench.stats judges p50 and p90).
-  no-op:    the chained `"pod": true` ADD of a pod that holds nothing (one D-Bus call),
-            beside containernetworking's `portmap` with no port mappings: a Go CNI plugin
-            through the same skeleton (config and prevResult parsed, prevResult printed)
-            and nothing else, the least a chained plugin costs. `loopback` does netns and
-            netlink work, and `true` lacks the Go runtime's start and the parse.
   hotplug:  a sim device plugged into (then unplugged from) rdmad in this process
             (testbed/dra/hotplug_rdmad.py: no outside process can hot-plug a running daemon's
             sim) to the ResourceSlice write that shows it at the API server double. Target:
@@ -52,7 +47,7 @@ from typing import Any
 import grpc
 from dbus_fast import Variant
 
-from bench.cni import GO_PLUGINS, run_once
+from bench.cni import run_once
 from bench.columns import ORDERS
 from bench.common import (
     SHM,
@@ -85,7 +80,6 @@ HOTPLUG_P99_MS = 1000.0
 DEVICE = "sim0"  # the pod's device; sim1 is the node's other one (and the hot-plugged one)
 IFNAME = "net1"  # the held device's interfaceName, and the by-name ADD's CNI_IFNAME
 REF = kubelet.Claim("default", "5d1c7a3e-0000-4b1e-8e0f-00000000bec0", "bench-pod-rdma")
-IDLE_POD = "0e9d2b1a-0000-4c3d-9f00-000000000000"  # holds nothing
 WAIT_S = 20.0  # for the plugin's slice write
 
 
@@ -109,7 +103,6 @@ def cni_confs(bus: str, netns: str) -> dict[str, dict[str, Any]]:
     return {
         "pod": base | {"type": "rdmad", "pod": True, "busAddress": bus} | chained,
         "by name": base | {"type": "rdmad", "device": DEVICE, "busAddress": bus},
-        "portmap": base | {"type": "portmap", "capabilities": {"portMappings": True}} | chained,
     }
 
 
@@ -282,25 +275,6 @@ def read_json(url: str) -> Any:
         return json.load(reply)
 
 
-async def noop_adds(node: Node, reps: int, warmup: int) -> Samples:
-    """The chained `"pod": true` ADD of a pod that holds nothing, and portmap's, in turn."""
-    confs = cni_confs(node.bus, node.netns)
-    cols = {
-        "no-op ADD": (RDMAD_CNI, confs["pod"]),
-        "portmap ADD": (GO_PLUGINS / "portmap", confs["portmap"]),
-    }
-    kept = Samples()
-    for i in range(warmup + reps):
-        into = kept if i >= warmup else Samples()
-        names = list(cols) if i % 2 == 0 else list(reversed(cols))
-        for name in names:
-            plugin, conf = cols[name]
-            await node.settle()
-            wall, cpu = run_once(plugin, "ADD", conf, node.netns, "eth0", pod_args(IDLE_POD))
-            into.add(name, wall, cpu)
-    return kept
-
-
 # ------------------------------------------------------------------ hotplug
 
 
@@ -388,11 +362,10 @@ async def channel_connects(endpoint: str, reps: int, settle: Settler) -> list[fl
 class Measured:
     reps: int
     pod: Samples
-    noop: Samples
     connects: list[float]
     hot: Samples
     quiet: Idle
-    rss: tuple[float, float]  # MB: after start, after the prepare, ADD and no-op runs
+    rss: tuple[float, float]  # MB: after start, after the prepare and ADD runs
     start_ms: float  # the plugin's start to serving
 
 
@@ -453,7 +426,6 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                     )
                     await node.shows(offers(DEVICE, whole=True))
                     pod = await take_turns(columns(node), reps, p.warmup)
-                noop = await noop_adds(node, reps, p.warmup)
                 connects = await channel_connects(endpoint, reps, settle)
                 rss_after = rss_mb(pid)
                 await idle_stops(plugin, endpoint)
@@ -466,7 +438,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                     api, lambda: hot.plug("sim1"), lambda: hot.unplug("sim1"), reps, settle
                 )
     rss = (rss_start, rss_after)
-    report(res, Measured(reps, pod, noop, connects, hot_s, quiet, rss, start_ms))
+    report(res, Measured(reps, pod, connects, hot_s, quiet, rss, start_ms))
 
 
 def with_p99(samples: list[float], unit: str = "ms") -> str:
@@ -527,19 +499,6 @@ def report(res: Results, m: Measured) -> None:
                 check.met if target else None,
             )
         )
-    mine, floor = m.noop.t["no-op ADD"], m.noop.t["portmap ADD"]
-    check = RatioCheck.of("rdmad-cni/portmap", mine, floor, math.inf)
-    res.rows.append(
-        Row(
-            '10. Chained `"pod": true` ADD of a pod holding nothing, against portmap\'s no-op ADD',
-            with_p99(mine),
-            with_p99(floor),
-            "-",
-            f"{check.text()}; +{pct(mine, 50) - pct(floor, 50):.2f} ms at p50; CPU per process"
-            f" p50 {pct(m.noop.cpu['no-op ADD'], 50):.1f} ms against"
-            f" {pct(m.noop.cpu['portmap ADD'], 50):.1f} ms",
-        )
-    )
     for name, judged in (("hotplug", True), ("unplug", False)):
         res.rows.append(
             Row(
@@ -571,6 +530,4 @@ def report(res: Results, m: Measured) -> None:
     )
     for name in ("prepare", "landed prepare", "by-hand prepare", "held ADD", "by-name ADD"):
         res.dists[f"DRA: {name}"] = t[name]
-    res.dists["DRA: no-op ADD"] = mine
-    res.dists["DRA: portmap ADD"] = floor
     res.dists["DRA: hotplug to slice"] = m.hot.t["hotplug"]

@@ -22,7 +22,6 @@ an absolute time).
 
 from __future__ import annotations
 
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,13 +30,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.claim import Raw
+from bench.claim import NS_ADDR, NS_IFNAME, NS_MTU, Raw
 from bench.common import (
     Params,
     Results,
     Row,
     Settler,
-    claim,
+    claim_cycle,
     claim_options,
     client,
     cpu_seconds,
@@ -45,7 +44,6 @@ from bench.common import (
     ms_since,
     pid_of,
     rdmad,
-    release,
     rss_mb,
 )
 from bench.stats import JUDGED, RatioCheck, p99_text, pct, spread
@@ -133,21 +131,6 @@ class CpuMeter:
         self._into, self._at = into, now
 
 
-class _Rdmad:
-    """rdmad's column: a claim of `device` into `netns`, and its release."""
-
-    def __init__(self, c: Client, device: str, netns: str) -> None:
-        self._c, self._device, self._netns = c, device, netns
-        self._claim_id = ""
-
-    async def claim(self) -> None:
-        opts = claim_options("bench0", 1400, ["198.51.100.2/24"])
-        self._claim_id = await claim(self._c, self._device, self._netns, opts)
-
-    async def release(self) -> None:
-        await release(self._c, self._claim_id)
-
-
 async def _cycles(
     c: Client,
     pid: int,
@@ -162,11 +145,12 @@ async def _cycles(
     claim follows each column's release equally often."""
     ps = Pass()
     meter = CpuMeter(pid)
-    rd = _Rdmad(c, device, netns)
+    opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR])  # raw's claim, over D-Bus
+    rd_claim, rd_release = claim_cycle(c, device, netns, opts)
     Step = tuple[Callable[[], Awaitable[None]], list[float], list[float], bool]
     rdmad_steps: list[Step] = [
-        (rd.claim, ps.rdmad.claim_ms, ps.rdmad.claim_cpu, True),
-        (rd.release, ps.rdmad.release_ms, ps.rdmad.release_cpu, True),
+        (rd_claim, ps.rdmad.claim_ms, ps.rdmad.claim_cpu, True),
+        (rd_release, ps.rdmad.release_ms, ps.rdmad.release_cpu, True),
     ]
     raw_steps: list[Step] = [
         (raw.claim, ps.raw.claim_ms, ps.raw.claim_cpu, False),
@@ -219,17 +203,13 @@ async def _measure(bus: str, p: Params, netdevs: int, others: int) -> Node:
             assert len(rows) == netdevs, f"ListDevices returned {len(rows)} of {netdevs}"
             host = spare.hosts[0]
             with temp_netns("rbs") as netns, temp_netns("rbw") as raw_netns:
-                raw = Raw(host, socket.if_nametoindex(host), raw_netns)
-                await raw.open()
-                try:
+                async with Raw.opened(host, raw_netns) as raw:
                     for name in PASSES:
                         settle = Settler(p) if name == "settled" else None
                         node.passes[name] = await _cycles(
                             c, pid_of(d), f"sim{netdevs // 2}", netns, raw,
                             p.scale_reps, p.warmup, settle,
                         )  # fmt: skip
-                finally:
-                    raw.close()
             node.rss = max(rss_ready, rss_mb(pid_of(d)))
     return node
 

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 from bench.claim import NS_ADDR, NS_IFNAME, NS_MTU, Raw
-from bench.columns import Pass, Ways, measure
+from bench.columns import Pass, Ways, blocking, measure
 from bench.common import (
     Params,
     Results,
@@ -144,40 +143,21 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
     ps = Pass("settled", p.shared_reps, Settler(p))
     with many_veths(1, "m", up=True) as nics, temp_netns("rbm") as netns:
         parent = nics.hosts[0]
-        raw = RawShared(parent, socket.if_nametoindex(parent), netns)
-        await raw.open()
         opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR], shared=True)
-        try:
-            async with rdmad(bus, nics.sim_spec()) as _d, client(bus) as c:
-                rdmad_claim, rdmad_release = claim_cycle(c, "sim0", netns, opts)
-
-                async def cli_claim_op() -> None:
-                    cli_claim(parent, netns)
-
-                async def cli_release_op() -> None:
-                    cli_release(netns)
-
-                async def cni_add() -> None:
-                    cni("ADD", parent, netns)
-
-                async def cni_del() -> None:
-                    cni("DEL", parent, netns)
-
-                ways: Ways = {
-                    "r": (rdmad_claim, rdmad_release),
-                    "w": (raw.claim, raw.release),
-                    "c": (cli_claim_op, cli_release_op),
-                    "n": (cni_add, cni_del),
-                }
-                await measure(
-                    ps,
-                    ways,
-                    p.warmup,
-                    lambda: check_claimed(netns),
-                    lambda: check_released(netns),
-                )
-        finally:
-            raw.close()
+        async with (
+            RawShared.opened(parent, netns) as raw,
+            rdmad(bus, nics.sim_spec()),
+            client(bus) as c,
+        ):
+            ways: Ways = {
+                "r": claim_cycle(c, "sim0", netns, opts),
+                "w": (raw.claim, raw.release),
+                "c": (blocking(cli_claim, parent, netns), blocking(cli_release, netns)),
+                "n": (blocking(cni, "ADD", parent, netns), blocking(cni, "DEL", parent, netns)),
+            }
+            await measure(
+                ps, ways, p.warmup, lambda: check_claimed(netns), lambda: check_released(netns)
+            )
     for op, label in (("c", "claim"), ("r", "release")):
         r, w, cl, n = (ps.t[key + op] for key in "rwcn")
         res.dists[f"Shared {label}: rdmad"] = r

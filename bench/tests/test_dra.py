@@ -59,10 +59,9 @@ async def test_four_columns_with_the_landed_plugin_take_turns_alike() -> None:
     assert Counter(ran[0::4]) == {"a": 2, "b": 2, "c": 2, "d": 2}
 
 
-def test_the_pod_mode_confs_are_chained_and_name_no_device() -> None:
+def test_the_pod_mode_conf_is_chained_and_names_no_device() -> None:
     confs = cni_confs("unix:path=/bus", "ns1")
-    for name in ("pod", "portmap"):
-        assert confs[name]["prevResult"]["interfaces"][0]["sandbox"] == "/run/netns/ns1"
+    assert confs["pod"]["prevResult"]["interfaces"][0]["sandbox"] == "/run/netns/ns1"
     assert confs["pod"]["pod"] is True and "device" not in confs["pod"]
     assert confs["by name"]["device"] == DEVICE and "pod" not in confs["by name"]
 

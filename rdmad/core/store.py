@@ -4,8 +4,8 @@ Claims are kernel state (a netdev sitting in a container's netns); the state is 
 restarted daemon finds out what it owes each device. It is saved before and after each
 kernel step of a claim or release, so a save must cost the same on a node with 1 claim or
 4000: each claim has its own file, and a save writes that one. What it costs is in
-docs/performance.md ("In the node's size"), not here, where figures would go stale;
-`python -m bench.store` measures it. The layout, which `ls` shows (docs/reliability.md,
+docs/performance.md ("In the node's size"), not here, where figures would go stale.
+The layout, which `ls` shows (docs/reliability.md,
 "The state directory"):
 
     daemon.json          the daemon-wide settings: netdevs to restore when they come home

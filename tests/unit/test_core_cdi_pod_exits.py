@@ -60,19 +60,12 @@ async def scene(rigs: Rigs, tmp_path: Path) -> tuple[Rig, FakeKernel, Claim, Cla
     return rig, kernel, held, joined
 
 
-async def test_a_detach_takes_the_held_claims_devices_out_of_the_pod_spec(
-    rigs: Rigs, tmp_path: Path
+@pytest.mark.parametrize("way_out", ["detach", "release"])
+async def test_a_detach_or_a_release_takes_the_held_claims_devices_out_of_the_pod_spec(
+    rigs: Rigs, tmp_path: Path, way_out: str
 ) -> None:
     rig, _, held, joined = await scene(rigs, tmp_path)
-    await rig.core.detach(held.id)
-    assert nodes_of(pod_spec(tmp_path / "cdi")) == nodes_of_claim(joined)
-
-
-async def test_a_release_takes_the_claims_devices_out_of_the_pod_spec(
-    rigs: Rigs, tmp_path: Path
-) -> None:
-    rig, _, held, joined = await scene(rigs, tmp_path)
-    await rig.core.release(held.id)
+    await getattr(rig.core, way_out)(held.id)
     assert nodes_of(pod_spec(tmp_path / "cdi")) == nodes_of_claim(joined)
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from rdmad.core.store import Store
 from rdmad.errors import InvalidArgs, KernelError, NoSuchCgroup, NotSupported, RdmadError
-from rdmad.model import ClaimOptions, RdmaLimit, RdmaUsage, ReleaseReason
-from tests.support.core_rig import WAIT, Rigs, host_side, two_nics
+from rdmad.model import Claim, ClaimOptions, RdmaLimit, RdmaUsage, ReleaseReason
+from tests.support.core_rig import WAIT, Rig, Rigs, host_side, two_nics
 from tests.support.fake_cgroups import NO_LIMIT
 from tests.support.fake_kernel import FakeKernel
 
@@ -31,12 +31,18 @@ def pod_kernel() -> FakeKernel:
     return kernel
 
 
-async def test_a_claim_writes_its_devices_line_and_enables_rdma_above_its_cgroup(
-    rigs: Rigs, tmp_path: Path
-) -> None:
+async def limited(rigs: Rigs, tmp_path: Path) -> tuple[Rig, FakeKernel, Claim]:
+    """A daemon on the pod's node, and a shared claim limited in the pod's cgroup."""
     kernel = pod_kernel()
     rig = await rigs.start(kernel, Store(tmp_path))
     claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), LIMITED)
+    return rig, kernel, claim
+
+
+async def test_a_claim_writes_its_devices_line_and_enables_rdma_above_its_cgroup(
+    rigs: Rigs, tmp_path: Path
+) -> None:
+    _, kernel, claim = await limited(rigs, tmp_path)
     assert (claim.cgroup, claim.limit) == (POD_CGROUP, LIMIT)
     assert kernel.cgroups.line(POD_CGROUP, "mlx5_0") == LIMIT
     assert kernel.cgroups.line(POD_CGROUP, "mlx5_1") == NO_LIMIT, "only its own device"
@@ -88,17 +94,13 @@ async def test_a_limit_the_kernel_refuses_undoes_the_claim(rigs: Rigs, tmp_path:
 
 
 async def test_a_release_puts_the_line_back_to_max(rigs: Rigs, tmp_path: Path) -> None:
-    kernel = pod_kernel()
-    rig = await rigs.start(kernel, Store(tmp_path))
-    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), LIMITED)
+    rig, kernel, claim = await limited(rigs, tmp_path)
     await rig.core.release(claim.id)
     assert kernel.cgroups.line(POD_CGROUP, "mlx5_0") == NO_LIMIT
 
 
 async def test_the_netns_death_puts_the_line_back_to_max(rigs: Rigs, tmp_path: Path) -> None:
-    kernel = pod_kernel()
-    rig = await rigs.start(kernel, Store(tmp_path))
-    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), LIMITED)
+    rig, kernel, claim = await limited(rigs, tmp_path)
     kernel.delete_netns("pod")
     assert await rig.seen.wait_released(claim.id) == ReleaseReason.NETNS_GONE
     assert kernel.cgroups.line(POD_CGROUP, "mlx5_0") == NO_LIMIT
@@ -107,9 +109,7 @@ async def test_the_netns_death_puts_the_line_back_to_max(rigs: Rigs, tmp_path: P
 async def test_a_cgroup_gone_before_the_release_leaves_nothing_to_do(
     rigs: Rigs, tmp_path: Path
 ) -> None:
-    kernel = pod_kernel()
-    rig = await rigs.start(kernel, Store(tmp_path))
-    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), LIMITED)
+    rig, kernel, claim = await limited(rigs, tmp_path)
     kernel.cgroups.rmdir(POD_CGROUP)
     await rig.core.release(claim.id)
     assert rig.core.claims() == [] and POD_CGROUP not in kernel.cgroups.dirs
@@ -139,9 +139,7 @@ async def test_a_crash_after_the_limit_is_written_leaves_no_limit_after_the_rest
 async def test_a_live_limited_claim_keeps_its_limit_across_a_restart(
     rigs: Rigs, tmp_path: Path
 ) -> None:
-    kernel = pod_kernel()
-    rig = await rigs.start(kernel, Store(tmp_path))
-    claim = await rig.core.claim("mlx5_0", rig.process.resolver.open("pod"), LIMITED)
+    rig, kernel, claim = await limited(rigs, tmp_path)
     fresh = await rig.restart()
     (kept,) = fresh.core.claims()
     assert (kept.id, kept.cgroup, kept.limit) == (claim.id, POD_CGROUP, LIMIT)

@@ -118,6 +118,18 @@ chmod 755 "$RUN_DIR/guest.sh"
     printf '\n'
 } > "$RUN_DIR/entry.sh"
 
+# ------------------------------------------------------------------ bytecode
+# The guest sees the tree read-only and runs Python with PYTHONDONTWRITEBYTECODE=1, so a
+# module with no current .pyc on the host is compiled again in every process that imports
+# it: under TCG that was most of each daemon start (see README.md, "Measured"). pip wrote
+# the venv's; write the checkout's here (a no-op when they are current), whatever the
+# caller's PYTHONDONTWRITEBYTECODE.
+ROOT=$(cd "$HERE/../../.." && pwd)
+if [ -x "$ROOT/.venv/bin/python" ]; then
+    (cd "$ROOT" && .venv/bin/python -m compileall -q -j0 rdmad testbed tests bench >/dev/null) \
+        || echo "[guest] WARNING: compileall failed: the guest compiles what it imports" >&2
+fi
+
 vng_args=(--run "$kdir/boot/vmlinuz-$kver" --force-9p --cpus "$cpus" --memory "$mem"
           --rwdir "$RUN_DIR")
 # 9p: qemu 7.2's virtiofsd is too old for virtme-ng
