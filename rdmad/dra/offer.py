@@ -204,8 +204,9 @@ def _slots(rdma: str, owners: list[str], limit: int) -> list[int]:
     return sorted(held) + [next(unused) for _ in range(free)]
 
 
-def in_slices(devices: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """`devices` split into slices of at most DEVICES_PER_SLICE; no device at all is one
-    empty slice, which tells the scheduler the pool exists and is empty."""
-    step = DEVICES_PER_SLICE
+def in_slices(
+    devices: list[dict[str, Any]], step: int = DEVICES_PER_SLICE
+) -> list[list[dict[str, Any]]]:
+    """`devices` split into slices of at most `step`; no device at all is one empty slice,
+    which tells the scheduler the pool exists and is empty."""
     return [devices[i : i + step] for i in range(0, len(devices), step)] or [[]]

@@ -22,6 +22,7 @@ from rdmad.bus.argtypes import add_bus_address
 from rdmad.bus.client import Client
 from rdmad.bus.connection import BusConnection
 from rdmad.dra.device_watch import DeviceWatch
+from rdmad.dra.health import HealthReport
 from rdmad.dra.kube import KubeClaimApi, KubeSliceApi, api_client
 from rdmad.dra.node_service import dra_handlers
 from rdmad.dra.offer import offered
@@ -29,7 +30,7 @@ from rdmad.dra.podcgroup import CGROUP2_MOUNT
 from rdmad.dra.prepare import Preparer
 from rdmad.dra.registration import registration_handler
 from rdmad.dra.rpc.unix_server import serving
-from rdmad.dra.slices import Pool, SlicePublisher
+from rdmad.dra.slices import TAINT_EFFECTS, Pool, SlicePublisher, tainted
 
 log = logging.getLogger("rdmad.dra")
 
@@ -85,6 +86,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"the host's cgroup2 mount, where the kubelet puts pods' cgroups "
         f"(default {CGROUP2_MOUNT})",
     )
+    p.add_argument(
+        "--port-down-taint",
+        choices=TAINT_EFFECTS,
+        default=TAINT_EFFECTS[0],
+        metavar="EFFECT",
+        help="the effect of the taint on a device whose port is down: "
+        f"{', '.join(TAINT_EFFECTS)}; None publishes no taint (default {TAINT_EFFECTS[0]})",
+    )
     args = p.parse_args(argv)
     if not args.node_name:
         p.error("no node name: give --node-name or set NODE_NAME")
@@ -95,29 +104,31 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-async def follow_rdmad(watch: DeviceWatch, publisher: SlicePublisher) -> None:
-    """Hand the publisher a new offer after each signal that can change it."""
+async def follow_rdmad(
+    watch: DeviceWatch, publisher: SlicePublisher, health: HealthReport, taint: str
+) -> None:
+    """Hand the publisher a new offer, and the health report rdmad's devices, after each
+    signal that can change them."""
     stale = asyncio.Event()
     await watch.subscribe(stale.set)
     while True:
         state = await watch.read()
-        publisher.offer(offered(state) if state else [])
+        publisher.offer(tainted(offered(state), state, taint) if state else [])
+        health.update(state)
         await stale.wait()
         stale.clear()
 
 
 async def run(args: argparse.Namespace) -> int:
     api = api_client(args.kubeconfig)
-    pool = Pool(KubeSliceApi(api), args.driver_name, args.node_name)
+    pool = Pool(KubeSliceApi(api), args.driver_name, args.node_name, args.port_down_taint)
     publisher = SlicePublisher(pool)
     bus = BusConnection(args.bus_address)
     await bus.connect()
     driver = args.driver_name
     preparer = Preparer(KubeClaimApi(api), Client(bus), driver, args.node_name, args.cgroup_root)
     endpoint = os.path.join(args.kubelet_plugins_directory_path, driver, "dra.sock")
-    # The gRPC servers' own sockets, behind the two the kubelet dials (unix_server.py): in
-    # the endpoint's directory, which is the plugin's alone and which no watcher scans.
-    private = os.path.join(os.path.dirname(endpoint), "grpc")
+    health = HealthReport(args.node_name)  # the pool's name
     reg_socket = os.path.join(args.kubelet_registrar_directory_path, f"{driver}-reg.sock")
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -125,19 +136,17 @@ async def run(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     work = [
         asyncio.ensure_future(publisher.run()),
-        asyncio.ensure_future(follow_rdmad(DeviceWatch(bus), publisher)),
+        asyncio.ensure_future(
+            follow_rdmad(DeviceWatch(bus), publisher, health, args.port_down_taint)
+        ),
     ]
     stopped = asyncio.ensure_future(stop.wait())
     lost = asyncio.ensure_future(bus.wait_for_disconnect())
     try:
         # The DRA socket first: the kubelet connects to it as soon as it registers us.
         async with (
-            serving(endpoint, dra_handlers(preparer), os.path.join(private, "dra.sock")),
-            serving(
-                reg_socket,
-                [registration_handler(driver, endpoint, publisher.recheck)],
-                os.path.join(private, "reg.sock"),
-            ),
+            serving(endpoint, dra_handlers(preparer, health)),
+            serving(reg_socket, [registration_handler(driver, endpoint, publisher.recheck)]),
         ):
             log.info(
                 "serving DRA driver %s for node %s: registration %s, DRA service %s; "

@@ -7,8 +7,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import grpc
-
 from rdmad.dra.rpc import api
 from rdmad.dra.rpc.api import registration as pb
 
@@ -17,7 +15,7 @@ log = logging.getLogger("rdmad.dra")
 
 def registration_handler(
     driver: str, endpoint: str, registered: Callable[[], None]
-) -> grpc.GenericRpcHandler:
+) -> api.Servable:
     """GetInfo names the DRA service at `endpoint`; `registered` is called each time the
     kubelet says it registered the plugin (again after the kubelet restarts)."""
 

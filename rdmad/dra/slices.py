@@ -5,6 +5,12 @@ The kubernetes client is synchronous (urllib3): its calls run on one worker thre
 time, while the event loop goes on following rdmad. The publisher wakes only when the offer
 changes or the kubelet registers the plugin again (it wipes a node's slices when it starts),
 and after a failure it waits out its backoff before it tries the newest offer.
+
+A device whose port is not ACTIVE is tainted (KEP-5055): the scheduler places no new claim
+on it (NoSchedule, the default) or also evicts the pods using it (NoExecute); `None`
+publishes no taint. The API allows 64 devices in a slice once one of them has a taint:
+while tainting is on, every slice holds at most 64, so a port going down rewrites the
+devices' slices without moving devices between them.
 """
 
 from __future__ import annotations
@@ -16,12 +22,34 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rdmad.dra.offer import in_slices
+from rdmad.dra.health import ACTIVE, port_state
+from rdmad.dra.offer import DEVICES_PER_SLICE, RdmadState, in_slices, rdma_device_of
 
 log = logging.getLogger("rdmad.dra")
 
 API_VERSION = "resource.k8s.io/v1"
-_SAME = ("name", "attributes", "capacity")  # what makes a published device the wanted one
+_SAME = ("name", "attributes", "capacity", "taints")  # what makes a published device wanted
+TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")  # the first: the default
+NO_TAINT = "None"
+PORT_DOWN = "rdmad.io/port-down"  # the taint's key; its value: the port's state
+TAINTED_PER_SLICE = 64  # the API's limit for a slice with a tainted device
+
+
+def tainted(devices: list[dict[str, Any]], state: RdmadState, effect: str) -> list[dict[str, Any]]:
+    """`devices` (the offer of `state`), each whose RDMA device's port is not ACTIVE with a
+    taint of `effect`; with no taint at all for effect None."""
+    if effect == NO_TAINT:
+        return devices
+    by_rdma = {str(p["Name"]): p for p in state.devices}
+    out = []
+    for device in devices:
+        rdma = rdma_device_of(device["name"], by_rdma)
+        port = port_state(by_rdma[rdma])[1] if rdma is not None else ACTIVE
+        if port != ACTIVE:
+            taint = {"key": PORT_DOWN, "value": port, "effect": effect}
+            device = {**device, "taints": [taint]}
+        out.append(device)
+    return out
 
 
 class SliceApi(Protocol):
@@ -50,7 +78,10 @@ class Backoff:
 
 
 def _comparable(device: dict[str, Any]) -> dict[str, Any]:
-    return {k: device[k] for k in _SAME if device.get(k)}
+    out = {k: device[k] for k in _SAME if device.get(k)}
+    if "taints" in out:  # the API server adds timeAdded to each
+        out["taints"] = [{k: v for k, v in t.items() if k != "timeAdded"} for t in out["taints"]]
+    return out
 
 
 def _devices_of(slice_: dict[str, Any]) -> list[dict[str, Any]]:
@@ -60,10 +91,11 @@ def _devices_of(slice_: dict[str, Any]) -> list[dict[str, Any]]:
 class Pool:
     """The node's pool of this driver's devices, as the API server should hold it."""
 
-    def __init__(self, api: SliceApi, driver: str, node: str) -> None:
+    def __init__(self, api: SliceApi, driver: str, node: str, taint: str = NO_TAINT) -> None:
         self._api = api
         self.driver = driver
         self.node = node
+        self._per_slice = TAINTED_PER_SLICE if taint != NO_TAINT else DEVICES_PER_SLICE
 
     def _body(
         self,
@@ -124,7 +156,7 @@ class Pool:
         # Read each time: a node deleted and made again under its name has a new UID, and
         # slices owned by the old one would be garbage-collected.
         node_uid = self._api.node_uid(self.node)
-        wanted = in_slices(devices)
+        wanted = in_slices(devices, self._per_slice)
         slices = sorted(
             self._api.list_slices(self.driver, self.node), key=lambda s: s["metadata"]["name"]
         )

@@ -12,15 +12,17 @@ finds its connection closed).
 
 Every ResourceSlice it is given is validated as the real API server and the node
 authorizer would: it must deserialize into the kubernetes client's V1ResourceSlice, keep
-the API's limits (128 devices a slice, 32 attributes and capacities a device, string
-values of 64 bytes, DNS-label device names), name this node and driver, and be owned by the
-Node. A slice that fails is refused with 422 and its faults are kept in `invalid`, which
-the tests assert empty.
+the API's limits (128 devices a slice, 64 once one of them has a taint, 32 attributes and
+capacities a device, string values of 64 bytes, DNS-label device names, taints of a label
+name and value and a known effect), name this node and driver, and be owned by the Node.
+A slice that fails is refused with 422 and its faults are kept in `invalid`, which the
+tests assert empty. As the API server does, it stamps each taint without a timeAdded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import itertools
 import json
 import re
@@ -38,6 +40,9 @@ from kubernetes.client import ResourceV1ResourceClaim, V1ResourceSlice
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 CLAIMS = re.compile(r"/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)")
 DEVICES_PER_SLICE = 128
+DEVICES_PER_SLICE_WITH_TAINTS = 64
+TAINT_EFFECTS = {"None", "NoSchedule", "NoExecute"}
+LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 ATTRIBUTES_AND_CAPACITIES = 32
 STRING_BYTES = 64
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -185,8 +190,9 @@ class ApiServer:
         if [{k: o.get(k) for k in expected} for o in owners] != [expected]:
             out.append(f"ownerReferences {owners}")
         devices = spec.get("devices") or []
-        if len(devices) > DEVICES_PER_SLICE:
-            out.append(f"{len(devices)} devices")
+        tainted = any(d.get("taints") for d in devices)
+        if len(devices) > (DEVICES_PER_SLICE_WITH_TAINTS if tainted else DEVICES_PER_SLICE):
+            out.append(f"{len(devices)} devices{', one tainted' if tainted else ''}")
         names = [d.get("name", "") for d in devices]
         if len(set(names)) != len(names):
             out.append(f"device names repeat: {names}")
@@ -212,6 +218,18 @@ class ApiServer:
             text = value.get("string")
             if text is not None and len(text.encode()) > STRING_BYTES:
                 out.append(f"attribute {key}: {len(text.encode())} bytes")
+        for taint in device.get("taints") or []:
+            domain, _, name = taint.get("key", "").rpartition("/")
+            if (
+                not LABEL_VALUE.fullmatch(name)
+                or not name
+                or (domain and not DNS_SUBDOMAIN.fullmatch(domain))
+            ):
+                out.append(f"taint key {taint.get('key')!r}")
+            if not LABEL_VALUE.fullmatch(taint.get("value", "")):
+                out.append(f"taint value {taint.get('value')!r}")
+            if taint.get("effect") not in TAINT_EFFECTS:
+                out.append(f"taint effect {taint.get('effect')!r}")
         return out
 
     # --- HTTP ---
@@ -232,6 +250,10 @@ class ApiServer:
                     self.invalid += faults
                     return 422, _status(422, "Invalid", "; ".join(faults))
                 meta = body["metadata"]
+                now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                for device in body["spec"].get("devices") or []:
+                    for taint in device.get("taints") or []:
+                        taint.setdefault("timeAdded", now)
                 if method == "POST":
                     name = meta.pop("generateName") + uuid.uuid4().hex[:5]
                     meta["name"], meta["uid"] = name, str(uuid.uuid4())
