@@ -154,6 +154,7 @@ class Netdev:
     mtu: int
     up: bool
     kind: str = ""  # rtnl link kind: veth, macvlan, "" for physical
+    carrier: bool = False  # IFF_LOWER_UP: up, with a link
 
 
 @dataclass(frozen=True)
@@ -318,3 +319,4 @@ class DeviceView:
     state: DeviceState
     netns: str  # INIT_NETNS or net:[INODE]
     claims: tuple[str, ...]  # claim ids
+    carrier: bool = False  # its netdev's, while that is in init_net

@@ -368,6 +368,7 @@ DEVICE_PROPERTIES: PropertyTable[DeviceView] = PropertyTable(
         lambda v: [(p.index, p.state, p.phys_state, p.netdev) for p in v.device.ports],
     ),
     Prop("NetDevice", "s", lambda v: v.device.netdev),
+    Prop("Carrier", "b", lambda v: v.carrier),
     Prop("PciAddress", "s", lambda v: v.device.pci_address),
     Prop("NumaNode", "i", lambda v: v.device.numa_node),
     Prop("CharDevices", "as", lambda v: list(v.device.chardevs)),

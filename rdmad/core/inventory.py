@@ -104,7 +104,7 @@ class Inventory:
         if not mine:  # most devices, on every ListDevices: keep it short
             usable = mode == NetnsMode.EXCLUSIVE or self.has_netdev(dev)
             state = DeviceState.AVAILABLE if usable else DeviceState.UNAVAILABLE
-            return DeviceView(dev, state, INIT_NETNS, ())
+            return DeviceView(dev, state, INIT_NETNS, (), self.carrier(dev))
         whole = [c for c in mine if not c.shared]
         state = DeviceState.CLAIMED if whole else DeviceState.SHARED
         at = whole[0].attachment if whole else None
@@ -113,7 +113,12 @@ class Inventory:
         if at and at.host is not None and not dev.netdev:
             # While its netdev is in the netns, callers still know the device by the host name.
             shown = replace(dev, netdev=at.host.name)
-        return DeviceView(shown, state, netns, tuple(c.id for c in mine))
+        return DeviceView(shown, state, netns, tuple(c.id for c in mine), self.carrier(dev))
+
+    def carrier(self, dev: RdmaDevice) -> bool:
+        """Whether the device's netdev is in init_net and has carrier."""
+        nd = self.netdevs.get(dev.netdev_ifindex) if dev.netdev else None
+        return nd is not None and nd.carrier
 
     def has_netdev(self, dev: RdmaDevice) -> bool:
         if not dev.netdev:

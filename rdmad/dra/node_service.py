@@ -1,30 +1,28 @@
-"""The DRA node service (DRAPlugin, v1 and v1beta1) on <plugins dir>/<driver>/dra.sock:
-each claim of a call prepared or unprepared by rdmad/dra/prepare.py, on its own, so that
-one claim's error is its own (the kubelet retries that claim, and shows the error in its
-pod's events). A call runs under the lock that makes the instances of the plugin take
-turns (rdmad/dra/call_lock.py)."""
+"""The services on <plugins dir>/<driver>/dra.sock: the DRA node service (DRAPlugin, v1 and
+v1beta1), each claim of a call prepared or unprepared by rdmad/dra/prepare.py, on its own,
+so that one claim's error is its own (the kubelet retries that claim, and shows the error
+in its pod's events), under the lock that makes the instances of the plugin take turns
+(rdmad/dra/call_lock.py); and the device health service (DRAResourceHealth, v1 and
+v1alpha1), the stream of rdmad/dra/health.py's reports."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-import grpc
-
 from rdmad.dra.allocation import Refused
 from rdmad.dra.call_lock import CallLock
+from rdmad.dra.health import TIMEOUT_S, HealthReport
 from rdmad.dra.prepare import ClaimRef, Preparer
 from rdmad.dra.rpc import api
 
 log = logging.getLogger("rdmad.dra")
 
 
-def _handler(
-    preparer: Preparer, lock: CallLock, service: str, pb: ModuleType
-) -> grpc.GenericRpcHandler:
+def _handler(preparer: Preparer, lock: CallLock, service: str, pb: ModuleType) -> api.Servable:
     async def each(claims: Sequence[Any], one: Callable[[Any], Awaitable[Any]]) -> dict[str, Any]:
         """The claims' replies by UID, the claims handled together under the lock."""
         async with lock.held():
@@ -80,9 +78,41 @@ def _handler(
     )
 
 
-def dra_handlers(preparer: Preparer, lock: CallLock) -> list[grpc.GenericRpcHandler]:
-    """The DRA service under each version the plugin names in GetInfo."""
+def _health_handler(report: HealthReport, service: str, pb: ModuleType) -> api.Servable:
+    async def watch(_request: Any) -> AsyncIterator[Any]:
+        async for devices in report.reports():
+            now = report.now()
+            yield pb.NodeWatchResourcesResponse(
+                devices=[
+                    pb.DeviceHealth(
+                        device=pb.DeviceIdentifier(pool_name=report.pool, device_name=d.device),
+                        health=int(d.health),
+                        last_updated_time=now,
+                        health_check_timeout_seconds=TIMEOUT_S,
+                        message=d.message,
+                    )
+                    for d in devices
+                ]
+            )
+
+    return api.stream_handler(
+        service,
+        "NodeWatchResources",
+        watch,
+        pb.NodeWatchResourcesRequest,
+        pb.NodeWatchResourcesResponse,
+    )
+
+
+def dra_handlers(preparer: Preparer, lock: CallLock, report: HealthReport) -> list[api.Servable]:
+    """The DRA and health services under each version the plugin names in GetInfo."""
     return [
-        _handler(preparer, lock, api.DRA_SERVICES[version], api.DRA_MESSAGES[version])
-        for version in api.SUPPORTED_VERSIONS
+        *(
+            _handler(preparer, lock, api.DRA_SERVICES[version], api.DRA_MESSAGES[version])
+            for version in api.DRA_VERSIONS
+        ),
+        *(
+            _health_handler(report, version, api.HEALTH_MESSAGES[version])
+            for version in api.HEALTH_VERSIONS
+        ),
     ]

@@ -32,7 +32,7 @@ log = logging.getLogger("rdmad.dra")
 
 # The API's limits (resource.k8s.io/v1 validation).
 DEVICES_PER_SLICE = 128
-DEVICES_PER_SLICE_WITH_COUNTERS = 64  # once any device of the slice consumes counters
+DEVICES_PER_SLICE_WITH_COUNTERS = 64  # once any device of the slice consumes counters or is tainted
 COUNTER_SETS_PER_SLICE = 8  # in a slice of its own: no devices beside them
 ATTRIBUTES_PER_DEVICE = 32  # attributes and capacities together
 STRING_BYTES = 64  # a string attribute's value
@@ -246,11 +246,15 @@ def _shares(n: int) -> dict[str, dict[str, str]]:
 
 
 def in_slices(
-    devices: list[dict[str, Any]], counter_sets: Sequence[dict[str, Any]] = ()
+    devices: list[dict[str, Any]],
+    counter_sets: Sequence[dict[str, Any]] = (),
+    tainting: bool = False,
 ) -> list[dict[str, Any]]:
     """The pool's slices' contents (the devices, or the counter sets, of each spec): the
     counter sets by at most COUNTER_SETS_PER_SLICE, then the devices by at most
-    DEVICES_PER_SLICE (DEVICES_PER_SLICE_WITH_COUNTERS once any consumes counters). No
+    DEVICES_PER_SLICE (DEVICES_PER_SLICE_WITH_COUNTERS once any consumes counters, and
+    whenever the pool's devices may be `tainting`: a port going down then rewrites the
+    devices' slices without moving devices between them). No
     device at all is one empty slice, which tells the scheduler the pool exists and is
     empty."""
     step = COUNTER_SETS_PER_SLICE
@@ -259,7 +263,7 @@ def in_slices(
         for i in range(0, len(counter_sets), step)
     ]
     step = DEVICES_PER_SLICE
-    if any("consumesCounters" in d for d in devices):
+    if tainting or any("consumesCounters" in d for d in devices):
         step = DEVICES_PER_SLICE_WITH_COUNTERS
     out += [{"devices": devices[i : i + step]} for i in range(0, len(devices), step)]
     return out or [{"devices": []}]

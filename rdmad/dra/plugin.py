@@ -23,6 +23,7 @@ from rdmad.bus.client import Client
 from rdmad.bus.connection import BusConnection
 from rdmad.dra.call_lock import CallLock
 from rdmad.dra.device_watch import DeviceWatch
+from rdmad.dra.health import HealthReport
 from rdmad.dra.kube import KubeClaimApi, KubeSliceApi, api_client
 from rdmad.dra.node_service import dra_handlers
 from rdmad.dra.offer import offered
@@ -30,7 +31,7 @@ from rdmad.dra.podcgroup import CGROUP2_MOUNT
 from rdmad.dra.prepare import Preparer
 from rdmad.dra.registration import POD_UID, Sockets, registration_handler, sockets
 from rdmad.dra.rpc.unix_server import serving
-from rdmad.dra.slices import SHARING, Pool, SlicePublisher
+from rdmad.dra.slices import SHARING, TAINT_EFFECTS, Pool, SlicePublisher, tainted
 
 log = logging.getLogger("rdmad.dra")
 
@@ -102,6 +103,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "which the whole device takes all of (counters: Kubernetes 1.36 and newer), or plain "
         "(slots: 1.34, 1.35); auto, the default: counters if the API server is 1.36 or newer",
     )
+    p.add_argument(
+        "--port-down-taint",
+        choices=TAINT_EFFECTS,
+        default=TAINT_EFFECTS[0],
+        metavar="EFFECT",
+        help="the effect of the taint on a device whose port is down: "
+        f"{', '.join(TAINT_EFFECTS)}; None publishes no taint (default {TAINT_EFFECTS[0]})",
+    )
     args = p.parse_args(argv)
     if not args.node_name:
         p.error("no node name: give --node-name or set NODE_NAME")
@@ -114,46 +123,45 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-async def follow_rdmad(watch: DeviceWatch, publisher: SlicePublisher) -> None:
-    """Hand the publisher a new offer after each signal that can change it."""
+async def follow_rdmad(
+    watch: DeviceWatch, publisher: SlicePublisher, health: HealthReport, taint: str
+) -> None:
+    """Hand the publisher a new offer, and the health report rdmad's devices, after each
+    signal that can change them."""
     stale = asyncio.Event()
     await watch.subscribe(stale.set)
     while True:
         state = await watch.read()
-        publisher.offer(offered(state) if state else [])
+        publisher.offer(tainted(offered(state), state, taint) if state else [])
+        health.update(state)
         await stale.wait()
         stale.clear()
 
 
 @contextlib.asynccontextmanager
 async def serving_the_kubelet(
-    paths: Sockets, driver: str, preparer: Preparer, registered: Callable[[], None]
+    paths: Sockets,
+    driver: str,
+    preparer: Preparer,
+    health: HealthReport,
+    registered: Callable[[], None],
 ) -> AsyncIterator[None]:
-    """The DRA service and the registration service on the instance's sockets while the
-    context lasts; at its end (SIGTERM) the sockets are gone before the servers stop, and
-    the instance's private directory with them, so that none is left for the kubelet to
-    dial or for the next instance to find."""
+    """The DRA and health services and the registration service on the instance's sockets
+    while the context lasts; at its end (SIGTERM) the sockets are gone before the servers
+    stop, so that none is left for the kubelet to dial or for the next instance to find."""
     # The DRA socket first: the kubelet connects to it as soon as it registers us.
     async with (
-        serving(
-            paths.endpoint,
-            dra_handlers(preparer, CallLock(paths.lock)),
-            os.path.join(paths.private, "dra.sock"),
-        ),
-        serving(
-            paths.registration,
-            [registration_handler(driver, paths.endpoint, registered)],
-            os.path.join(paths.private, "reg.sock"),
-        ),
+        serving(paths.endpoint, dra_handlers(preparer, CallLock(paths.lock), health)),
+        serving(paths.registration, [registration_handler(driver, paths.endpoint, registered)]),
     ):
         yield
-    with contextlib.suppress(OSError):  # left, with a socket in it, by a killed gRPC server
-        os.rmdir(paths.private)
 
 
 async def run(args: argparse.Namespace) -> int:
     api = api_client(args.kubeconfig)
-    pool = Pool(KubeSliceApi(api), args.driver_name, args.node_name, args.sharing)
+    pool = Pool(
+        KubeSliceApi(api), args.driver_name, args.node_name, args.sharing, args.port_down_taint
+    )
     publisher = SlicePublisher(pool)
     bus = BusConnection(args.bus_address)
     await bus.connect()
@@ -165,18 +173,21 @@ async def run(args: argparse.Namespace) -> int:
         driver,
         args.pod_uid,
     )
+    health = HealthReport(args.node_name)  # the pool's name
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     work = [
         asyncio.ensure_future(publisher.run()),
-        asyncio.ensure_future(follow_rdmad(DeviceWatch(bus), publisher)),
+        asyncio.ensure_future(
+            follow_rdmad(DeviceWatch(bus), publisher, health, args.port_down_taint)
+        ),
     ]
     stopped = asyncio.ensure_future(stop.wait())
     lost = asyncio.ensure_future(bus.wait_for_disconnect())
     try:
-        async with serving_the_kubelet(paths, driver, preparer, publisher.recheck):
+        async with serving_the_kubelet(paths, driver, preparer, health, publisher.recheck):
             log.info(
                 "serving DRA driver %s for node %s: registration %s, DRA service %s; "
                 "rdmad on bus %s",

@@ -15,8 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-
 from rdmad.dra.rpc import api
 from rdmad.dra.rpc.api import registration as pb
 
@@ -30,18 +28,16 @@ LOCK_FILE = "serialize.lock"  # the kubeletplugin's name, in the plugin's direct
 @dataclass(frozen=True)
 class Sockets:
     """Where one instance of the plugin serves: `registration`, the socket the kubelet's
-    plugin watcher finds; `endpoint`, the DRA service's, which GetInfo names; `private`,
-    the directory of the gRPC servers' own sockets behind them (rdmad/dra/rpc/unix_server.py);
+    plugin watcher finds; `endpoint`, the DRA service's, which GetInfo names;
     `lock`, the file that serializes prepare and unprepare across the instances."""
 
     registration: str
     endpoint: str
-    private: str
     lock: str
 
 
 def sockets(registry_dir: str, plugins_dir: str, driver: str, pod_uid: str) -> Sockets:
-    """The instance's paths; with a `pod_uid`, each socket and the private directory are
+    """The instance's paths; with a `pod_uid`, each socket is
     the instance's own, so that two instances serve side by side; the lock is the driver's."""
     plugin_dir = os.path.join(plugins_dir, driver)
     suffix = f"-{pod_uid}" if pod_uid else ""
@@ -51,7 +47,6 @@ def sockets(registry_dir: str, plugins_dir: str, driver: str, pod_uid: str) -> S
     return Sockets(
         registration=os.path.join(registry_dir, registration),
         endpoint=os.path.join(plugin_dir, f"dra{suffix}.sock"),
-        private=os.path.join(plugin_dir, f"grpc{suffix}"),
         lock=os.path.join(plugin_dir, LOCK_FILE),
     )
 
@@ -80,7 +75,7 @@ def _b64(digest: bytes) -> str:
 
 def registration_handler(
     driver: str, endpoint: str, registered: Callable[[], None]
-) -> grpc.GenericRpcHandler:
+) -> api.Servable:
     """GetInfo names the DRA service at `endpoint`; `registered` is called each time the
     kubelet says it registered the plugin (again after the kubelet restarts)."""
 

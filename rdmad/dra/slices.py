@@ -5,6 +5,12 @@ The kubernetes client is synchronous (urllib3): its calls run on one worker thre
 time, while the event loop goes on following rdmad. The publisher wakes only when the offer
 changes or the kubelet registers the plugin again (it wipes a node's slices when it starts),
 and after a failure it waits out its backoff before it tries the newest offer.
+
+A device whose port is not ACTIVE is tainted (KEP-5055): the scheduler places no new claim
+on it (NoSchedule, the default) or also evicts the pods using it (NoExecute); `None`
+publishes no taint. The API allows 64 devices in a slice once one of them has a taint:
+while tainting is on, every slice holds at most 64, so a port going down rewrites the
+devices' slices without moving devices between them.
 """
 
 from __future__ import annotations
@@ -17,16 +23,37 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rdmad.dra.offer import in_slices, partitioned
+from rdmad.dra.health import ACTIVE, port_state
+from rdmad.dra.offer import RdmadState, in_slices, partitioned, rdma_device_of
 
 log = logging.getLogger("rdmad.dra")
 
 API_VERSION = "resource.k8s.io/v1"
 # what makes a published device the wanted one
-_SAME = ("name", "attributes", "capacity", "consumesCounters")
+_SAME = ("name", "attributes", "capacity", "consumesCounters", "taints")
 # The first release whose API server has partitionable devices on by default (KEP-4815).
 PARTITIONABLE_SINCE = (1, 36)
 SHARING = ("auto", "counters", "slots")  # how share slots are published: --sharing
+TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")  # the first: the default
+NO_TAINT = "None"
+PORT_DOWN = "rdmad.io/port-down"  # the taint's key; its value: the port's state
+
+
+def tainted(devices: list[dict[str, Any]], state: RdmadState, effect: str) -> list[dict[str, Any]]:
+    """`devices` (the offer of `state`), each whose RDMA device's port is not ACTIVE with a
+    taint of `effect`; with no taint at all for effect None."""
+    if effect == NO_TAINT:
+        return devices
+    by_rdma = {str(p["Name"]): p for p in state.devices}
+    out = []
+    for device in devices:
+        rdma = rdma_device_of(device["name"], by_rdma)
+        port = port_state(by_rdma[rdma])[1] if rdma is not None else ACTIVE
+        if port != ACTIVE:
+            taint = {"key": PORT_DOWN, "value": port, "effect": effect}
+            device = {**device, "taints": [taint]}
+        out.append(device)
+    return out
 
 
 class SliceApi(Protocol):
@@ -56,7 +83,10 @@ class Backoff:
 
 
 def _comparable(device: dict[str, Any]) -> dict[str, Any]:
-    return {k: device[k] for k in _SAME if device.get(k)}
+    out = {k: device[k] for k in _SAME if device.get(k)}
+    if "taints" in out:  # the API server adds timeAdded to each
+        out["taints"] = [{k: v for k, v in t.items() if k != "timeAdded"} for t in out["taints"]]
+    return out
 
 
 def _contents(spec: dict[str, Any]) -> dict[str, Any]:
@@ -73,11 +103,19 @@ def _canonical(contents: Iterable[dict[str, Any]]) -> list[str]:
 class Pool:
     """The node's pool of this driver's devices, as the API server should hold it."""
 
-    def __init__(self, api: SliceApi, driver: str, node: str, sharing: str = "auto") -> None:
+    def __init__(
+        self,
+        api: SliceApi,
+        driver: str,
+        node: str,
+        sharing: str = "auto",
+        taint: str = NO_TAINT,
+    ) -> None:
         self._api = api
         self.driver = driver
         self.node = node
         self._sharing = sharing
+        self._tainting = taint != NO_TAINT
         self._counters: bool | None = None  # auto: known once the API server answered
 
     def _partitionable(self) -> bool:
@@ -157,7 +195,10 @@ class Pool:
         # Read each time: a node deleted and made again under its name has a new UID, and
         # slices owned by the old one would be garbage-collected.
         node_uid = self._api.node_uid(self.node)
-        wanted = in_slices(*partitioned(devices)) if self._partitionable() else in_slices(devices)
+        if self._partitionable():
+            wanted = in_slices(*partitioned(devices), tainting=self._tainting)
+        else:
+            wanted = in_slices(devices, tainting=self._tainting)
         slices = sorted(
             self._api.list_slices(self.driver, self.node), key=lambda s: s["metadata"]["name"]
         )

@@ -84,7 +84,14 @@ _RENAME_ATTEMPTS = 3
 
 def netdev_from_link(link: Link) -> Netdev:
     """A Netdev from an RTM_NEWLINK message (dump or event)."""
-    return Netdev(ifindex=link.index, name=link.ifname, mtu=link.mtu, up=link.up, kind=link.kind)
+    return Netdev(
+        ifindex=link.index,
+        name=link.ifname,
+        mtu=link.mtu,
+        up=link.up,
+        kind=link.kind,
+        carrier=link.carrier,
+    )
 
 
 def _host_cidrs(host: HostConfig) -> list[Cidr]:

@@ -71,6 +71,7 @@ IFLA_MACVLAN_MODE = 1
 MACVLAN_MODE_BRIDGE = 4
 RTEXT_FILTER_SKIP_STATS = 1 << 3  # no counters in GETLINK replies: nothing here reads them
 IFF_UP = 1
+IFF_LOWER_UP = 1 << 16  # the carrier, reported only while the netdev is up
 # include/uapi/linux/if_addr.h
 IFA_ADDRESS = 1
 IFA_LOCAL = 2
@@ -104,6 +105,10 @@ class Link:
     @property
     def up(self) -> bool:
         return bool(self.flags & IFF_UP)
+
+    @property
+    def carrier(self) -> bool:
+        return bool(self.flags & IFF_LOWER_UP)
 
 
 def link_from(msg: Message) -> Link:

@@ -169,7 +169,8 @@ class SimRdma:
             node_guid=dev.node_guid,
             driver="rdmad_sim",
             link_layer="Ethernet",
-            ports=(Port(1, "ACTIVE" if netdev else "DOWN", "LINK_UP", netdev),),
+            # A RoCE port is ACTIVE while its netdev is up and has carrier (mlx5, rxe).
+            ports=(Port(1, "ACTIVE" if self._names.running(name) else "DOWN", "LINK_UP", netdev),),
             netdev=netdev,
             netdev_ifindex=dev.ifindex if netdev else 0,
             chardevs=(f"/dev/infiniband/uverbs{dev.index - 1}",),
@@ -270,7 +271,8 @@ class SimRdma:
             del self._by_index[dev.index]
 
 
-SIOCGIFNAME, SIOCGIFINDEX = 0x8910, 0x8933
+SIOCGIFNAME, SIOCGIFFLAGS, SIOCGIFINDEX = 0x8910, 0x8913, 0x8933
+IFF_RUNNING = 0x40  # in ifr_flags, the union's first short
 IFNAMSIZ = 16
 _IFREQ = struct.Struct("16si20x")  # struct ifreq: the name, then ifr_ifindex in the union
 
@@ -322,6 +324,16 @@ class _IfNames:
         except OSError:
             return None
         return bytes(_IFREQ.unpack(out)[0]).split(b"\0", 1)[0].decode()
+
+    def running(self, name: str | None) -> bool:
+        """Whether netdev `name` is up with carrier (IFF_RUNNING: operationally up)."""
+        if not name:
+            return False
+        try:
+            out = fcntl.ioctl(self._sock, SIOCGIFFLAGS, _IFREQ.pack(name.encode(), 0))
+        except OSError:
+            return False
+        return bool(_IFREQ.unpack(out)[1] & 0xFFFF & IFF_RUNNING)
 
     def close(self) -> None:
         self._sock.close()

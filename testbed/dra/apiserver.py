@@ -12,18 +12,20 @@ finds its connection closed).
 
 Every ResourceSlice it is given is validated as the real API server and the node
 authorizer would: it must deserialize into the kubernetes client's V1ResourceSlice, keep
-the API's limits (128 devices a slice, 64 once one consumes counters, 32 attributes and
-capacities a device, string values of 64 bytes, DNS-label device and counter names, devices
-or at most 8 counter sets in a slice, not both), name this node and driver, and be owned by
-the Node. A slice that fails is refused with 422 and its faults are kept in `invalid`,
-which the tests assert empty. The devices and counter sets the tests read are the pool's
-newest complete generation's, as the scheduler takes them. Its /version is `version`
-(1.37 unless a test says otherwise).
+the API's limits (128 devices a slice, 64 once one consumes counters or has a taint, 32
+attributes and capacities a device, string values of 64 bytes, DNS-label device and counter
+names, devices or at most 8 counter sets in a slice, not both, taints of a label name and
+value and a known effect), name this node and driver, and be owned by the Node. A slice
+that fails is refused with 422 and its faults are kept in `invalid`, which the tests assert
+empty. As the API server does, it stamps each taint without a timeAdded. The devices and
+counter sets the tests read are the pool's newest complete generation's, as the scheduler
+takes them. Its /version is `version` (1.37 unless a test says otherwise).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import itertools
 import json
 import re
@@ -41,10 +43,12 @@ from kubernetes.client import ResourceV1ResourceClaim, V1ResourceSlice
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 CLAIMS = re.compile(r"/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)")
 DEVICES_PER_SLICE = 128
-DEVICES_PER_SLICE_WITH_COUNTERS = 64
+DEVICES_PER_SLICE_ADVANCED = 64  # once one consumes counters or has a taint
 COUNTER_SETS_PER_SLICE = 8
 CONSUMPTIONS_PER_DEVICE = 2
 COUNTERS_PER_SET = 32
+TAINT_EFFECTS = {"None", "NoSchedule", "NoExecute"}
+LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 ATTRIBUTES_AND_CAPACITIES = 32
 STRING_BYTES = 64
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -209,8 +213,8 @@ class ApiServer:
         for c in counter_sets:
             out += [f"counter set {c['name']!r}: {f}" for f in _counter_faults(c)]
         limit = DEVICES_PER_SLICE
-        if any(d.get("consumesCounters") for d in devices):
-            limit = DEVICES_PER_SLICE_WITH_COUNTERS
+        if any(d.get("consumesCounters") or d.get("taints") for d in devices):
+            limit = DEVICES_PER_SLICE_ADVANCED
         if len(devices) > limit:
             out.append(f"{len(devices)} devices (at most {limit})")
         names = [d.get("name", "") for d in devices]
@@ -245,6 +249,18 @@ class ApiServer:
             out.append("a counter set consumed twice")
         for c in consumes:
             out += [f"consumes {c['counterSet']!r}: {f}" for f in _counter_faults(c)]
+        for taint in device.get("taints") or []:
+            domain, _, name = taint.get("key", "").rpartition("/")
+            if (
+                not LABEL_VALUE.fullmatch(name)
+                or not name
+                or (domain and not DNS_SUBDOMAIN.fullmatch(domain))
+            ):
+                out.append(f"taint key {taint.get('key')!r}")
+            if not LABEL_VALUE.fullmatch(taint.get("value", "")):
+                out.append(f"taint value {taint.get('value')!r}")
+            if taint.get("effect") not in TAINT_EFFECTS:
+                out.append(f"taint effect {taint.get('effect')!r}")
         return out
 
     # --- HTTP ---
@@ -265,6 +281,10 @@ class ApiServer:
                     self.invalid += faults
                     return 422, _status(422, "Invalid", "; ".join(faults))
                 meta = body["metadata"]
+                now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                for device in body["spec"].get("devices") or []:
+                    for taint in device.get("taints") or []:
+                        taint.setdefault("timeAdded", now)
                 if method == "POST":
                     name = meta.pop("generateName") + uuid.uuid4().hex[:5]
                     meta["name"], meta["uid"] = name, str(uuid.uuid4())

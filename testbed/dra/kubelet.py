@@ -7,8 +7,12 @@ pkg/kubelet/cm/dra/plugin)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import stat
+import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
@@ -24,6 +28,9 @@ DRA_PACKAGES = {
     "v1.DRAPlugin": "k8s.io.kubelet.pkg.apis.dra.v1",
     "v1beta1.DRAPlugin": "k8s.io.kubelet.pkg.apis.dra.v1beta1",
 }
+# The kubelet's device health services (dra-health/v1 and v1alpha1), each its own package.
+HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
+HEALTH = {0: "UNKNOWN", 1: "HEALTHY", 2: "UNHEALTHY"}  # HealthStatus
 # The kubelet's bound on each DRA call (PluginClientTimeout); a plugin's answer past it is
 # lost, and the kubelet calls again.
 DRA_CALL_TIMEOUT = 45.0
@@ -73,6 +80,12 @@ def chosen_service(info: PluginInfo) -> str:
         if service in KUBELET_SERVICES:
             return service
     raise AssertionError(f"the kubelet knows none of {info.supported_versions}")
+
+
+def dra_services(info: PluginInfo) -> list[str]:
+    """The DRA services the plugin names that the kubelet knows (its health services
+    apart)."""
+    return [s for s in info.supported_versions if s in KUBELET_SERVICES]
 
 
 async def get_info_on(channel: grpc.aio.Channel) -> PluginInfo:
@@ -191,3 +204,64 @@ async def unprepare(endpoint: str, service: str, claims: list[Claim]) -> dict[st
     async with connect(endpoint) as channel:
         reply = await _call(channel, method, _claims_request(claims), DRA_CALL_TIMEOUT)
     return {uid: wire.string(result, 1) for uid, result in _by_uid(reply).items()}
+
+
+@dataclass(frozen=True)
+class DeviceHealth:
+    pool: str
+    device: str
+    health: str  # HEALTH's names
+    last_updated: int  # Unix seconds
+    timeout: int  # seconds
+    message: str
+
+
+class HealthStream:
+    """NodeWatchResources, the stream the kubelet holds open for as long as it runs: each
+    report by device name."""
+
+    def __init__(self, call: grpc.aio.UnaryStreamCall[bytes, bytes]) -> None:
+        self._call = call
+
+    async def next(self, within: float) -> dict[str, DeviceHealth]:
+        reply = await asyncio.wait_for(self._call.read(), within)
+        assert isinstance(reply, bytes), reply
+        return health_report(reply)
+
+    async def until(self, device: str, health: str, within: float) -> dict[str, DeviceHealth]:
+        """The first report, within `within` s from now, in which `device` has `health`."""
+        deadline = time.monotonic() + within
+        while True:
+            report = await self.next(deadline - time.monotonic())
+            if device in report and report[device].health == health:
+                return report
+
+
+@contextlib.asynccontextmanager
+async def watching_health(
+    endpoint: str, service: str = HEALTH_SERVICES[0]
+) -> AsyncIterator[HealthStream]:
+    async with connect(endpoint) as channel:
+        call = channel.unary_stream(f"/{service}/NodeWatchResources")(b"")
+        try:
+            yield HealthStream(call)
+        finally:
+            call.cancel()
+
+
+def health_report(reply: bytes) -> dict[str, DeviceHealth]:
+    """A NodeWatchResourcesResponse (repeated DeviceHealth devices = 1; in each, the
+    DeviceIdentifier device = 1 (pool_name = 1, device_name = 2), health = 2,
+    last_updated_time = 3, health_check_timeout_seconds = 4, message = 5), by device name."""
+    out = {}
+    for d in wire.messages(wire.decode(reply), 1):
+        (ident,) = wire.messages(d, 1)
+        out[wire.string(ident, 2)] = DeviceHealth(
+            wire.string(ident, 1),
+            wire.string(ident, 2),
+            HEALTH[wire.integer(d, 2)],
+            wire.integer(d, 3),
+            wire.integer(d, 4),
+            wire.string(d, 5),
+        )
+    return out

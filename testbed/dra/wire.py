@@ -1,6 +1,7 @@
 """Protocol buffers' wire format, written out by hand for the kubelet's side of the
 contract tests: the messages are encoded with the field numbers of the kubelet's own API
-definitions (k8s.io/kubelet pkg/apis/pluginregistration/v1, dra/v1, dra/v1beta1), never
+definitions (k8s.io/kubelet pkg/apis/pluginregistration/v1, dra/v1, dra/v1beta1,
+dra-health/v1 and v1alpha1), never
 with the plugin's .proto files, so a wrong number or type there fails these tests.
 
 A message is a dict: field number -> list of values, each an int (varint), bytes
@@ -69,6 +70,13 @@ def string(fields: Fields, number: int) -> str:
     values = fields.get(number, [b""])
     assert len(values) == 1 and isinstance(values[-1], bytes), (number, values)
     return values[-1].decode()
+
+
+def integer(fields: Fields, number: int) -> int:
+    """A singular varint field (0 when absent, as proto3 has it)."""
+    values = fields.get(number, [0])
+    assert len(values) == 1 and isinstance(values[-1], int), (number, values)
+    return values[-1]
 
 
 def strings(fields: Fields, number: int) -> list[str]:

@@ -43,6 +43,8 @@ def props(name: str = "mlx5_0", state: str = "available", **more: Any) -> dict[s
         "NumaNode": 1,
         "NodeGuid": "0002:c903:0031:7a40",
         "State": state,
+        "Ports": [(1, "ACTIVE", "LINK_UP", "ens1f0")],
+        "Carrier": True,
         **more,
     }
 

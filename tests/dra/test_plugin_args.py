@@ -19,6 +19,7 @@ def test_defaults_are_the_kubelets_directories_and_the_driver_name(
     assert args.node_name == "node-a"
     assert args.kubeconfig is None  # in-cluster
     assert args.bus_address == "unix:path=/var/run/dbus/system_bus_socket"
+    assert args.port_down_taint == "NoSchedule"
 
 
 def test_node_name_flag_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,3 +61,13 @@ def test_a_pod_uid_that_is_not_a_uuid_is_a_usage_error(
         parse_args(["--pod-uid", "../../etc"])
     assert exit.value.code == 2
     assert "is not a UUID" in capsys.readouterr().err
+
+
+def test_a_taint_effect_the_api_does_not_have_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NODE_NAME", "node-a")
+    with pytest.raises(SystemExit) as exit:
+        parse_args(["--port-down-taint", "PreferNoSchedule"])
+    assert exit.value.code == 2
+    assert "invalid choice: 'PreferNoSchedule'" in capsys.readouterr().err

@@ -1,8 +1,8 @@
-"""rdmad-dra when nothing changes: no thread of it wakes. Its own threads (the event loop, its
-API worker, its claim reads' worker) sleep until something happens, and gRPC's threads,
-which wake on timers of their own while a gRPC server exists (docs/kubernetes.md,
-"Performance"), exist only while the kubelet calls: none before its first call, and none
-left once no call has come for the idle time."""
+"""rdmad-dra when nothing changes: no thread of it wakes, even while the kubelet holds the
+health stream open, as it does for as long as it runs. Its own threads (the event loop, its
+API worker, its claim reads' worker) sleep until something happens, and its gRPC server,
+grpclib's, is the event loop's: it has no thread or timer of its own (docs/kubernetes.md,
+"Performance")."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import asyncio
 
 import pytest
 
-from rdmad.dra.rpc.on_demand import IDLE_S
 from testbed.dra import kubelet
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.plugin_process import Plugin
@@ -37,12 +36,6 @@ async def stays_up(plugin: Plugin, seconds: float) -> None:
         await asyncio.wait_for(plugin.proc.wait(), seconds)
 
 
-async def idle_stops(plugin: Plugin) -> None:
-    """Both of its gRPC servers stopped, IDLE_S after the kubelet's last call."""
-    for socket in (plugin.registration_socket, plugin.endpoint):
-        await plugin.wait_log(f"stopped the gRPC server for {socket} ", timeout=IDLE_S + 30)
-
-
 async def assert_nothing_wakes(plugin: Plugin) -> None:
     pid = plugin.proc.pid
     await stays_up(plugin, SETTLE_S)
@@ -52,7 +45,7 @@ async def assert_nothing_wakes(plugin: Plugin) -> None:
     assert any(t.tid == pid for t in after), "the event loop's thread is measured"
     assert woken(before, after) == {}
     assert {t.name for t in after} & GRPC_CORE_THREADS == set()
-    assert polling(pid) <= {pid}, "no thread but the event loop polls (none of grpc.aio's)"
+    assert polling(pid) <= {pid}, "no thread but the event loop polls"
 
 
 async def test_an_idle_plugin_that_the_kubelet_never_called_wakes_no_thread(
@@ -61,7 +54,7 @@ async def test_an_idle_plugin_that_the_kubelet_never_called_wakes_no_thread(
     await assert_nothing_wakes(plugin)
 
 
-async def test_an_idle_plugin_wakes_no_thread_once_the_kubelets_calls_are_idle_time_past(
+async def test_an_idle_plugin_wakes_no_thread_while_the_kubelet_holds_the_health_stream(
     api: ApiServer, plugin: Plugin
 ) -> None:
     serve(api, A, ["sim0"])
@@ -70,5 +63,6 @@ async def test_an_idle_plugin_wakes_no_thread_once_the_kubelets_calls_are_idle_t
     await kubelet.notify_registration_status(registration, True)
     assert (await prepare(plugin, A))[A.uid].error == ""
     assert await kubelet.unprepare(str(plugin.endpoint), SERVICE, [A]) == {A.uid: ""}
-    await idle_stops(plugin)
-    await assert_nothing_wakes(plugin)
+    async with kubelet.watching_health(str(plugin.endpoint)) as health:
+        await health.next(WINDOW_S)
+        await assert_nothing_wakes(plugin)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from rdmad.dra.kube import KubeSliceApi, api_client
-from rdmad.dra.slices import Backoff, Pool, SlicePublisher
+from rdmad.dra.slices import PORT_DOWN, Backoff, Pool, SlicePublisher
 from testbed.dra.apiserver import ApiServer
 from tests.dra.test_offer import offer, props
 
@@ -168,3 +168,29 @@ async def test_api_errors_are_retried_after_backoff_with_the_newest_offer(
     # 0.2 + 0.4 + 0.8 s of backoff between the four tries: no busy loop
     assert loop.time() - start >= 1.4
     assert api.fail_writes == 0 and api.writes == 1
+
+
+def tainted_pool(api: ApiServer, tmp_path: Path) -> Pool:
+    kube = KubeSliceApi(api_client(str(api.kubeconfig(tmp_path))))
+    return Pool(kube, api.driver, api.node, "NoSchedule")
+
+
+def test_while_tainting_is_on_a_slice_holds_at_most_64_devices(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    tainted_pool(api, tmp_path).sync(devices(100))
+    assert sorted(len(s["spec"]["devices"]) for s in api.slices.values()) == [36, 64]
+
+
+def test_a_taint_the_api_server_stamped_is_no_change(api: ApiServer, tmp_path: Path) -> None:
+    pool = tainted_pool(api, tmp_path)
+    offer = devices(2)
+    offer[0] = {
+        **offer[0],
+        "taints": [{"key": PORT_DOWN, "value": "DOWN", "effect": "NoSchedule"}],
+    }
+    assert pool.sync(offer)
+    assert "timeAdded" in api.devices()["mlx5-0"]["taints"][0]
+    writes = api.writes
+    assert not pool.sync(offer)
+    assert api.writes == writes

@@ -26,7 +26,7 @@ async def test_the_kubelet_finds_one_registration_socket_named_after_the_driver(
     assert found == [str(plugin.registry_dir / "rdma.rdmad.io-reg.sock")]
 
 
-async def test_get_info_names_a_dra_plugin_its_endpoint_and_both_dra_services(
+async def test_get_info_names_a_dra_plugin_its_endpoint_and_its_dra_and_health_services(
     api: ApiServer, bus_address: str, tmp_path: Path
 ) -> None:
     async with running_plugin(api, bus_address, tmp_path) as plugin:
@@ -37,7 +37,12 @@ async def test_get_info_names_a_dra_plugin_its_endpoint_and_both_dra_services(
     assert info.name == "rdma.rdmad.io"
     assert info.endpoint == str(tmp_path / "plugins" / "rdma.rdmad.io" / "dra.sock")
     assert endpoint_is_served
-    assert info.supported_versions == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert info.supported_versions == [
+        "v1.DRAPlugin",
+        "v1beta1.DRAPlugin",
+        "v1.DRAResourceHealth",
+        "v1alpha1.DRAResourceHealth",
+    ]
     assert kubelet.chosen_service(info) == "v1.DRAPlugin"
 
 
@@ -60,7 +65,7 @@ async def test_prepare_answers_each_claim_under_both_versions(
         info = await kubelet.get_info(str(plugin.registration_socket))
         errors = {
             service: await kubelet.prepare(info.endpoint, service, CLAIMS)
-            for service in info.supported_versions
+            for service in kubelet.dra_services(info)
         }
     for by_uid in errors.values():
         assert set(by_uid) == {c.uid for c in CLAIMS}
@@ -76,7 +81,7 @@ async def test_unprepare_without_rdmad_is_each_claims_error_so_the_kubelet_retri
 ) -> None:
     async with running_plugin(api, bus_address, tmp_path) as plugin:  # no rdmad on the bus
         info = await kubelet.get_info(str(plugin.registration_socket))
-        for service in info.supported_versions:
+        for service in kubelet.dra_services(info):
             errors = await kubelet.unprepare(info.endpoint, service, CLAIMS)
             assert set(errors) == {c.uid for c in CLAIMS}
             assert all("rdmad is not reachable on its bus" in e for e in errors.values())

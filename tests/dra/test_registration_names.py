@@ -27,7 +27,6 @@ def test_without_a_pod_uid_the_sockets_have_the_drivers_names() -> None:
     paths = sockets(REGISTRY, PLUGINS, DRIVER, "")
     assert paths.registration == f"{REGISTRY}/rdma.rdmad.io-reg.sock"
     assert paths.endpoint == f"{PLUGINS}/rdma.rdmad.io/dra.sock"
-    assert paths.private == f"{PLUGINS}/rdma.rdmad.io/grpc"
     assert paths.lock == f"{PLUGINS}/rdma.rdmad.io/serialize.lock"
 
 
@@ -35,7 +34,6 @@ def test_with_a_pod_uid_the_sockets_are_the_instances_and_the_lock_the_drivers()
     paths = sockets(REGISTRY, PLUGINS, DRIVER, UID)
     assert paths.registration == f"{REGISTRY}/rdma.rdmad.io-{UID}-reg.sock"
     assert paths.endpoint == f"{PLUGINS}/rdma.rdmad.io/dra-{UID}.sock"
-    assert paths.private == f"{PLUGINS}/rdma.rdmad.io/grpc-{UID}"
     assert paths.lock == sockets(REGISTRY, PLUGINS, DRIVER, "").lock
 
 

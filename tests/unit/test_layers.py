@@ -49,7 +49,7 @@ RULES: dict[str, tuple[set[str], set[str]]] = {
     ),
     "dra": (
         VOCABULARY | BUS_CLIENT | {"rdmad.dra.*"},
-        {"dbus_fast", "grpc", "google", "kubernetes", "urllib3"},
+        {"dbus_fast", "grpclib", "google", "kubernetes", "urllib3"},
     ),
 }
 
