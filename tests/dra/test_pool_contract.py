@@ -172,7 +172,7 @@ async def test_api_errors_are_retried_after_backoff_with_the_newest_offer(
 
 def tainted_pool(api: ApiServer, tmp_path: Path) -> Pool:
     kube = KubeSliceApi(api_client(str(api.kubeconfig(tmp_path))))
-    return Pool(kube, api.driver, api.node, "NoSchedule")
+    return Pool(kube, api.driver, api.node, taint="NoSchedule")
 
 
 def test_while_tainting_is_on_a_slice_holds_at_most_64_devices(
