@@ -12,6 +12,7 @@ the containers are a busybox rootfs with the host's /usr and libraries mounted r
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,9 @@ def bus_address(device: Rxe) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def user() -> Iterator[Path]:
+    # slirp4netns, the rootless pod's network, opens /dev/net/tun: a node's boot loads tun,
+    # the guest's does not
+    subprocess.run(["modprobe", "tun"], check=True)
     with rootless_user() as home:
         yield home
 

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -48,6 +49,9 @@ def require_containerd() -> None:
     pytest.skip(f"needs {', '.join(missing)}")
 
 
+_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+
+
 def _config(home: Path, cdi_dir: Path, snapshotter: str) -> str:
     """containerd 2's version 3 config: CDI and NRI are on by default there (NRI's socket and
     plugin dirs are moved into `home`), the CRI plugin split into its images and runtime
@@ -63,6 +67,12 @@ state = "{home}/state"
   socket_path = "{home}/nri.sock"
   plugin_path = "{home}/nri/plugins"
   plugin_config_path = "{home}/nri/conf.d"
+# `ctr images import` unpacks through the transfer service, whose default names overlayfs:
+# where the node's snapshotter is another (the guest's "native"), it has none to unpack to.
+[plugins.'io.containerd.transfer.v1.local']
+  [[plugins.'io.containerd.transfer.v1.local'.unpack_config]]
+    platform = "linux/{_ARCH}"
+    snapshotter = "{snapshotter}"
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "{snapshotter}"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
