@@ -104,6 +104,9 @@ async def test_unprepare_of_one_pod_releases_its_share_and_keeps_the_others(
     api: ApiServer, rig: Rig, plugin: Plugin
 ) -> None:
     await two_pods_share_sim0(api, plugin)
+    # The pool follows rdmad behind it: until it shows the two shares, it may still be the
+    # offer from before them (sim0 whole), and releasing one leaves the same offer.
+    await api.wait_for(lambda d: "sim0" not in d and slots_of(d, "sim0") == SIM0_SLOTS)
     assert await kubelet.unprepare(str(plugin.endpoint), SERVICE, [A]) == {A.uid: ""}
     assert await holds(rig) == [("sim0", True, POD_B, f"dra/{B.uid}/sim0--share-1")]
     devices = await api.wait_for(lambda d: slots_of(d, "sim0") == SIM0_SLOTS)
