@@ -37,37 +37,29 @@ def test_no_node_name_is_a_usage_error(
     assert "--node-name or set NODE_NAME" in capsys.readouterr().err
 
 
-def test_a_bus_address_that_is_not_one_is_a_usage_error(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--bus-address", "not-an-address"], "is not a D-Bus address"),
+        (["--pod-uid", "../../etc"], "is not a UUID"),
+        (["--port-down-taint", "PreferNoSchedule"], "invalid choice: 'PreferNoSchedule'"),
+    ],
+    ids=["bus-address", "pod-uid", "taint-effect"],
+)
+def test_a_flag_value_it_cannot_take_is_a_usage_error(
+    argv: list[str],
+    said: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("NODE_NAME", "node-a")
     with pytest.raises(SystemExit) as exit:
-        parse_args(["--bus-address", "not-an-address"])
+        parse_args(argv)
     assert exit.value.code == 2
-    assert "is not a D-Bus address" in capsys.readouterr().err
+    assert said in capsys.readouterr().err
 
 
 def test_the_pod_uid_comes_from_the_downward_apis_pod_uid(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NODE_NAME", "node-a")
     monkeypatch.setenv("POD_UID", "ad4af911-5bcd-47c5-a554-f35cea869472")
     assert parse_args([]).pod_uid == "ad4af911-5bcd-47c5-a554-f35cea869472"
-
-
-def test_a_pod_uid_that_is_not_a_uuid_is_a_usage_error(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("NODE_NAME", "node-a")
-    with pytest.raises(SystemExit) as exit:
-        parse_args(["--pod-uid", "../../etc"])
-    assert exit.value.code == 2
-    assert "is not a UUID" in capsys.readouterr().err
-
-
-def test_a_taint_effect_the_api_does_not_have_is_a_usage_error(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("NODE_NAME", "node-a")
-    with pytest.raises(SystemExit) as exit:
-        parse_args(["--port-down-taint", "PreferNoSchedule"])
-    assert exit.value.code == 2
-    assert "invalid choice: 'PreferNoSchedule'" in capsys.readouterr().err
