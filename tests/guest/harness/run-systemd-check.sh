@@ -51,11 +51,27 @@ echo "[sdcheck] image ready in $(( $(date +%s) - t0 ))s; booting (console: $CONS
 
 accel=$(guest_accel)
 [ -n "$timeout_s" ] || { [ "$accel" = tcg ] && timeout_s=1800 || timeout_s=900; }
-vng_args=(--systemd --rw --root "$ROOT" --force-9p --cpus 2 --memory 1G --run "$kernel")
+vng_args=(--systemd --rw --root "$ROOT" --force-9p --cpus 2 --memory 2G --run "$kernel")
 [ "$accel" = tcg ] && vng_args+=(--disable-kvm)
 # The image changes only by the guest's own writes while it runs (vm.sh); the probe syncs
 # its record, and the power-off unmounts the root
 cache_9p_root
+# The probe's CRI pod runs tests/systemd from this checkout, with its venv and the Python
+# that made the venv, and containerd from its cache: shared read-only at the same paths.
+REPO=$(cd "$HERE/../../.." && pwd)
+[ -x "$REPO/.venv/bin/python" ] || die "$REPO/.venv missing: run make setup"
+python_prefix=$(dirname "$(dirname "$(readlink -f "$REPO/.venv/bin/python")")")
+containerd_cache=${RDMAD_CONTAINERD_CACHE:-/opt/rdmad-containerd}
+[ -x "$containerd_cache/containerd2/usr/bin/containerd" ] \
+    || die "containerd missing in $containerd_cache: run scripts/fetch-containerd.sh"
+for shared in "$REPO" "$python_prefix" "$containerd_cache"; do
+    vng_args+=(--rodir "$shared=$shared")   # (the probe mounts them)
+done
+echo "$REPO" > "$ROOT/etc/rdmad-probe-checkout"
+# the guest sees the checkout read-only and writes no byte-code: write it here (a no-op
+# when current), as run-in-guest.sh does
+(cd "$REPO" && .venv/bin/python -m compileall -q -j0 rdmad testbed tests >/dev/null) \
+    || echo "[sdcheck] WARNING: compileall failed: the guest compiles what it imports" >&2
 [ -d /lib/modules ] || mkdir -p /lib/modules   # vng wants it on the host
 
 # the guest console goes through a FIFO (see run_vm) to $CONSOLE
@@ -143,6 +159,7 @@ check "reinstalled: claim kept" "$(get reinstalled_claims_rc) $(get reinstalled_
 check "reinstalled: rxe0 state" "$(get reinstalled_device)" '^shared$'
 check "release after reinstall" "$(get pkg_release_rc)"    '^0$'
 check "released: child gone"    "$(get released_child)"     '^0$'
+check "CRI pod, systemd driver" "$(get cri_rc) $(get cri_summary)" '^0 [0-9]+ passed in '
 check "refused: set-up"         "$(get refuse_setup_rc) $(get refuse_sim_start_rc) $(get refuse_squatter_rc)" '^0 0 0$'
 refuse_id=$(get refuse_claim_id)
 check "refused: whole claim"    "$(get refuse_claim_rc) $refuse_id" '^0 [0-9a-f]+$'

@@ -150,6 +150,25 @@ kv reinstalled_device "$(mgr ListDevices 2>&1 | grep -o '"rxe0" "[a-z-]*"' | cut
 release "$pkg_path"; kv pkg_release_rc $?
 kv released_child "$(ip netns exec probe1 ip -o link show 2>&1 | grep -c ' net1@')"
 
+section cri "a CRI pod under the kubelet's systemd cgroup driver: containerd 2, runc, rdmad-cni"
+# tests/systemd, from the host's checkout with its venv and containerd's cache: vng's
+# --rodir shares (virtme_initmountN=PATH on the command line, tag virtme.initmountN), which
+# vng mounts only for its own shell: mounted here, read-only, and cached (the host does
+# not change them during the run; uncached, each stat of Python's imports is a 9p round
+# trip through the emulated CPU)
+for arg in $(cat /proc/cmdline); do
+    [[ $arg =~ ^virtme_initmount([0-9]+)=(/.*)$ ]] || continue
+    mkdir -p "${BASH_REMATCH[2]}"
+    mount -t 9p -o ro,trans=virtio,version=9p2000.L,access=any,msize=524288,cache=loose \
+        "virtme.initmount${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" || echo "mount of $arg failed"
+done
+checkout=$(cat /etc/rdmad-probe-checkout)
+# (no test here uses hypothesis: its plugin alone imports it, seconds under emulation)
+out=$(cd "$checkout" && HOME=/root CI=true RDMAD_SYSTEMD_GUEST=1 PYTHONDONTWRITEBYTECODE=1 \
+    .venv/bin/python -m pytest -p no:cacheprovider -p no:hypothesispytest -q -ra tests/systemd 2>&1)
+kv cri_rc $?; echo "$out"
+kv cri_summary "$(tail -n 1 <<<"$out")"
+
 section security "systemd-analyze security rdmad.service"
 sec=$(systemd-analyze security rdmad.service --no-pager 2>&1); kv security_rc $?
 echo "$sec"
