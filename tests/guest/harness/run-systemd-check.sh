@@ -3,21 +3,22 @@
 # its Debian package: build/refresh the systemd image (systemd-image.sh: `apt install
 # ./rdmad_*.deb ./rdmad-dra_*.deb`, rdmad-dra checked and removed there again, natively),
 # boot it once (systemd is PID 1; a set-up unit makes rxe0 and a netns, then rdmad starts at
-# boot; the probe claims/releases, runs rdmactl as root and as nobody, `apt remove`s rdmad
-# under a live claim and reinstalls it, restarts rdmad on a claim whose give-back the
-# kernel refuses (it must come up, once: no restart loop), runs systemd-analyze security,
-# stops rdmad and powers off), then check what the image build and the probe recorded.
+# boot; the probe claims/releases, runs rdmactl as root and as nobody, checks the polkit
+# actions, `apt remove`s rdmad under a live claim and reinstalls it, runs a CRI pod under the
+# kubelet's systemd cgroup driver (tests/systemd, by pytest from this checkout, shared
+# read-only), runs systemd-analyze security, restarts rdmad on a claim whose give-back the
+# kernel refuses (it must come up, once: no restart loop), stops rdmad and powers off), then
+# check what the image build and the probe recorded.
 # Prints the security score.
 #
 #   tests/guest/harness/run-systemd-check.sh [--timeout S]
 #                    (root; default 900 s with KVM, 1800 s under TCG: the in-guest apt remove
-#                    and reinstall run emulated over 9p. With one package carrying the DRA
-#                    dependencies it took 1534 s under TCG, most of it dpkg and compileall
-#                    on their ~3900 files; rdmad alone has ~310)
+#                    and reinstall and the CRI pod run emulated over 9p)
 #
 # Exit: 0 all checks passed; 1 a check failed (each one named on stderr); 124 boot timeout;
 # 125 the image could not be built or the probe left no record (never a silent pass).
-# env: RDMAD_GUEST_CACHE, RDMAD_GUEST_ACCEL=auto|kvm|tcg (as run-in-guest.sh).
+# env: RDMAD_GUEST_CACHE, RDMAD_GUEST_ACCEL=auto|kvm|tcg, RDMAD_GUEST_9P_CACHE (as
+# run-in-guest.sh), RDMAD_CONTAINERD_CACHE (scripts/fetch-containerd.sh's).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,7 +33,7 @@ timeout_s=""
 while [ $# -gt 0 ]; do
     case $1 in
         --timeout) timeout_s=${2:?}; shift 2 ;;
-        -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) die "unknown argument $1" ;;
     esac
 done
