@@ -90,7 +90,7 @@ async def run(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SlicedP
     write_image_archive(IMAGE, image)
     uid = str(uuid.uuid4())
     with pod_slice(uid) as (unit, cgroup):
-        # the root is 9p, where overlayfs has no upper: plain copies
+        # plain copies of a one-file image: no overlay module to count on in the guest
         async with private_containerd(
             CDI_DIR, "native", systemd_cgroup=True, cni=RDMAD_CNI
         ) as containerd:

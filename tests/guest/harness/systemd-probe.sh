@@ -114,7 +114,8 @@ rm -f "$rules"   # (nothing asks for nobody again: no restart)
 section cni "the CNI plugin (Go, a static binary): VERSION"
 out=$(echo '{"cniVersion":"1.0.0"}' | CNI_COMMAND=VERSION /usr/lib/cni/rdmad)
 kv cni_version_rc $?; echo "$out"
-kv cni_versions "$(sed -n 's/.*"supportedVersions": *\[\([^]]*\)\].*/\1/p' <<<"$out" | tr -d '" ' | tr ',' ' ')"
+kv cni_versions "$(sed -n 's/.*"supportedVersions": *\[\([^]]*\)\].*/\1/p' <<<"$out" \
+    | tr -d '" ' | tr ',' ' ')"
 
 section claim "shared claim into netns probe1, then release"
 claim=$(mgr Claim 'ssa{sv}' rxe0 probe1 1 shared b true); kv claim_rc $?
@@ -163,9 +164,12 @@ for arg in $(cat /proc/cmdline); do
         "virtme.initmount${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" || echo "mount of $arg failed"
 done
 checkout=$(cat /etc/rdmad-probe-checkout)
+# temporary files (containerd's root, state and socket among them) on a tmpfs, not the 9p root
+mkdir -p /run/rdmad-cri
 # (no test here uses hypothesis: its plugin alone imports it, seconds under emulation)
-out=$(cd "$checkout" && HOME=/root CI=true RDMAD_SYSTEMD_GUEST=1 PYTHONDONTWRITEBYTECODE=1 \
-    .venv/bin/python -m pytest -p no:cacheprovider -p no:hypothesispytest -q -ra tests/systemd 2>&1)
+out=$(cd "$checkout" && HOME=/root TMPDIR=/run/rdmad-cri CI=true RDMAD_SYSTEMD_GUEST=1 \
+    PYTHONDONTWRITEBYTECODE=1 .venv/bin/python -m pytest -p no:cacheprovider \
+    -p no:hypothesispytest -q -ra tests/systemd 2>&1)
 kv cri_rc $?; echo "$out"
 kv cri_summary "$(tail -n 1 <<<"$out")"
 
