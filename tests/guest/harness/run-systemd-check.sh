@@ -17,8 +17,8 @@
 #
 # Exit: 0 all checks passed; 1 a check failed (each one named on stderr); 124 boot timeout;
 # 125 the image could not be built or the probe left no record (never a silent pass).
-# env: RDMAD_GUEST_CACHE, RDMAD_GUEST_ACCEL=auto|kvm|tcg, RDMAD_GUEST_9P_CACHE (as
-# run-in-guest.sh), RDMAD_CONTAINERD_CACHE (scripts/fetch-containerd.sh's).
+# env: RDMAD_GUEST_CACHE, RDMAD_GUEST_ACCEL=auto|kvm|tcg (as run-in-guest.sh),
+# RDMAD_CONTAINERD_CACHE (scripts/fetch-containerd.sh's).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -54,9 +54,6 @@ accel=$(guest_accel)
 [ -n "$timeout_s" ] || { [ "$accel" = tcg ] && timeout_s=1800 || timeout_s=900; }
 vng_args=(--systemd --rw --root "$ROOT" --force-9p --cpus 2 --memory 2G --run "$kernel")
 [ "$accel" = tcg ] && vng_args+=(--disable-kvm)
-# The image changes only by the guest's own writes while it runs (vm.sh); the probe syncs
-# its record, and the power-off unmounts the root
-cache_9p_root
 # The probe's CRI pod runs tests/systemd from this checkout, with its venv and the Python
 # that made the venv, and containerd from its cache: shared read-only at the same paths.
 REPO=$(cd "$HERE/../../.." && pwd)

@@ -14,17 +14,6 @@ guest_accel() {
     echo "$accel"
 }
 
-# cache_9p_root: adds to vng_args the --append that caches the guest's 9p root as
-# RDMAD_GUEST_9P_CACHE says (default loose; "none": virtme's default, uncached). Uncached,
-# every stat of Python's import machinery is a 9p round trip through the emulated CPU:
-# `import pyroute2` took 40 s on 6.1 under TCG. Loose caching trusts that nothing but the
-# guest changes the root while it runs. Same flags as virtme-ng's own rootflags, plus cache=.
-cache_9p_root() {
-    local cache=${RDMAD_GUEST_9P_CACHE:-loose}
-    [ "$cache" = none ] && return 0
-    vng_args+=(--append "rootflags=version=9p2000.L,trans=virtio,access=any,msize=524288,cache=$cache")
-}
-
 # run_vm TIMEOUT_S REMOVE_ON_EXIT OUT ERR VNG_ARGS... : boot vng with stdout to OUT and
 # stderr to ERR (ERR "&1": to OUT as well) and wait; vng_rc is its status (124/137: timed out).
 # qemu re-opens /proc/self/fd/1 and 2 itself: OUT and ERR must be FIFOs, never regular files.
