@@ -8,7 +8,9 @@ real API server could serve. `claims_down` answers claim reads with 503, as an A
 that is down behind its load balancer does, and `unreachable` refuses every connection, as
 one with nothing in front of it does; `stall_claims` holds each claim read unanswered until
 `answer_claims`, as an overloaded API server does (a plugin's read that gave up meanwhile
-finds its connection closed).
+finds its connection closed). A claim's status subresource takes a driver's server-side
+apply of `status.devices`, merged, validated and authorized as the real one does it
+(testbed/dra/claim_status.py; `status.granted` is what the plugin's identity may do).
 
 Every ResourceSlice it is given is validated as the real API server and the node
 authorizer would: it must deserialize into the kubernetes client's V1ResourceSlice, keep
