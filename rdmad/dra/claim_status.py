@@ -135,9 +135,7 @@ class ClaimStatus:
 
     def prepared(self, uid: str, namespace: str, name: str, devices: list[Held]) -> None:
         """The claim's devices are held: write their status, and follow them."""
-        claim = self._claims.get(uid)
-        if claim is None:
-            claim = self._claims[uid] = _Claim(namespace, name, ())
+        claim = self._claims.setdefault(uid, _Claim(namespace, name, ()))
         self._forget_paths(claim)
         claim.devices = tuple(devices)
         self._paths.update((d.path, uid) for d in devices)
