@@ -200,8 +200,9 @@ class ClaimStatus:
                 for c in conditions(props, _attached_before(claim, held))
             ],
         }
-        if props["State"] == "active":
-            entry["networkData"] = network_data(props)
+        data = network_data(props) if props["State"] == "active" else {}
+        if data:  # none for a device moved without its netdev
+            entry["networkData"] = data
         return entry
 
     def _condition(

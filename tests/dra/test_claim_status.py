@@ -82,6 +82,10 @@ READY = {
 }
 
 
+def test_the_network_data_of_a_device_moved_without_its_netdev_is_empty() -> None:
+    assert network_data({**ACTIVE, "InterfaceName": "", "Addresses": [], "MacAddress": ""}) == {}
+
+
 def entry(**changes: Any) -> dict[str, Any]:
     return {"driver": DRIVER, "pool": NODE, "device": "sim0", "conditions": [READY], **changes}
 
