@@ -94,6 +94,15 @@ class Placement:
     ifname: str
 
 
+@dataclass(frozen=True)
+class PlacedNetdev:
+    """What a claim's user sees of its netdev in its netns: its MAC (aa:bb:...), and its
+    addresses as CIDRs, link-local IPv6 left out."""
+
+    mac: str
+    addresses: tuple[str, ...]
+
+
 class NetdevBackend(Protocol):
     """rtnetlink, always real: every netdev operation happens in the kernel."""
 
@@ -137,6 +146,10 @@ class NetdevBackend(Protocol):
 
         All or nothing: on failure no child is left anywhere.
         """
+        ...
+
+    async def read_placed(self, placement: Placement) -> PlacedNetdev:
+        """The MAC and addresses of a netdev placed in a claimant's netns, read by nsid."""
         ...
 
     async def bring_home(

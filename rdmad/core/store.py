@@ -309,6 +309,7 @@ def _claim_from(raw: dict[str, Any]) -> Claim:
         CharDev(ChardevKind(c["kind"]), c["path"], c["major"], c["minor"]) for c in raw["chardevs"]
     )
     raw["gids"] = tuple(Gid(**g) for g in raw.get("gids", ()))  # absent before GIDs were kept
+    raw["ns_addresses"] = tuple(raw.get("ns_addresses", ()))  # absent before they were kept
     raw.pop("chardev_kinds", None)  # kept by earlier versions, never needed
     raw["phase"] = ClaimPhase(raw["phase"])
     if raw.get("end_reason") is not None:  # absent before ENDED was saved

@@ -18,7 +18,12 @@ from rdmad.core.backend import (
 )
 from rdmad.core.giveback import GiveBack, log_not_returned, placement
 from rdmad.core.limits import Limits
-from rdmad.core.logfields import MESSAGE_CLAIM_FAILED, MESSAGE_GIDS_UNREADABLE, log_claim_event
+from rdmad.core.logfields import (
+    MESSAGE_CLAIM_FAILED,
+    MESSAGE_GIDS_UNREADABLE,
+    MESSAGE_NETDEV_UNREADABLE,
+    log_claim_event,
+)
 from rdmad.core.observer import CoreObserver
 from rdmad.core.records import Records
 from rdmad.core.release import Release
@@ -98,6 +103,7 @@ class Take:
                 dev, opts.chardevs, target if at.rdma_moved else None
             )
             at.gids = await self.claim_gids(claim, target, placed)
+            at.ns_mac, at.ns_addresses = await self._read_placed(claim, placed)
             claim.phase = ClaimPhase.ACTIVE
             self._records.save(claim)
             step("active-written", f"claim {claim.id}")
@@ -193,8 +199,8 @@ class Take:
         return free
 
     async def reread_gids(self, claim: Claim) -> None:
-        """The addresses in a claim's netns changed: read its GIDs again, and tell observers
-        (the CDI spec, the bus) when they differ."""
+        """The addresses in a claim's netns changed: read its GIDs and its netdev's MAC
+        and addresses again, and tell observers (the CDI spec, the bus) when they differ."""
         async with self._records.on_record(claim) as live:
             if not live or claim.phase != ClaimPhase.ACTIVE:
                 return
@@ -202,15 +208,36 @@ class Take:
             target = self._resolver.reopen(at.netns_inode, at.netns_path)
             if target is None:
                 return  # dying: NetnsGone ends the claim
+            placed = placement(claim)
             try:
-                gids = await self.claim_gids(claim, target, placement(claim))
+                gids = await self.claim_gids(claim, target, placed)
             finally:
                 target.close()
-            if gids == at.gids:
+            netdev = await self._read_placed(claim, placed)
+            if (gids, netdev) == (at.gids, (at.ns_mac, at.ns_addresses)):
                 return
             at.gids = gids
+            at.ns_mac, at.ns_addresses = netdev
             self._records.save(claim)
         self._observers.claim_changed(claim)
+
+    async def _read_placed(self, claim: Claim, placed: Placement) -> tuple[str, tuple[str, ...]]:
+        """The MAC and addresses of the claim's netdev in its netns, ("", ()) without one.
+        Like its GIDs, a hint: a failed read costs the user the hint, not the device."""
+        if not placed.ifindex:
+            return "", ()
+        try:
+            netdev = await self._net.read_placed(placed)
+        except RdmadError as exc:
+            log_claim_event(
+                log,
+                MESSAGE_NETDEV_UNREADABLE,
+                claim,
+                f"claim {claim.id}: cannot read {placed.ifname} in its netns: {exc}",
+                level=logging.WARNING,
+            )
+            return "", ()
+        return netdev.mac, netdev.addresses
 
     async def claim_gids(
         self, claim: Claim, target: NetnsTarget, placed: Placement

@@ -34,7 +34,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 
-from rdmad.core.backend import NetnsTarget, Placement
+from rdmad.core.backend import NetnsTarget, PlacedNetdev, Placement
 from rdmad.core.steps import step
 from rdmad.errors import InvalidArgs, InvalidNetns, RdmadError
 from rdmad.kernel.netlink import NetlinkError, kernel_error
@@ -292,6 +292,13 @@ class RtnlBackend:
         ns_index = await _configure_placed(ns, ifname, addresses, where, undo)
         nsid = await self.nsid(target)
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
+
+    async def read_placed(self, placement: Placement) -> PlacedNetdev:
+        what = f"reading {placement.ifname} (netns id {placement.nsid})"
+        with _op(what):
+            link = await getlink(self._nl, placement.ifindex, target_nsid=placement.nsid)
+            cidrs = await addresses(self._nl, placement.ifindex, target_nsid=placement.nsid)
+        return PlacedNetdev(link.mac, tuple(str(c) for c in cidrs if not _is_link_local(c)))
 
     async def bring_home(
         self, placement: Placement, host: HostConfig, source: NetnsTarget | None = None

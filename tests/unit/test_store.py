@@ -425,6 +425,13 @@ def test_a_claim_file_is_written_as_before_attachments(tmp_path: Path, written: 
     Store(tmp_path / "again").save(State([claim], []))
     again = json.loads((tmp_path / "again" / "claims" / f"{claim_id}.json").read_text())
     expected = json.loads(written)
-    # kept since: the claimant (absent, a claim is root's), the cgroup and its limit
-    expected["claim"] |= {"claimant": 0, "cgroup": "", "limit": None}
+    # kept since: the claimant (absent, a claim is root's), the cgroup and its limit, the
+    # MAC and addresses of its netdev in its netns
+    expected["claim"] |= {
+        "claimant": 0,
+        "cgroup": "",
+        "limit": None,
+        "ns_mac": "",
+        "ns_addresses": [],
+    }
     assert again == expected
