@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.cri.kubelet import Container, Kubelet
 from testbed.daemon import ROOT
 from testbed.dra import kubelet as dra
 from testbed.dra.apiserver import ApiServer
@@ -31,7 +32,6 @@ from tests.cri.test_dra_pod import (
     run_prepared_pod,
     take_down_and_unprepare,
 )
-from tests.support.cri.kubelet import Container, Kubelet
 
 ARCHIVE = ROOT / "build" / "image" / "rdmad-dra.oci.tar"
 # The DaemonSet's mounts (deploy/kubernetes/daemonset.yaml): host path = container path.
