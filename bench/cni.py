@@ -5,8 +5,7 @@ a whole-device claim, macvlan against a shared claim.
 Each operation is one plugin process run as a runtime runs it (CNI_* variables, the config
 on stdin, no IPAM), settled like the other netns-moving scenarios. Wall time is the
 process's, from spawn to exit; CPU time is its user + system time from wait4 (children
-included). rdmad's own CPU for the same operations is read from the daemon's /proc counters
-around each of its ADD+DEL pairs. The four columns take turns, rotating which one goes first
+included). The four columns take turns, rotating which one goes first
 in each round. The plugin is the Go binary the checkout builds (build/cni/rdmad-cni, made by
 `make setup`: scripts/build-cni.sh).
 """
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import Params, Results, Row, Settler, cpu_seconds, many_veths, pid_of, rdmad
+from bench.common import Params, Results, Row, Settler, many_veths, rdmad
 from bench.stats import RatioCheck, pct, spread
 from testbed.cni_plugin import PLUGIN as RDMAD_CNI
 from testbed.net import temp_netns
@@ -37,10 +36,8 @@ class Column:
     name: str
     plugin: Path
     conf: dict[str, Any]
-    uses_rdmad: bool
     wall: dict[str, list[float]] = field(default_factory=lambda: {v: [] for v in VERBS})
     cpu: dict[str, list[float]] = field(default_factory=lambda: {v: [] for v in VERBS})
-    daemon_cpu_ms: list[float] = field(default_factory=list)  # per ADD+DEL pair
 
 
 def run_once(
@@ -91,36 +88,31 @@ def columns(netdev: str, bus: str) -> list[Column]:
     host_device = base | {"type": "host-device", "device": netdev}
     macvlan = base | {"type": "macvlan", "master": netdev, "mode": "bridge"}
     return [
-        Column("host-device", GO_PLUGINS / "host-device", host_device, False),
-        Column("rdmad-cni, whole device", RDMAD_CNI, rdmad_conf, True),
-        Column("macvlan", GO_PLUGINS / "macvlan", macvlan, False),
-        Column("rdmad-cni, shared", RDMAD_CNI, rdmad_conf | {"shared": True}, True),
+        Column("host-device", GO_PLUGINS / "host-device", host_device),
+        Column("rdmad-cni, whole device", RDMAD_CNI, rdmad_conf),
+        Column("macvlan", GO_PLUGINS / "macvlan", macvlan),
+        Column("rdmad-cni, shared", RDMAD_CNI, rdmad_conf | {"shared": True}),
     ]
 
 
-async def measure(
-    cols: list[Column], reps: int, warmup: int, netns: str, settle: Settler, daemon_pid: int
-) -> None:
+async def measure(cols: list[Column], reps: int, warmup: int, netns: str, settle: Settler) -> None:
     for rep in range(warmup + reps):
         shift = rep % len(cols)
         for col in cols[shift:] + cols[:shift]:
-            before = cpu_seconds(daemon_pid)
             for command in VERBS:
                 await settle()
                 wall, cpu = run_once(col.plugin, command, col.conf, netns)
                 if rep >= warmup:
                     col.wall[command].append(wall)
                     col.cpu[command].append(cpu)
-            if col.uses_rdmad and rep >= warmup:
-                col.daemon_cpu_ms.append((cpu_seconds(daemon_pid) - before) * 1000.0)
 
 
 async def run(bus: str, p: Params, res: Results, out: Path) -> None:
     del out  # rows only
     with many_veths(1, "c", up=True) as nics, temp_netns("cb") as netns:
-        async with rdmad(bus, nics.sim_spec()) as daemon:
+        async with rdmad(bus, nics.sim_spec()):
             cols = columns(nics.hosts[0], bus)
-            await measure(cols, p.cni_reps, p.warmup, netns, Settler(p), pid_of(daemon))
+            await measure(cols, p.cni_reps, p.warmup, netns, Settler(p))
     by = {c.name: c for c in cols}
     for ours, theirs, judged in (
         ("rdmad-cni, whole device", "host-device", True),
@@ -147,9 +139,3 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
             )
             res.dists[f"CNI {verb}: {ours}"] = mine.wall[verb]
             res.dists[f"CNI {verb}: {theirs}"] = peer.wall[verb]
-        # /proc counts whole clock ticks (10 ms): only a mean over many pairs says anything
-        per_pair = sum(mine.daemon_cpu_ms) / len(mine.daemon_cpu_ms)
-        res.notes.append(
-            f"CNI, {ours}: rdmad's own CPU per ADD+DEL pair {per_pair:.1f} ms (mean of"
-            f" {len(mine.daemon_cpu_ms)} pairs, daemon /proc counters)"
-        )
