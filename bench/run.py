@@ -3,7 +3,7 @@
     python -m bench.run            # full: N up to 1024 + 2048 others, 60 s idle -> bench/out/
     python -m bench.run --smoke    # CI: tiny N, few reps, a few seconds idle -> bench/out/smoke/
 
-Needs root (real netns, veth, macvlan) and dbus-daemon (bench/README.md).
+Needs root (real netns, veth, macvlan), dbus-daemon and containerd 2 (bench/README.md).
 Smoke mode asserts one thing about speed (bench.scale's guard); otherwise it exits non-zero
 only if a scenario fails or produces no numbers.
 """
@@ -26,6 +26,7 @@ from bench import (
     dra,
     idle,
     pod,
+    podstart,
     scale,
     shared,
 )
@@ -42,6 +43,7 @@ SCENARIOS: dict[str, Scenario] = {
     "burst": burst.run,
     "pod": pod.run,
     "dra": dra.run,
+    "podstart": podstart.run,
     "idle": idle.run,
 }
 
