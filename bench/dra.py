@@ -267,15 +267,6 @@ def api_server() -> Iterator[ApiServer]:
         raise RuntimeError(f"the plugin sent slices the API server refuses: {api.invalid}")
 
 
-@dataclass
-class Measured:
-    reps: int
-    pod: Samples
-    hot: list[float]
-    down: Samples
-    quiet: Idle
-
-
 def landed_tree(into: Path) -> Path:
     """rdmad/ as of LANDED (git archive), with this tree's generated gRPC modules (not in
     git), under `into`."""
@@ -333,7 +324,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                 hot_s = await hotplugs(
                     api, lambda: hot.plug("sim1"), lambda: hot.unplug("sim1"), reps, settle
                 )
-    report(res, Measured(reps, pod, hot_s, down, quiet))
+    report(res, pod.t, hot_s, down.t, quiet)
 
 
 def p99_met(samples: list[float]) -> bool:
@@ -341,15 +332,20 @@ def p99_met(samples: list[float]) -> bool:
     return pct_interval(samples, 99)[1] <= CHANGE_P99_MS
 
 
-def report(res: Results, m: Measured) -> None:
-    t = m.pod.t
+def report(
+    res: Results,
+    t: dict[str, list[float]],
+    hot: list[float],
+    down: dict[str, list[float]],
+    quiet: Idle,
+) -> None:
     landed = RatioCheck.of("prepare/landed", t["prepare"], t["landed prepare"], LANDED_TARGET)
     # no worse: the p50 ratio's 95% interval does not lie wholly above 1
     no_worse = landed.intervals[50][0] <= LANDED_TARGET
     res.rows.append(
         Row(
-            f"10. rdmad-dra NodePrepareResources, one device ({m.reps} claims; a new gRPC"
-            f" channel per call), against the plugin as landed ({LANDED})",
+            f"10. rdmad-dra NodePrepareResources, one device ({len(t['prepare'])} claims; a new"
+            f" gRPC channel per call), against the plugin as landed ({LANDED})",
             with_p99(t["prepare"]),
             with_p99(t["landed prepare"]),
             "-",
@@ -377,10 +373,10 @@ def report(res: Results, m: Measured) -> None:
             )
         )
     changes = (
-        ("a sim device's hotplug to the ResourceSlice write showing it", m.hot),
+        ("a sim device's hotplug to the ResourceSlice write showing it", hot),
         ("a port down (its veth's carrier) to the UNHEALTHY report on the health stream",
-         m.down.t["stream"]),
-        ("a port down to the ResourceSlice write tainting it", m.down.t["slice"]),
+         down["stream"]),
+        ("a port down to the ResourceSlice write tainting it", down["slice"]),
     )  # fmt: skip
     for what, samples in changes:
         res.rows.append(
@@ -394,11 +390,11 @@ def report(res: Results, m: Measured) -> None:
     res.rows.append(
         Row(
             "10. rdmad-dra idle, the health stream held open",
-            m.quiet.text(),
+            quiet.text(),
             target="0 CPU, 0 wake-ups",
-            met=m.quiet.met,
+            met=quiet.met,
         )
     )
     for name in ("prepare", "landed prepare", "held ADD", "by-name ADD"):
         res.dists[f"DRA: {name}"] = t[name]
-    res.dists["DRA: hotplug to slice"] = m.hot
+    res.dists["DRA: hotplug to slice"] = hot
