@@ -16,6 +16,7 @@ from typing import Protocol
 
 import pytest
 
+from testbed.cri.kubelet import Container, Kubelet, Pod
 from testbed.dra import kubelet as dra
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.claims import DRIVER, NODE, claim
@@ -23,7 +24,6 @@ from testbed.dra.plugin_process import Plugin, running_plugin
 from testbed.net import link
 from tests.cri.conftest import Node
 from tests.cri.test_containerd import char_devices, env_of, spec_nodes
-from tests.support.cri.kubelet import Container, Kubelet, Pod
 
 SERVICE = "v1.DRAPlugin"
 
