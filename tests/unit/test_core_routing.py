@@ -189,7 +189,7 @@ async def test_a_pending_routed_claim_found_at_start_is_undone_rules_and_all(rig
 async def test_two_claims_whose_table_choices_interleave_get_different_tables(rigs: Rigs) -> None:
     kernel = two_nics()
     rig = await rigs.start(kernel)
-    choosing = kernel.pause("tables_in_use")
+    choosing = kernel.pause("free_table")
     first = asyncio.create_task(claim(rig, "mlx5_0", ROUTED))
     await choosing.reached.wait()
     # The second books its table and stops before it is in the kernel.
@@ -209,7 +209,7 @@ async def test_a_held_claim_attached_meanwhile_has_its_table_seen_by_another_cla
     kernel = two_nics()
     rig = await rigs.start(kernel)
     await rig.core.hold("mlx5_1", POD_UID, HELD)
-    choosing = kernel.pause("tables_in_use")
+    choosing = kernel.pause("free_table")
     first = asyncio.create_task(claim(rig, "mlx5_0", ROUTED))
     await choosing.reached.wait()
     # The Attach books its table and stops before its netdev is in the netns.
