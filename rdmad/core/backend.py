@@ -7,7 +7,7 @@ can roll a half-done claim back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -174,8 +174,9 @@ class NetdevBackend(Protocol):
         """Delete a netdev (a macvlan child) inside a claimant's netns, by nsid."""
         ...
 
-    async def tables_in_use(self, target: NetnsTarget) -> set[int]:
-        """The routing tables of `target` that hold a route or that a rule looks up."""
+    async def free_table(self, target: NetnsTarget, candidates: Iterable[int]) -> int:
+        """The first of `candidates` (table ids above 0) that holds no route in `target` and
+        that no rule there looks up; 0 if none does."""
         ...
 
     async def add_policy_routing(

@@ -24,7 +24,7 @@ import errno
 import ipaddress
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from rdmad.core.backend import EventSink, NetnsTarget, PlacedNetdev, Placement
@@ -643,9 +643,10 @@ class FakeNetdevs:
                 self._k.drop_link_state(link)
                 del self._k.links[link.ifindex]
 
-    async def tables_in_use(self, target: NetnsTarget) -> set[int]:
-        await self._k.enter("tables_in_use", self._p)
-        return _ns_of(target).tables()
+    async def free_table(self, target: NetnsTarget, candidates: Iterable[int]) -> int:
+        await self._k.enter("free_table", self._p)
+        in_use = _ns_of(target).tables()
+        return next((t for t in candidates if t not in in_use), 0)
 
     async def add_policy_routing(
         self,
