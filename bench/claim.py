@@ -16,10 +16,9 @@ This host's kernel has no rdma controller, so the cgroup2 mount is a tree of pla
 tmpfs (limited_tree): it measures rdmad's side of it (the cgroup's checks, the writes and
 the state they add), not the kernel's handling of the writes.
 
-Two passes. Settled (the targets): each operation starts 50-60 ms after the previous one
-ended (bench.common.Settler), so it pays for little of what the operation before left behind
-(not nothing: see bench.columns) and starts at a random phase of the tick, as a claim on a node
-does. Back to back: shown beside it; there a move's cost depends on the operation before it
+Settled: each operation starts 50-60 ms after the previous one ended (bench.common.Settler),
+so it pays for little of what the operation before left behind (not nothing: see
+bench.columns) and starts at a random phase of the tick, as a claim on a node does
 (docs/performance.md).
 """
 
@@ -37,7 +36,7 @@ from typing import Self
 from dbus_fast import Variant
 from pyroute2 import AsyncIPRoute
 
-from bench.columns import Pass, Ways, blocking, measure
+from bench.columns import Ways, blocking, side_by_side
 from bench.common import (
     SHM,
     Params,
@@ -173,10 +172,6 @@ def check_home(host: str) -> None:
 
 
 async def run(bus: str, p: Params, res: Results, out: Path) -> None:
-    passes = [
-        Pass("settled", p.latency_reps, Settler(p)),
-        Pass("back to back", p.back_to_back_reps, None),
-    ]
     with many_veths(1, "c") as nics, temp_netns("rbc") as netns, limited_tree() as cgroups:
         host = nics.hosts[0]
         ip("link", "set", "dev", host, "mtu", str(HOST_MTU), "up")
@@ -193,45 +188,38 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                 "c": (blocking(cli_claim, host, netns), blocking(cli_release, host, netns)),
                 "l": claim_cycle(c, "sim0", netns, {**opts, **LIMIT}),
             }
-            for ps in passes:
-                await measure(
-                    ps, ways, p.warmup, lambda: check_claimed(netns), lambda: check_home(host)
-                )
-    for ps in passes:
-        _report(ps, res, main=ps is passes[0])
-
-
-def _report(ps: Pass, res: Results, main: bool) -> None:
-    """The settled pass carries the targets and the plots; back to back is shown beside it."""
+            t = await side_by_side(
+                ways, p.latency_reps, p.warmup, Settler(p),
+                lambda: check_claimed(netns), lambda: check_home(host),
+            )  # fmt: skip
     for op, label in (("c", "Claim"), ("r", "Release")):
-        r, w, cl = ps.t["r" + op], ps.t["w" + op], ps.t["c" + op]
-        if main:
-            res.dists[f"{label}: rdmad"] = r
-            res.dists[f"{label}: raw pyroute2"] = w
-            res.dists[f"{label}: iproute2 CLI"] = cl
+        r, w, cl = t["r" + op], t["w" + op], t["c" + op]
+        res.dists[f"{label}: rdmad"] = r
+        res.dists[f"{label}: raw pyroute2"] = w
+        res.dists[f"{label}: iproute2 CLI"] = cl
         checks = [
             RatioCheck.of("rdmad/raw", r, w, 1.3),
             RatioCheck.of("rdmad/CLI", r, cl, 1.0, True),
         ]
         res.rows.append(
             Row(
-                f"1. {label} latency (whole device, veth), {ps.name}",
+                f"1. {label} latency (whole device, veth), settled",
                 spread(r),
                 spread(w),
                 spread(cl),
                 "; ".join(c.text() for c in checks),
-                "; ".join(c.target() for c in checks) if main else "",
-                all(c.met for c in checks) if main else None,
+                "; ".join(c.target() for c in checks),
+                all(c.met for c in checks),
             )
         )
-        limited = RatioCheck.of("limit/none", ps.t["l" + op], r, 1.1)
+        limited = RatioCheck.of("limit/none", t["l" + op], r, 1.1)
         res.rows.append(
             Row(
-                f"1. {label} latency with an RDMA limit (tmpfs cgroup tree), {ps.name}",
-                spread(ps.t["l" + op]),
+                f"1. {label} latency with an RDMA limit (tmpfs cgroup tree), settled",
+                spread(t["l" + op]),
                 spread(r),
                 ratio=limited.text(),
-                target=limited.target() if main else "",
-                met=limited.met if main else None,
+                target=limited.target(),
+                met=limited.met,
             )
         )

@@ -5,10 +5,9 @@ a whole-device claim, macvlan against a shared claim.
 Each operation is one plugin process run as a runtime runs it (CNI_* variables, the config
 on stdin, no IPAM), settled like the other netns-moving scenarios. Wall time is the
 process's, from spawn to exit; CPU time is its user + system time from wait4 (children
-included). rdmad's own CPU for the same operations is read from the daemon's /proc counters
-around each of its ADD+DEL pairs. The four columns take turns, rotating which one goes first
-in each round. The plugin is the Go binary the checkout builds (build/cni/rdmad-cni, made by
-`make setup`: scripts/build-cni.sh).
+included). The four columns take turns (bench.columns), each an ADD and a DEL. The plugin
+is the Go binary the checkout builds (build/cni/rdmad-cni, made by `make setup`:
+scripts/build-cni.sh).
 """
 
 from __future__ import annotations
@@ -18,11 +17,11 @@ import os
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import Params, Results, Row, Settler, cpu_seconds, many_veths, pid_of, rdmad
+from bench.columns import Column, Samples, take_turns
+from bench.common import Params, Results, Row, Settler, many_veths, rdmad
 from bench.stats import RatioCheck, pct, spread
 from testbed.cni_plugin import PLUGIN as RDMAD_CNI
 from testbed.net import temp_netns
@@ -30,17 +29,6 @@ from testbed.net import temp_netns
 GO_PLUGINS = Path("/usr/lib/cni")
 TARGET = 1.5  # rdmad's whole-device ADD over host-device's (the CNI issue's goal)
 VERBS = ("ADD", "DEL")
-
-
-@dataclass
-class Column:
-    name: str
-    plugin: Path
-    conf: dict[str, Any]
-    uses_rdmad: bool
-    wall: dict[str, list[float]] = field(default_factory=lambda: {v: [] for v in VERBS})
-    cpu: dict[str, list[float]] = field(default_factory=lambda: {v: [] for v in VERBS})
-    daemon_cpu_ms: list[float] = field(default_factory=list)  # per ADD+DEL pair
 
 
 def run_once(
@@ -80,7 +68,9 @@ def run_once(
     return wall, (usage.ru_utime + usage.ru_stime) * 1000.0
 
 
-def columns(netdev: str, bus: str) -> list[Column]:
+def columns(netdev: str, bus: str, netns: str, settle: Settler) -> list[Column]:
+    """host-device, rdmad-cni whole, macvlan, rdmad-cni shared: each column an ADD and a DEL
+    of its plugin, settled, as "NAME VERB" (wall) and "NAME VERB cpu"."""
     base = {"cniVersion": "1.0.0", "name": "bench"}
     for go in ("host-device", "macvlan"):
         if not (GO_PLUGINS / go).exists():
@@ -88,68 +78,55 @@ def columns(netdev: str, bus: str) -> list[Column]:
     if not RDMAD_CNI.exists():
         raise FileNotFoundError(f"{RDMAD_CNI}: run scripts/build-cni.sh (or make setup)")
     rdmad_conf = base | {"type": "rdmad", "device": "sim0", "busAddress": bus}
+
+    def column(name: str, plugin: Path, conf: dict[str, Any]) -> Column:
+        async def run(s: Samples) -> None:
+            for verb in VERBS:
+                await settle()
+                wall, cpu = run_once(plugin, verb, conf, netns)
+                s.add(f"{name} {verb}", wall)
+                s.add(f"{name} {verb} cpu", cpu)
+
+        return run
+
     host_device = base | {"type": "host-device", "device": netdev}
     macvlan = base | {"type": "macvlan", "master": netdev, "mode": "bridge"}
     return [
-        Column("host-device", GO_PLUGINS / "host-device", host_device, False),
-        Column("rdmad-cni, whole device", RDMAD_CNI, rdmad_conf, True),
-        Column("macvlan", GO_PLUGINS / "macvlan", macvlan, False),
-        Column("rdmad-cni, shared", RDMAD_CNI, rdmad_conf | {"shared": True}, True),
+        column("host-device", GO_PLUGINS / "host-device", host_device),
+        column("rdmad-cni, whole device", RDMAD_CNI, rdmad_conf),
+        column("macvlan", GO_PLUGINS / "macvlan", macvlan),
+        column("rdmad-cni, shared", RDMAD_CNI, rdmad_conf | {"shared": True}),
     ]
-
-
-async def measure(
-    cols: list[Column], reps: int, warmup: int, netns: str, settle: Settler, daemon_pid: int
-) -> None:
-    for rep in range(warmup + reps):
-        shift = rep % len(cols)
-        for col in cols[shift:] + cols[:shift]:
-            before = cpu_seconds(daemon_pid)
-            for command in VERBS:
-                await settle()
-                wall, cpu = run_once(col.plugin, command, col.conf, netns)
-                if rep >= warmup:
-                    col.wall[command].append(wall)
-                    col.cpu[command].append(cpu)
-            if col.uses_rdmad and rep >= warmup:
-                col.daemon_cpu_ms.append((cpu_seconds(daemon_pid) - before) * 1000.0)
 
 
 async def run(bus: str, p: Params, res: Results, out: Path) -> None:
     del out  # rows only
     with many_veths(1, "c", up=True) as nics, temp_netns("cb") as netns:
-        async with rdmad(bus, nics.sim_spec()) as daemon:
-            cols = columns(nics.hosts[0], bus)
-            await measure(cols, p.cni_reps, p.warmup, netns, Settler(p), pid_of(daemon))
-    by = {c.name: c for c in cols}
+        async with rdmad(bus, nics.sim_spec()):
+            cols = columns(nics.hosts[0], bus, netns, Settler(p))
+            t = (await take_turns(cols, p.cni_reps, p.warmup)).t
     for ours, theirs, judged in (
         ("rdmad-cni, whole device", "host-device", True),
         ("rdmad-cni, shared", "macvlan", False),
     ):
-        mine, peer = by[ours], by[theirs]
         for verb in VERBS:
-            check = RatioCheck.of(f"{ours}/{theirs}", mine.wall[verb], peer.wall[verb], TARGET)
+            mine, peer = t[f"{ours} {verb}"], t[f"{theirs} {verb}"]
+            check = RatioCheck.of(f"{ours}/{theirs}", mine, peer, TARGET)
             goal = judged and verb == "ADD"
             cpu = (
-                f"CPU per process p50: {pct(mine.cpu[verb], 50):.1f} ms against"
-                f" {pct(peer.cpu[verb], 50):.1f} ms"
+                f"CPU per process p50: {pct(t[f'{ours} {verb} cpu'], 50):.1f} ms against"
+                f" {pct(t[f'{theirs} {verb} cpu'], 50):.1f} ms"
             )
             res.rows.append(
                 Row(
                     f"8. CNI {verb}, {ours} against {theirs} (wall, settled)",
-                    spread(mine.wall[verb]),
-                    spread(peer.wall[verb]),
+                    spread(mine),
+                    spread(peer),
                     "-",
                     f"{check.text()}; {cpu}",
                     check.target() if goal else "",
                     check.met if goal else None,
                 )
             )
-            res.dists[f"CNI {verb}: {ours}"] = mine.wall[verb]
-            res.dists[f"CNI {verb}: {theirs}"] = peer.wall[verb]
-        # /proc counts whole clock ticks (10 ms): only a mean over many pairs says anything
-        per_pair = sum(mine.daemon_cpu_ms) / len(mine.daemon_cpu_ms)
-        res.notes.append(
-            f"CNI, {ours}: rdmad's own CPU per ADD+DEL pair {per_pair:.1f} ms (mean of"
-            f" {len(mine.daemon_cpu_ms)} pairs, daemon /proc counters)"
-        )
+            res.dists[f"CNI {verb}: {ours}"] = mine
+            res.dists[f"CNI {verb}: {theirs}"] = peer

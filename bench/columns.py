@@ -1,31 +1,88 @@
-"""Ways of doing the same claim and release, measured side by side, rep by rep.
+"""Ways of doing the same thing, measured side by side, rep by rep.
 
-Each rep runs every column's claim then release, in one of a cycle of column orders. An
-operation pays for what the one before it left the kernel to do (docs/performance.md): a
-claim 50-60 ms after the CLI's release, whose `ip` processes have just exited, still moves
-slower. So each column's claim must follow each column's release, its own included, equally
-often. In these cycles every rep starts with the column that ended the one before, and the
-other adjacent pairs each come equally often (bench/tests/test_order.py).
+Each rep runs every column once, in one of a cycle of column orders. An operation pays for
+what the one before it left the kernel to do (docs/performance.md): a claim 50-60 ms after
+the CLI's release, whose `ip` processes have just exited, still moves slower. So each
+column must follow each column, its own included, equally often. In these cycles every rep
+starts with the column that ended the one before, and the other adjacent pairs each come
+equally often (bench/tests/test_order.py).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from bench.common import Settler, ms_since
 
+# The columns are lettered in order (r rdmad, w raw pyroute2, c the CLI, l a fourth); the
+# cycle for n columns is ORDERS[LETTERS[:n]].
+LETTERS = "rwcl"
+ORDERS: dict[str, tuple[str, ...]] = {
+    "rw": ("rw", "wr"),
+    "rwc": ("rwc", "crw", "wcr", "rcw", "wrc", "cwr"),
+    "rwcl": ("rwcl", "lrwc", "crlw", "wrcl", "lwrc", "cwlr", "rlcw", "wlcr"),
+}
+
+
+@dataclass
+class Samples:
+    """ms per operation, by name."""
+
+    t: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, name: str, ms: float) -> None:
+        self.t.setdefault(name, []).append(ms)
+
+
+Column = Callable[[Samples], Awaitable[None]]
 Op = Callable[[], Awaitable[None]]
+
+
+async def take_turns(cols: Sequence[Column], reps: int, warmup: int) -> Samples:
+    """`warmup` reps into a throw-away Samples, then `reps`, each rep running every column
+    once in the cycle of orders for as many columns."""
+    orders = ORDERS[LETTERS[: len(cols)]]
+    kept = Samples()
+    for i in range(warmup + reps):
+        into = kept if i >= warmup else Samples()
+        for letter in orders[(i - warmup) % len(orders)]:
+            await cols[LETTERS.index(letter)](into)
+    return kept
+
+
 Ways = dict[str, tuple[Op, Op]]  # column key -> (claim, release)
 
-# rdmad, raw pyroute2, iproute2 CLI (and the CNI plugin, or rdmad with an RDMA limit)
-ORDERS: dict[str, tuple[str, ...]] = {
-    "rwc": ("rwc", "crw", "wcr", "rcw", "wrc", "cwr"),
-    "rwcn": ("rwcn", "nrwc", "crnw", "wrcn", "nwrc", "cwnr", "rncw", "wncr"),
-    "rwcl": ("rwcl", "lrwc", "crlw", "wrcl", "lwrc", "cwlr", "rlcw", "wlcr"),
-    "ru": ("ru", "ur"),  # root, a user (bench.shared's 6b)
-}
+
+async def side_by_side(
+    ways: Ways,
+    reps: int,
+    warmup: int,
+    settle: Settler,
+    claimed: Callable[[], None],
+    home: Callable[[], None],
+) -> dict[str, list[float]]:
+    """Each way's claim and release once, untimed and checked; then the ways take turns,
+    each claim and release settled and timed: ms by key + "c" (claim) or "r" (release)."""
+    for claim, release in ways.values():
+        await claim()
+        claimed()
+        await release()
+        home()
+
+    def column(key: str, claim: Op, release: Op) -> Column:
+        async def run(s: Samples) -> None:
+            for op, fn in (("c", claim), ("r", release)):
+                await settle()
+                t0 = time.perf_counter()
+                await fn()
+                s.add(key + op, ms_since(t0))
+
+        return run
+
+    cols = [column(key, *ops) for key, ops in ways.items()]
+    return (await take_turns(cols, reps, warmup)).t
 
 
 def blocking(fn: Callable[..., None], *args: str) -> Op:
@@ -35,39 +92,3 @@ def blocking(fn: Callable[..., None], *args: str) -> Op:
         fn(*args)
 
     return op
-
-
-@dataclass
-class Pass:
-    """One way of sequencing the operations, and what it measured."""
-
-    name: str  # "settled" or "back to back"
-    reps: int
-    settle: Settler | None  # None: back to back
-    t: dict[str, list[float]] = field(default_factory=dict)  # column+op -> ms
-
-
-async def measure(
-    ps: Pass,
-    ways: Ways,
-    warmup: int,
-    check_claimed: Callable[[], None],
-    check_released: Callable[[], None],
-) -> None:
-    """Run `warmup` + `ps.reps` reps; the first rep's results are checked for each column."""
-    orders = ORDERS["".join(ways)]
-    for key in ways:
-        for op in "cr":
-            ps.t[key + op] = []
-    for i in range(warmup + ps.reps):
-        for key in orders[(i - warmup) % len(orders)]:  # measured reps: whole cycles
-            for op, fn in zip("cr", ways[key], strict=True):
-                if ps.settle is not None:
-                    await ps.settle()
-                t0 = time.perf_counter()
-                await fn()
-                took = ms_since(t0)
-                if i == 0:
-                    (check_claimed if op == "c" else check_released)()
-                if i >= warmup:
-                    ps.t[key + op].append(took)

@@ -16,6 +16,7 @@ import secrets
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from dbus_fast import Variant
 
 from testbed.daemon import Client, RdmadProcess
 from testbed.net import ip
+from testbed.threads import Thread, switches, woken
 
 BENCH_DIR = Path(__file__).resolve().parent
 # tmpfs, as /run (rdmad's default state dir) is on real hosts; / is ext4 on this machine.
@@ -38,21 +40,18 @@ class Params:
     smoke: bool
     reps: int  # repetitions per latency measurement (the issue asks >= 200)
     # Claim/release against raw and the CLI: more, since each move lands on a whole number
-    # of scheduler ticks and a p50 of multimodal samples needs them. Whole
-    # cycles of bench.columns.ORDERS["rwc"] (a multiple of 6), so each column follows each
-    # alike.
+    # of scheduler ticks and a p50 of multimodal samples needs them. Whole cycles of
+    # bench.columns.ORDERS["rwcl"] (a multiple of 8), so each column follows each alike.
     latency_reps: int
     # Claims and releases are measured settled (Settler): this long before each, plus up to
-    # jitter_ms at random. The claim/release comparison also has a back-to-back pass.
+    # jitter_ms at random.
     settle_ms: float
     jitter_ms: float
-    back_to_back_reps: int
     warmup: int
     # (RDMA-capable netdevs, unrelated interfaces) per modelled node, smallest first
     scale_nodes: tuple[tuple[int, int], ...]
     scale_reps: int  # claim/release cycles per pass per node
-    starts: int  # daemon starts per node
-    shared_reps: int  # whole cycles of bench.columns.ORDERS["rwcn"] (a multiple of 8)
+    shared_reps: int  # whole cycles of bench.columns.ORDERS["rw"] (a multiple of 2)
     cni_reps: int  # rounds of ADD then DEL per CNI plugin column
     burst: int  # claims at once, from as many clients on as many devices
     bursts: int  # bursts of each kind, each against a serial raw sequence
@@ -67,11 +66,9 @@ class Params:
             latency_reps=504,
             settle_ms=50.0,
             jitter_ms=10.0,
-            back_to_back_reps=204,
             warmup=10,
             scale_nodes=((16, 0), (128, 256), (1024, 2048)),
             scale_reps=300,  # at 100, its p90 flatness intervals were too wide to decide
-            starts=3,
             shared_reps=104,
             cni_reps=100,
             burst=64,
@@ -88,12 +85,10 @@ class Params:
             latency_reps=8,
             settle_ms=50.0,
             jitter_ms=10.0,
-            back_to_back_reps=8,
             warmup=1,
             # the second node is the guard's: 1024 interfaces against none (bench.scale)
             scale_nodes=((4, 0), (4, 1024)),
             scale_reps=16,
-            starts=1,
             shared_reps=8,
             cni_reps=4,
             burst=8,
@@ -139,8 +134,6 @@ class Row:
 class Results:
     rows: list[Row] = field(default_factory=list)
     dists: dict[str, list[float]] = field(default_factory=dict)  # name -> samples, ms
-    # curve name -> {"n": [...], series name -> [...]}
-    notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     scenario_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -175,8 +168,8 @@ class Nics:
     hosts: list[str]  # veth ends in init_net: the sim devices' netdevs
     peer_netns: str  # where the other ends live
 
-    def sim_spec(self, prefix: str = "sim") -> str:
-        return ",".join(f"{prefix}{i}={h}" for i, h in enumerate(self.hosts))
+    def sim_spec(self) -> str:
+        return ",".join(f"sim{i}={h}" for i, h in enumerate(self.hosts))
 
 
 @contextlib.contextmanager
@@ -237,16 +230,13 @@ def _past_dad(*netns: str | None, within: float = 60.0) -> None:
 
 @contextlib.asynccontextmanager
 async def rdmad(
-    bus_address: str,
-    spec: str,
-    mode: str = "shared",
-    extra: Sequence[str] = (),
-    process: type[RdmadProcess] = RdmadProcess,
+    bus_address: str, spec: str, extra: Sequence[str] = ()
 ) -> AsyncIterator[RdmadProcess]:
     """A running rdmad (READY=1 received) at production log level, state on tmpfs."""
     with tempfile.TemporaryDirectory(prefix="rdmad-bench-", dir=SHM) as workdir:
         # RdmadProcess passes --log-level debug; the last one wins, and users run at info.
-        daemon = process(bus_address, Path(workdir), spec, mode, ["--log-level", "info", *extra])
+        args = ["--log-level", "info", *extra]
+        daemon = RdmadProcess(bus_address, Path(workdir), spec, "shared", args)
         await daemon.start()
         try:
             yield daemon
@@ -300,7 +290,7 @@ async def release(c: Client, claim_id: str) -> None:
 def claim_cycle(
     c: Client, device: str, netns: str, opts: dict[str, Variant]
 ) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
-    """rdmad's column of a claim/release pass: a claim, and the release of the last one."""
+    """rdmad's way to claim and release: a claim, and the release of the last one."""
     last = ""
 
     async def claim_op() -> None:
@@ -316,13 +306,6 @@ def claim_cycle(
 # ------------------------------------------------------------------ /proc counters
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    raise RuntimeError(f"no VmRSS for {pid}")
-
-
 def cpu_seconds(pid: int) -> float:
     """utime + stime of the whole process (all threads, including exited ones)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
@@ -331,13 +314,31 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def context_switches(pid: int) -> int:
-    """voluntary + nonvoluntary switches summed over the live threads: each one is a wake-up
-    (or a preemption) of the daemon."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(FileNotFoundError):
-            for line in (task / "status").read_text().splitlines():
-                if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
-                    total += int(line.split()[1])
-    return total
+@dataclass(frozen=True)
+class Idle:
+    """What a process did over `seconds` with nothing to do: its CPU, and the threads that
+    woke (context switches, testbed.threads) with how often."""
+
+    seconds: float
+    cpu_ms: float
+    wakeups: dict[Thread, int]
+
+    @property
+    def met(self) -> bool:
+        return self.cpu_ms == 0 and not self.wakeups
+
+    def text(self) -> str:
+        by_name: Counter[str] = Counter()
+        for thread, n in self.wakeups.items():
+            by_name[thread.name] += n
+        names = ", ".join(f"{name} {n}" for name, n in sorted(by_name.items()))
+        woke = f"{sum(by_name.values())} wake-ups" + (f" ({names})" if names else "")
+        return f"CPU {self.cpu_ms:.0f} ms, {woke} in {self.seconds:g} s"
+
+
+async def idle(pid: int, seconds: float) -> Idle:
+    """Process `pid` watched for `seconds`."""
+    cpu0, sw0 = cpu_seconds(pid), switches(pid)
+    await asyncio.sleep(seconds)
+    cpu1, sw1 = cpu_seconds(pid), switches(pid)
+    return Idle(seconds, (cpu1 - cpu0) * 1000.0, woken(sw0, sw1))

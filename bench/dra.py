@@ -1,30 +1,27 @@
-"""10. rdmad-dra, the DRA kubelet plugin (issue 28), against what it stands in for, on a
-real rdmad (sim devices on real veths) with the contract tests' doubles (testbed/dra): the
-loopback API server in a thread of this process, the kubelet's side of the gRPC contract,
-and the plugin as its own process.
+"""10. rdmad-dra, the DRA kubelet plugin (issue 28), on a real rdmad (sim devices on real
+veths) with the contract tests' doubles (testbed/dra): the loopback API server in a thread
+of this process, the kubelet's side of the gRPC contract, and the plugin as its own process.
 
   prepare:  NodePrepareResources of a one-device claim, as the kubelet calls it (a new gRPC
-            channel per call: the kubelet double's), beside the same claim's work by hand
-            from this process: the claim's GET from the API server and rdmad's Hold, and
-            beside the plugin as landed (RDMAD_BENCH_LANDED, a git revision, default
-            `main`: its rdmad/ from `git archive`, on an API server double of its own).
-            Target: prepare/landed <= 1 at p50 (no worse than the code as landed).
+            channel per call: the kubelet double's), beside the plugin as landed
+            (RDMAD_BENCH_LANDED, a git revision, default `main`: its rdmad/ from `git
+            archive`, on an API server double of its own). Target: prepare/landed <= 1 at
+            p50 (no worse than the code as landed).
   ADD:      the pod's CNI ADD through the held device (rdmad-cni `"pod": true`, chained,
             K8S_POD_UID in CNI_ARGS: rdmad's Attach) beside today's ADD by device name
             (`"device": "sim0"`: rdmad's Claim), both with the pod's CNI_ARGS, on one netdev;
             then each one's DEL. Target: held/by name <= 1.1 (bench.stats judges p50 and p90).
-  hotplug:  a sim device plugged into (then unplugged from) rdmad in this process
-            (testbed/dra/hotplug_rdmad.py: no outside process can hot-plug a running daemon's
-            sim) to the ResourceSlice write that shows it at the API server double. Target:
-            p99 <= 1 s, over its whole 95% interval.
+  hotplug:  a sim device plugged into rdmad in this process (testbed/dra/hotplug_rdmad.py:
+            no outside process can hot-plug a running daemon's sim) to the ResourceSlice
+            write that shows it at the API server double. Target: p99 <= 1 s, over its
+            whole 95% interval.
   port down: sim0's veth peer set down (its carrier, and so its port, go) to the UNHEALTHY
             report on the health stream the kubelet double holds, and to the ResourceSlice
             write that taints it. Target: p99 <= 1 s, each over its whole 95% interval.
-  RSS and idle: the plugin's VmRSS after start and after the runs; its CPU ticks and
-            context switches (wake-ups) over an idle window while the kubelet double holds
-            the health stream open, by thread name. Target: 0 and 0.
+  idle:     the plugin's CPU ticks and context switches (wake-ups) over an idle window while
+            the kubelet double holds the health stream open, by thread name. Target: 0 and 0.
 
-The four prepare/ADD columns take turns in bench.columns' cycle of orders, each operation
+The prepare and ADD columns take turns in bench.columns' cycle of orders, each operation
 settled (bench.common.Settler); after each change of the offer, the plugin's slice write is
 waited for before the next operation, so its reaction is no other column's cost.
 """
@@ -33,47 +30,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import math
 import os
 import shutil
 import subprocess
 import tempfile
 import time
-import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
-from dbus_fast import Variant
-
 from bench.cni import run_once
-from bench.columns import ORDERS
+from bench.columns import Column, Samples, take_turns
 from bench.common import (
     SHM,
+    Idle,
     Params,
     Results,
     Row,
     Settler,
-    client,
-    cpu_seconds,
+    idle,
     many_veths,
     ms_since,
     rdmad,
-    rss_mb,
 )
-from bench.stats import RatioCheck, pct, pct_interval, spread
+from bench.stats import RatioCheck, pct_interval, with_p99
 from testbed.cni_plugin import PLUGIN as RDMAD_CNI
-from testbed.daemon import ROOT, Client
+from testbed.daemon import ROOT
 from testbed.dra import kubelet
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.claims import DRIVER, NODE, POD_UID, claim
 from testbed.dra.hotplug_rdmad import hotplug_rdmad
 from testbed.dra.plugin_process import Plugin, running_plugin
 from testbed.net import ip, temp_netns
-from testbed.threads import Thread, switches, woken
 
 ADD_TARGET = 1.1  # the held device's ADD over the ADD by device name (issue 28)
 LANDED_TARGET = 1.0  # prepare over the landed plugin's prepare (issue 38)
@@ -129,50 +119,13 @@ def lacks(rdma: str) -> Callable[[dict[str, dict[str, Any]]], bool]:
     return lambda devices: bool(devices) and not has(devices)
 
 
-def seen_at(api: ApiServer, what: Callable[[dict[str, dict[str, Any]]], bool]) -> float:
-    """perf_counter() once the API server's slices match `what` (woken by each write)."""
-    changed = api.lock()
-    with changed:
-        if not changed.wait_for(lambda: what(api.devices()), WAIT_S):
-            raise TimeoutError(f"the slices never matched; devices: {sorted(api.devices())}")
+async def published(api: ApiServer, what: Callable[[dict[str, dict[str, Any]]], bool]) -> float:
+    """perf_counter() once the API server's slices match `what` (checked at each write)."""
+    await api.wait_for(what, WAIT_S)
     return time.perf_counter()
 
 
-async def published(api: ApiServer, what: Callable[[dict[str, dict[str, Any]]], bool]) -> float:
-    return await asyncio.to_thread(seen_at, api, what)
-
-
 # ------------------------------------------------------------------ prepare and ADD
-
-
-@dataclass
-class Samples:
-    """ms per operation, by name."""
-
-    t: dict[str, list[float]] = field(default_factory=dict)
-    cpu: dict[str, list[float]] = field(default_factory=dict)  # CNI process CPU, ms
-
-    def add(self, name: str, ms: float, cpu_ms: float | None = None) -> None:
-        self.t.setdefault(name, []).append(ms)
-        if cpu_ms is not None:
-            self.cpu.setdefault(name, []).append(cpu_ms)
-
-
-Column = Callable[[Samples], Awaitable[None]]
-
-
-async def take_turns(cols: dict[str, Column], reps: int, warmup: int) -> Samples:
-    """`warmup` reps into a throw-away Samples, then `reps`, each rep running every column
-    once in bench.columns' cycle of orders for as many columns."""
-    key = "rwcn"[: len(cols)]
-    letters = dict(zip(key, cols, strict=True))
-    orders = ORDERS[key]
-    kept = Samples()
-    for i in range(warmup + reps):
-        into = kept if i >= warmup else Samples()
-        for letter in orders[(i - warmup) % len(orders)]:
-            await cols[letters[letter]](into)
-    return kept
 
 
 @dataclass
@@ -183,7 +136,6 @@ class Node:
     api: ApiServer
     endpoint: str
     service: str
-    rdmad: Client
     bus: str
     netns: str
     settle: Settler
@@ -205,14 +157,13 @@ async def register(plugin: Plugin) -> tuple[str, str]:
     return info.endpoint, kubelet.chosen_service(info)
 
 
-def columns(node: Node) -> dict[str, Column]:
+def columns(node: Node) -> list[Column]:
     confs = cni_confs(node.bus, node.netns)
     args = pod_args(POD_UID)
 
     async def cni(s: Samples, name: str, command: str, conf: str, ifname: str) -> None:
         await node.settle()
-        wall, cpu = run_once(RDMAD_CNI, command, confs[conf], node.netns, ifname, args)
-        s.add(name, wall, cpu)
+        s.add(name, run_once(RDMAD_CNI, command, confs[conf], node.netns, ifname, args)[0])
 
     async def prepare(s: Samples, name: str, endpoint: str) -> None:
         await node.settle()
@@ -251,30 +202,7 @@ def columns(node: Node) -> dict[str, Column]:
         await cni(s, "by-name DEL", "DEL", "by name", IFNAME)
         await node.shows(offers(DEVICE, whole=True))
 
-    claim_url = f"{node.api.url}/apis/resource.k8s.io/v1/namespaces/{REF.namespace}"
-    claim_url += f"/resourceclaims/{REF.name}"
-    hold_options = {
-        "owner": Variant("s", "bench/by-hand"),
-        "shared": Variant("b", False),
-        "ifname": Variant("s", IFNAME),
-    }
-
-    async def by_hand(s: Samples) -> None:
-        await node.settle()
-        t0 = time.perf_counter()
-        await asyncio.to_thread(read_json, claim_url)  # a thread, as the plugin's read
-        path = await node.rdmad.manager("Hold", "ssa{sv}", DEVICE, POD_UID, hold_options)
-        s.add("by-hand prepare", ms_since(t0))
-        await node.shows(lacks(DEVICE))
-        await node.rdmad.manager("Release", "s", str(path).rsplit("/", 1)[1])
-        await node.shows(offers(DEVICE, whole=True))
-
-    return {"held": held, "by name": by_name, "by hand": by_hand, "landed": landed}
-
-
-def read_json(url: str) -> Any:
-    with urllib.request.urlopen(url) as reply:
-        return json.load(reply)
+    return [held, by_name, landed]
 
 
 # ------------------------------------------------------------------ hotplug
@@ -282,48 +210,17 @@ def read_json(url: str) -> Any:
 
 async def hotplugs(
     api: ApiServer, plug: Callable[[], None], unplug: Callable[[], None], reps: int, settle: Settler
-) -> Samples:
-    """Plug sim1 and unplug it `reps` times: each change to the slice write that shows it."""
-    s = Samples()
+) -> list[float]:
+    """Plug sim1 `reps` times, each to the slice write that shows it; unplugged between."""
+    out = []
     for _ in range(reps):
-        for name, act, what in (
-            ("hotplug", plug, offers("sim1")),
-            ("unplug", unplug, lambda d: offers("sim0")(d) and not offers("sim1")(d)),
-        ):
-            await settle()
-            t0 = time.perf_counter()
-            act()
-            s.add(name, (await published(api, what) - t0) * 1000.0)
-    return s
-
-
-# ------------------------------------------------------------------ idle
-
-
-@dataclass(frozen=True)
-class Idle:
-    seconds: float
-    cpu_ms: float
-    wakeups: dict[Thread, int]
-
-    @property
-    def met(self) -> bool:
-        return self.cpu_ms == 0 and not self.wakeups
-
-    def by_name(self) -> dict[str, tuple[int, int]]:
-        """Wake-ups by thread name: (threads of that name that woke, their wake-ups)."""
-        out: dict[str, tuple[int, int]] = {}
-        for thread, n in self.wakeups.items():
-            threads, total = out.get(thread.name, (0, 0))
-            out[thread.name] = (threads + 1, total + n)
-        return dict(sorted(out.items()))
-
-
-async def idle(pid: int, seconds: float) -> Idle:
-    cpu0, sw0 = cpu_seconds(pid), switches(pid)
-    await asyncio.sleep(seconds)
-    cpu1, sw1 = cpu_seconds(pid), switches(pid)
-    return Idle(seconds, (cpu1 - cpu0) * 1000.0, woken(sw0, sw1))
+        await settle()
+        t0 = time.perf_counter()
+        plug()
+        out.append((await published(api, offers("sim1")) - t0) * 1000.0)
+        unplug()
+        await published(api, lambda d: offers("sim0")(d) and not offers("sim1")(d))
+    return out
 
 
 # ------------------------------------------------------------------ port down
@@ -370,31 +267,6 @@ def api_server() -> Iterator[ApiServer]:
         raise RuntimeError(f"the plugin sent slices the API server refuses: {api.invalid}")
 
 
-async def channel_connects(endpoint: str, reps: int, settle: Settler) -> list[float]:
-    """A new gRPC channel to the plugin's socket, until ready: the part of each prepare
-    above that the kubelet, which keeps its channel, does not pay."""
-    out = []
-    for _ in range(reps):
-        await settle()
-        t0 = time.perf_counter()
-        async with grpc.aio.insecure_channel(f"unix:{endpoint}") as channel:
-            await channel.channel_ready()
-        out.append(ms_since(t0))
-    return out
-
-
-@dataclass
-class Measured:
-    reps: int
-    pod: Samples
-    connects: list[float]
-    hot: Samples
-    down: Samples
-    quiet: Idle
-    rss: tuple[float, float]  # MB: after start, after the prepare and ADD runs
-    start_ms: float  # the plugin's start to serving
-
-
 def landed_tree(into: Path) -> Path:
     """rdmad/ as of LANDED (git archive), with this tree's generated gRPC modules (not in
     git), under `into`."""
@@ -426,34 +298,21 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
             )
         workdir = Path(tmp)
         landed_root = landed_tree(workdir / "landed-tree")
-        t0 = time.perf_counter()
         # One plugin throughout: it follows rdmad's going and the hot-plug rdmad's coming.
         async with running_plugin(api, bus, workdir / "dra") as plugin:
-            start_ms = ms_since(t0)
             pid = plugin.proc.pid
             endpoint, service = await register(plugin)
-            async with rdmad(bus, nics.sim_spec()), client(bus) as rdmad_client:
+            async with rdmad(bus, nics.sim_spec()):
                 await published(api, offers(DEVICE, whole=True))
-                rss_start = rss_mb(pid)
                 async with running_plugin(
                     landed_api, bus, workdir / "landed", root=landed_root
                 ) as landed:
                     landed_endpoint, _ = await register(landed)
                     node = Node(
-                        api,
-                        endpoint,
-                        service,
-                        rdmad_client,
-                        bus,
-                        netns,
-                        settle,
-                        landed_api,
-                        landed_endpoint,
+                        api, endpoint, service, bus, netns, settle, landed_api, landed_endpoint
                     )
                     await node.shows(offers(DEVICE, whole=True))
                     pod = await take_turns(columns(node), reps, p.warmup)
-                connects = await channel_connects(endpoint, reps, settle)
-                rss_after = rss_mb(pid)
                 peer = ["-n", nics.peer_netns, "link", "set", nics.hosts[0].removesuffix("h") + "p"]
                 async with kubelet.watching_health(endpoint) as health:  # held, as the kubelet
                     down = await port_downs(api, health, peer, reps, settle)
@@ -465,13 +324,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                 hot_s = await hotplugs(
                     api, lambda: hot.plug("sim1"), lambda: hot.unplug("sim1"), reps, settle
                 )
-    rss = (rss_start, rss_after)
-    report(res, Measured(reps, pod, connects, hot_s, down, quiet, rss, start_ms))
-
-
-def with_p99(samples: list[float], unit: str = "ms") -> str:
-    lo, hi = pct_interval(samples, 99)
-    return f"{spread(samples, unit)} [p99 {lo:.2f}-{hi:.2f}]"
+    report(res, pod.t, hot_s, down.t, quiet)
 
 
 def p99_met(samples: list[float]) -> bool:
@@ -479,25 +332,20 @@ def p99_met(samples: list[float]) -> bool:
     return pct_interval(samples, 99)[1] <= CHANGE_P99_MS
 
 
-def report(res: Results, m: Measured) -> None:
-    t, cpu = m.pod.t, m.pod.cpu
-    prep = RatioCheck.of("prepare/by hand", t["prepare"], t["by-hand prepare"], math.inf)
-    res.rows.append(
-        Row(
-            f"10. rdmad-dra NodePrepareResources, one device ({m.reps} claims; kubelet double:"
-            " a new gRPC channel per call)",
-            with_p99(t["prepare"]),
-            f"{with_p99(t['by-hand prepare'])} (by hand: the claim's GET + Hold)",
-            "-",
-            prep.text(),
-        )
-    )
+def report(
+    res: Results,
+    t: dict[str, list[float]],
+    hot: list[float],
+    down: dict[str, list[float]],
+    quiet: Idle,
+) -> None:
     landed = RatioCheck.of("prepare/landed", t["prepare"], t["landed prepare"], LANDED_TARGET)
     # no worse: the p50 ratio's 95% interval does not lie wholly above 1
     no_worse = landed.intervals[50][0] <= LANDED_TARGET
     res.rows.append(
         Row(
-            f"10. rdmad-dra NodePrepareResources against the plugin as landed ({LANDED})",
+            f"10. rdmad-dra NodePrepareResources, one device ({len(t['prepare'])} claims; a new"
+            f" gRPC channel per call), against the plugin as landed ({LANDED})",
             with_p99(t["prepare"]),
             with_p99(t["landed prepare"]),
             "-",
@@ -510,64 +358,43 @@ def report(res: Results, m: Measured) -> None:
         Row("10. rdmad-dra NodeUnprepareResources after the pod's DEL", with_p99(t["unprepare"]))
     )
     for verb, target in (("ADD", ADD_TARGET), ("DEL", None)):
-        ours, theirs = t[f"held {verb}"], t[f"by-name {verb}"]
-        check = RatioCheck.of("held/by name", ours, theirs, target or math.inf)
-        cpu_text = (
-            f"CPU per process p50: {pct(cpu[f'held {verb}'], 50):.1f} ms against"
-            f" {pct(cpu[f'by-name {verb}'], 50):.1f} ms"
+        check = RatioCheck.of(
+            "held/by name", t[f"held {verb}"], t[f"by-name {verb}"], target or math.inf
         )
         res.rows.append(
             Row(
                 f'10. CNI {verb}: the pod\'s held device (`"pod": true`) against by device name',
-                with_p99(ours),
-                with_p99(theirs),
+                with_p99(t[f"held {verb}"]),
+                with_p99(t[f"by-name {verb}"]),
                 "-",
-                f"{check.text()}; {cpu_text}",
+                check.text(),
                 check.target() if target else "",
                 check.met if target else None,
             )
         )
-    for name, judged in (("hotplug", True), ("unplug", False)):
+    changes = (
+        ("a sim device's hotplug to the ResourceSlice write showing it", hot),
+        ("a port down (its veth's carrier) to the UNHEALTHY report on the health stream",
+         down["stream"]),
+        ("a port down to the ResourceSlice write tainting it", down["slice"]),
+    )  # fmt: skip
+    for what, samples in changes:
         res.rows.append(
             Row(
-                f"10. rdmad-dra: a sim device's {name} to the ResourceSlice write showing it",
-                with_p99(m.hot.t[name]),
-                target=f"p99 <= {CHANGE_P99_MS:g} ms (its whole interval)" if judged else "",
-                met=p99_met(m.hot.t[name]) if judged else None,
-            )
-        )
-    for name, what in (
-        ("stream", "the UNHEALTHY report on the health stream"),
-        ("slice", "the ResourceSlice write tainting it"),
-    ):
-        res.rows.append(
-            Row(
-                f"10. rdmad-dra: a port down (its veth's carrier) to {what}",
-                with_p99(m.down.t[name]),
+                f"10. rdmad-dra: {what}",
+                with_p99(samples),
                 target=f"p99 <= {CHANGE_P99_MS:g} ms (its whole interval)",
-                met=p99_met(m.down.t[name]),
+                met=p99_met(samples),
             )
         )
-    q = m.quiet
-    threads = ", ".join(
-        f"{name} {n}" + (f" ({count} threads)" if count > 1 else "")
-        for name, (count, n) in q.by_name().items()
-    )
     res.rows.append(
         Row(
-            f"10. rdmad-dra idle over {q.seconds:g} s, the health stream held open; its RSS",
-            f"CPU {q.cpu_ms:.0f} ms, {sum(q.wakeups.values())} wake-ups"
-            + (f" ({threads})" if threads else "")
-            + f"; RSS {m.rss[0]:.1f} MB after start, {m.rss[1]:.1f} MB after the runs",
+            "10. rdmad-dra idle, the health stream held open",
+            quiet.text(),
             target="0 CPU, 0 wake-ups",
-            met=q.met,
+            met=quiet.met,
         )
     )
-    res.notes.append(
-        f"rdmad-dra: start to serving (imports, API client, sockets) {m.start_ms:.0f} ms; a"
-        f" new gRPC channel to its DRA socket, connected: {spread(m.connects)} (part of each"
-        " prepare above; the kubelet keeps its channel)"
-    )
-    for name in ("prepare", "landed prepare", "by-hand prepare", "held ADD", "by-name ADD"):
+    for name in ("prepare", "landed prepare", "held ADD", "by-name ADD"):
         res.dists[f"DRA: {name}"] = t[name]
-    res.dists["DRA: hotplug to slice"] = m.hot.t["hotplug"]
+    res.dists["DRA: hotplug to slice"] = hot

@@ -13,8 +13,9 @@ Three columns, one pod each per rep, in turn (bench.columns' cycle of orders):
                 the rail's table and the rule `from <address> lookup <table>`.
 Each pod is released after its column (untimed: the removal of rules and routes first, as
 rdmad does), and a pause lets the kernel's RCU work drain before the next. rdmad's share
-beyond raw is its D-Bus round trips, its lookups (the netns's tables in use), the state
-saves and the pod-wide CDI rewrite of every spec of the netns at each claim.
+beyond raw is its D-Bus round trips, its lookups (the netns's rules and a free table's
+routes), the state saves and the pod-wide CDI rewrite of every spec of the netns at each
+claim.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""results.md: one table, notes, before/after."""
+"""results.md: one table, and how long each scenario took."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import platform
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 from bench.common import BENCH_DIR, Params, Results
 
@@ -31,9 +30,7 @@ def _load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def write_report(
-    res: Results, p: Params, out: Path, seconds: float, baseline: dict[str, Any] | None
-) -> None:
+def write_report(res: Results, p: Params, out: Path, seconds: float) -> None:
     mode = "smoke" if p.smoke else "full"
     lines = [
         "# rdmad benchmark results",
@@ -41,16 +38,11 @@ def write_report(
         f"Written by `python -m bench.run{' --smoke' if p.smoke else ''}` ({mode} mode) on "
         f"{time.strftime('%Y-%m-%d %H:%M')}, commit {_commit()}, in {seconds:.0f} s.",
         f"Host: Linux {platform.release()}, {os.cpu_count()} CPUs, Python "
-        f"{platform.python_version()}, load average at the end {_load()} (other work on "
-        "the host, e.g. QEMU guests, shows up as p99 outliers). Simulated RDMA backend "
-        "bound to real veths; every netdev operation is real. State dir on tmpfs (as /run "
-        "is in production); "
-        "daemon at --log-level info. Latencies over "
-        f"{p.reps} repetitions after {p.warmup} warm-up ones. Claim and release against raw "
-        f"and the CLI: {p.latency_reps} repetitions settled (each operation starts "
-        f"{p.settle_ms:.0f}-{p.settle_ms + p.jitter_ms:.0f} ms after the previous one ended) "
-        f"and {p.back_to_back_reps} back to back, in a cycle of column orders so that each "
-        "column's claim follows each column's release, its own included, equally often.",
+        f"{platform.python_version()}, load average at the end {_load()}. Simulated RDMA "
+        "backend bound to real veths; state on tmpfs; daemon at --log-level info. Latencies "
+        f"over {p.reps} repetitions after {p.warmup} warm-up ones; claim and release over "
+        f"{p.latency_reps}, each operation {p.settle_ms:.0f}-{p.settle_ms + p.jitter_ms:.0f} ms"
+        " after the previous one, the columns taking turns (bench.columns).",
         "",
         "Cells read p50 / p90 / p99. A ratio shows each percentile with its 95% bootstrap "
         "interval in brackets; a ratio target is met only where the whole interval holds at "
@@ -64,24 +56,6 @@ def write_report(
             f"| {r.scenario} | {r.rdmad} | {r.raw} | {r.cli} | {r.ratio} | "
             f"{r.target} | {_mark(r.met)} |"
         )
-    if baseline:
-        lines += [
-            "",
-            "## Before / after",
-            "",
-            "rdmad column of the baseline run (`--baseline`) against this run.",
-            "",
-            "| scenario | before | after |",
-            "|---|---|---|",
-        ]
-        old = {r["scenario"]: r for r in baseline.get("rows", [])}
-        for r in res.rows:
-            # Earlier runs measured claim/release back to back only, under the bare name.
-            was = old.get(r.scenario) or old.get(r.scenario.replace(", back to back", ""))
-            if was is not None and was["rdmad"] != r.rdmad:
-                lines.append(f"| {r.scenario} | {was['rdmad']} | {r.rdmad} |")
-    if res.notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in res.notes]
     lines += ["", "## Run", "", "| scenario | seconds |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in res.scenario_seconds.items()]
     if res.errors:

@@ -3,8 +3,9 @@
     python -m bench.run            # full: N up to 1024 + 2048 others, 60 s idle -> bench/out/
     python -m bench.run --smoke    # CI: tiny N, few reps, a few seconds idle -> bench/out/smoke/
 
-Needs root (real netns, veth, macvlan) and dbus-daemon. Smoke mode asserts nothing about
-speed: it exits non-zero only if a scenario fails or produces no numbers.
+Needs root (real netns, veth, macvlan), dbus-daemon and containerd 2 (bench/README.md).
+Smoke mode asserts one thing about speed (bench.scale's guard); otherwise it exits non-zero
+only if a scenario fails or produces no numbers.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from bench import (
     dra,
     idle,
     pod,
+    podstart,
     scale,
     shared,
 )
@@ -41,6 +43,7 @@ SCENARIOS: dict[str, Scenario] = {
     "burst": burst.run,
     "pod": pod.run,
     "dra": dra.run,
+    "podstart": podstart.run,
     "idle": idle.run,
 }
 
@@ -70,11 +73,6 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, help="where results go (default: bench/out, bench/out/smoke)"
     )
     ap.add_argument("--only", nargs="+", choices=list(SCENARIOS), help="run only these")
-    ap.add_argument(
-        "--baseline",
-        type=Path,
-        help="results.json of an earlier run, shown as 'before' in results.md",
-    )
     args = ap.parse_args(argv)
     p = Params.quick() if args.smoke else Params.full()
     out: Path = args.out or BENCH_DIR / "out" / ("smoke" if args.smoke else "")
@@ -84,9 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     with start_private_bus() as bus:
         res = asyncio.run(run_all(names, p, out, bus.address))
     total = time.monotonic() - t0
-    baseline = json.loads(args.baseline.read_text()) if args.baseline else None
     (out / "results.json").write_text(json.dumps(res.to_json(), indent=1))
-    write_report(res, p, out, total, baseline)
+    write_report(res, p, out, total)
     print(f"bench: wrote {out}/results.md in {total:.0f} s", file=sys.stderr)
     if res.errors:
         print(f"bench: {len(res.errors)} scenario(s) failed", file=sys.stderr)

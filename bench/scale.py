@@ -1,36 +1,31 @@
 """3. Scale on a modelled node: N RDMA-capable netdevs (sim devices on real veths) and M
 unrelated interfaces, all up with addresses, as on a node with VFs and one veth per pod.
 
-At each size: start to READY=1, RSS, ListDevices latency, and claim and release latency
-with the daemon's CPU time per operation, settled and back to back. The CPU an operation
-costs is read from /proc/<pid>/stat (utime + stime, all threads) when it starts and when
-the next one starts, so work the daemon does after its reply (the events the move causes)
-is charged to the operation that caused it.
+At each size: ListDevices latency, and claim and release latency with the daemon's CPU time
+per operation, settled. The CPU an operation costs is read from
+/proc/<pid>/stat (utime + stime, all threads) when it starts and when the next one starts,
+so work the daemon does after its reply (the events the move causes) is charged to the
+operation that caused it.
 
 Beside rdmad, rep by rep, the same kernel operations in-process with pyroute2 (bench.claim's
 raw column) on a veth of the same node, with this process's CPU time (user + system) per
 operation. The kernel's own work in a move grows with the interfaces of the netns it
-leaves or joins, whoever sends it; raw shows by how much.
-
-Targets: claim and release latency (p50 and p90) and CPU per operation flat within 1.15x
-from the smallest node to the largest, in absolute terms and over raw (rdmad's latency as
-a ratio of raw's, rdmad's CPU minus raw's). The
-guard: if the daemon's CPU per claim on the largest node is more than GUARD times the
-smallest node's, the scenario fails, loudly, in smoke mode too (a ratio within one run, not
-an absolute time).
+leaves or joins, whoever sends it; raw shows by how much, and the targets are on rdmad over
+raw: its latency as a ratio of raw's, and its CPU minus raw's, flat within 1.15x from the
+smallest node to the largest. The guard: if the daemon's CPU per claim on the largest node
+is more than GUARD times the smallest node's, the scenario fails, loudly, in smoke mode too
+(a ratio within one run, not an absolute time).
 """
 
 from __future__ import annotations
 
 import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.claim import NS_ADDR, NS_IFNAME, NS_MTU, Raw
+from bench.columns import Column, Op, Samples, take_turns
 from bench.common import (
     Params,
     Results,
@@ -44,15 +39,12 @@ from bench.common import (
     ms_since,
     pid_of,
     rdmad,
-    rss_mb,
 )
-from bench.stats import JUDGED, RatioCheck, p99_text, pct, spread
-from testbed.daemon import ROOT, Client
+from bench.stats import JUDGED, RatioCheck, pct, with_p99
 from testbed.net import temp_netns
 
-FLAT = 1.15  # latency and CPU per operation, largest node against the smallest
+FLAT = 1.15  # rdmad over raw, latency and CPU per operation, largest node against smallest
 GUARD = 3.0  # CPU per claim, largest node against the smallest: beyond it the run fails
-PASSES = ("settled", "back to back")
 
 
 class CpuRegression(AssertionError):
@@ -60,41 +52,11 @@ class CpuRegression(AssertionError):
 
 
 @dataclass
-class Ops:
-    """One pass's claims and releases: latency (ms) and the daemon's CPU (ms) per op."""
-
-    claim_ms: list[float] = field(default_factory=list)
-    release_ms: list[float] = field(default_factory=list)
-    claim_cpu: list[float] = field(default_factory=list)
-    release_cpu: list[float] = field(default_factory=list)
-
-    def cpu_per(self, op: str) -> float:
-        return statistics.fmean(self.claim_cpu if op == "claim" else self.release_cpu)
-
-    def latency(self, op: str) -> list[float]:
-        return self.claim_ms if op == "claim" else self.release_ms
-
-
-@dataclass
-class Pass:
-    """One pass over a node: rdmad's operations (the daemon's CPU) and raw's (ours)."""
-
-    rdmad: Ops = field(default_factory=Ops)
-    raw: Ops = field(default_factory=Ops)
-
-    def own_cpu(self, op: str) -> float:
-        """rdmad's CPU per operation over the kernel's own (raw's)."""
-        return self.rdmad.cpu_per(op) - self.raw.cpu_per(op)
-
-
-@dataclass
 class Node:
     netdevs: int  # RDMA-capable (a sim device each)
     others: int  # unrelated interfaces
-    starts: list[float] = field(default_factory=list)
-    rss: float = 0.0
-    lists: list[float] = field(default_factory=list)
-    passes: dict[str, Pass] = field(default_factory=dict)
+    lists: list[float]  # ListDevices, ms
+    t: dict[str, list[float]]  # "rc", "rr" (rdmad's claim, release), "wc", "wr" (raw's)
 
     @property
     def label(self) -> str:
@@ -104,16 +66,14 @@ class Node:
     def interfaces(self) -> int:
         return self.netdevs + self.others
 
+    def cpu(self, key: str) -> float:
+        """Mean CPU (ms) per operation `key`: the daemon's for rdmad's, this process's for
+        raw's."""
+        return statistics.fmean(self.t[key + " cpu"])
 
-def python_floor_ms() -> float:
-    """Interpreter start + importing the daemon's modules: the part of 'start' that is not
-    rdmad's own work (best of 3)."""
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import rdmad.daemon.main"], check=True, cwd=ROOT)
-        best = min(best, ms_since(t0))
-    return best
+    def own_cpu(self, op: str) -> float:
+        """rdmad's CPU per operation ("c" or "r") over the kernel's own (raw's)."""
+        return self.cpu("r" + op) - self.cpu("w" + op)
 
 
 class CpuMeter:
@@ -131,53 +91,27 @@ class CpuMeter:
         self._into, self._at = into, now
 
 
-async def _cycles(
-    c: Client,
-    pid: int,
-    device: str,
-    netns: str,
-    raw: Raw,
-    reps: int,
-    warmup: int,
-    settle: Settler | None,
-) -> Pass:
-    """rdmad's claim and release, and raw's, in alternating order rep by rep: each column's
-    claim follows each column's release equally often."""
-    ps = Pass()
-    meter = CpuMeter(pid)
-    opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR])  # raw's claim, over D-Bus
-    rd_claim, rd_release = claim_cycle(c, device, netns, opts)
-    Step = tuple[Callable[[], Awaitable[None]], list[float], list[float], bool]
-    rdmad_steps: list[Step] = [
-        (rd_claim, ps.rdmad.claim_ms, ps.rdmad.claim_cpu, True),
-        (rd_release, ps.rdmad.release_ms, ps.rdmad.release_cpu, True),
-    ]
-    raw_steps: list[Step] = [
-        (raw.claim, ps.raw.claim_ms, ps.raw.claim_cpu, False),
-        (raw.release, ps.raw.release_ms, ps.raw.release_cpu, False),
-    ]
-    for i in range(warmup + reps):
-        measured = i >= warmup
-        order = rdmad_steps + raw_steps if i % 2 == 0 else raw_steps + rdmad_steps
-        for work, took, cpu, daemon in order:
-            if settle is not None:
+def _columns(meter: CpuMeter, rdmad_ops: tuple[Op, Op], raw: Raw, settle: Settler) -> list[Column]:
+    """rdmad's claim and release, and raw's, each settled and timed with its CPU."""
+
+    def column(key: str, ops: tuple[Op, Op], daemon: bool) -> Column:
+        async def run(s: Samples) -> None:
+            for op, fn in zip("cr", ops, strict=True):
                 await settle()
-            # the daemon's CPU while raw works is nobody's operation
-            meter.mark(cpu if measured and daemon else None)
-            c0, t0 = time.process_time(), time.perf_counter()
-            await work()
-            if measured:
-                took.append(ms_since(t0))
+                # the daemon's CPU while raw works is nobody's operation
+                meter.mark(s.t.setdefault(f"{key}{op} cpu", []) if daemon else None)
+                c0, t0 = time.process_time(), time.perf_counter()
+                await fn()
+                s.add(key + op, ms_since(t0))
                 if not daemon:
-                    cpu.append((time.process_time() - c0) * 1000.0)
-    if settle is not None:
-        await settle()
-    meter.mark(None)
-    return ps
+                    s.add(f"{key}{op} cpu", (time.process_time() - c0) * 1000.0)
+
+        return run
+
+    return [column("r", rdmad_ops, True), column("w", (raw.claim, raw.release), False)]
 
 
 async def _measure(bus: str, p: Params, netdevs: int, others: int) -> Node:
-    node = Node(netdevs, others)
     with (
         many_veths(netdevs, "s", up=True) as nics,
         many_veths(others, "o", up=True),
@@ -186,123 +120,62 @@ async def _measure(bus: str, p: Params, netdevs: int, others: int) -> Node:
         # interface's fe80::/64, a kernel cost that grows with the node
         many_veths(1, "x", up=True) as spare,
     ):
-        spec = nics.sim_spec()
-        for _ in range(p.starts - 1):  # extra starts, only for the start time
-            t0 = time.perf_counter()
-            async with rdmad(bus, spec):
-                node.starts.append(ms_since(t0))
-        t0 = time.perf_counter()
-        async with rdmad(bus, spec) as d, client(bus) as c:
-            node.starts.append(ms_since(t0))
-            rss_ready = rss_mb(pid_of(d))
+        async with rdmad(bus, nics.sim_spec()) as d, client(bus) as c:
+            lists = []
             for i in range(p.warmup + p.reps):
                 t0 = time.perf_counter()
                 rows = await c.manager("ListDevices")
                 if i >= p.warmup:
-                    node.lists.append(ms_since(t0))
+                    lists.append(ms_since(t0))
             assert len(rows) == netdevs, f"ListDevices returned {len(rows)} of {netdevs}"
-            host = spare.hosts[0]
             with temp_netns("rbs") as netns, temp_netns("rbw") as raw_netns:
-                async with Raw.opened(host, raw_netns) as raw:
-                    for name in PASSES:
-                        settle = Settler(p) if name == "settled" else None
-                        node.passes[name] = await _cycles(
-                            c, pid_of(d), f"sim{netdevs // 2}", netns, raw,
-                            p.scale_reps, p.warmup, settle,
-                        )  # fmt: skip
-            node.rss = max(rss_ready, rss_mb(pid_of(d)))
-    return node
+                async with Raw.opened(spare.hosts[0], raw_netns) as raw:
+                    opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR])  # raw's claim
+                    ops = claim_cycle(c, f"sim{netdevs // 2}", netns, opts)
+                    meter, settle = CpuMeter(pid_of(d)), Settler(p)
+                    t = (await take_turns(_columns(meter, ops, raw, settle), p.scale_reps,
+                                          p.warmup)).t  # fmt: skip
+                    await settle()
+                    meter.mark(None)  # the last operation's CPU, up to now
+    return Node(netdevs, others, lists, t)
 
 
 async def run(bus: str, p: Params, res: Results, out: Path) -> None:
-    floor = python_floor_ms()
-    nodes = []
-    for netdevs, others in p.scale_nodes:
-        node = await _measure(bus, p, netdevs, others)
-        nodes.append(node)
-        _node_rows(res, node, floor)
-    _flat_rows(res, nodes[0], nodes[-1])
-
-
-def _node_rows(res: Results, node: Node, floor: float) -> None:
-    big = node.netdevs >= 1024  # where the start, RSS and ListDevices targets are set
-    start = statistics.median(node.starts)
-    res.dists[f"ListDevices N={node.netdevs}"] = node.lists
-    res.dists[f"Claim N={node.netdevs}, M={node.others}"] = node.passes["settled"].rdmad.claim_ms
-    res.rows += [
-        Row(
-            f"3. Start to READY=1, {node.label}",
-            f"{start:.0f} ms (median of {len(node.starts)}; max {max(node.starts):.0f})",
-            f"{floor:.0f} ms (python + imports)",
-            target="< 1 s at N=1024" if big else "",
-            met=(start < 1000) if big else None,
-        ),
-        Row(
-            f"3. RSS, {node.label}",
-            f"{node.rss:.1f} MB",
-            target="< 60 MB at N=1024" if big else "",
-            met=(node.rss < 60) if big else None,
-        ),
-        Row(
-            f"3. ListDevices latency, {node.label}",
-            spread(node.lists),
-            ratio=p99_text(node.lists),
-            target="< 5 ms at p50 and p90, at N=1024" if big else "",
-            met=all(pct(node.lists, q) < 5 for q in JUDGED) if big else None,
-        ),
-    ]
-    for name, ps in node.passes.items():
-        rd, raw = ps.rdmad, ps.raw
+    nodes = [await _measure(bus, p, netdevs, others) for netdevs, others in p.scale_nodes]
+    for node in nodes:
+        big = node.netdevs >= 1024  # where the ListDevices target is set
+        res.dists[f"ListDevices N={node.netdevs}"] = node.lists
         res.rows.append(
             Row(
-                f"3. Claim / release, {node.label}, {name}",
-                f"claim {spread(rd.claim_ms)}; release {spread(rd.release_ms)}",
-                f"raw: claim {spread(raw.claim_ms)}; release {spread(raw.release_ms)}",
-                ratio=f"CPU per claim {rd.cpu_per('claim'):.1f} ms (raw"
-                f" {raw.cpu_per('claim'):.1f}), per release {rd.cpu_per('release'):.1f} ms"
-                f" (raw {raw.cpu_per('release'):.1f})",
+                f"3. ListDevices latency, {node.label}",
+                with_p99(node.lists),
+                target="< 5 ms at p50 and p90, at N=1024" if big else "",
+                met=all(pct(node.lists, q) < 5 for q in JUDGED) if big else None,
             )
         )
+    _flat_rows(res, nodes[0], nodes[-1])
 
 
 def _flat_rows(res: Results, small: Node, large: Node) -> None:
     sizes = f"{large.label} against {small.label}"
-    for name in PASSES:
-        lo, hi = small.passes[name], large.passes[name]
-        for op in ("claim", "release"):
-            latency = RatioCheck.of("latency", hi.rdmad.latency(op), lo.rdmad.latency(op), FLAT)
-            kernel = RatioCheck.of("raw's", hi.raw.latency(op), lo.raw.latency(op), FLAT)
-            cpu = hi.rdmad.cpu_per(op) / lo.rdmad.cpu_per(op)
-            res.rows.append(
-                Row(
-                    f"3. {op.capitalize()} flat in the node's size, {name}: {sizes}",
-                    f"CPU per {op} {lo.rdmad.cpu_per(op):.1f} -> {hi.rdmad.cpu_per(op):.1f}"
-                    f" ms (raw {lo.raw.cpu_per(op):.1f} -> {hi.raw.cpu_per(op):.1f} ms)",
-                    ratio=f"{latency.text()}; {kernel.text()}; CPU {cpu:.2f}",
-                    target=f"latency <= {FLAT} at p50 and p90; CPU <= {FLAT}",
-                    met=latency.met and cpu <= FLAT,
-                )
+    for op, name in (("c", "Claim"), ("r", "Release")):
+        over = RatioCheck.of_ratios(
+            "rdmad/raw",
+            (large.t["r" + op], large.t["w" + op]),
+            (small.t["r" + op], small.t["w" + op]),
+            FLAT,
+        )
+        own = large.own_cpu(op) / small.own_cpu(op)
+        res.rows.append(
+            Row(
+                f"3. {name} over the kernel's own, flat, settled: {sizes}",
+                f"rdmad's CPU over raw's {small.own_cpu(op):.1f} -> {large.own_cpu(op):.1f} ms",
+                ratio=f"{over.text()} (large over small); own CPU {own:.2f}",
+                target=f"rdmad/raw and rdmad's own CPU <= {FLAT}x at p50 and p90",
+                met=over.met and own <= FLAT,
             )
-            over = RatioCheck.of_ratios(
-                "rdmad/raw",
-                (hi.rdmad.latency(op), hi.raw.latency(op)),
-                (lo.rdmad.latency(op), lo.raw.latency(op)),
-                FLAT,
-            )
-            own = hi.own_cpu(op) / lo.own_cpu(op)
-            res.rows.append(
-                Row(
-                    f"3. {op.capitalize()} over the kernel's own, flat, {name}: {sizes}",
-                    f"rdmad's CPU over raw's per {op} {lo.own_cpu(op):.1f} ->"
-                    f" {hi.own_cpu(op):.1f} ms",
-                    ratio=f"{over.text()} (large over small); own CPU {own:.2f}",
-                    target=f"rdmad/raw and rdmad's own CPU <= {FLAT}x at p50 and p90",
-                    met=over.met and own <= FLAT,
-                )
-            )
-    cpu = large.passes["settled"].rdmad.cpu_per("claim") / small.passes["settled"].rdmad.cpu_per(
-        "claim"
-    )
+        )
+    cpu = large.cpu("rc") / small.cpu("rc")
     res.rows.append(
         Row(
             f"3. Guard: daemon CPU per claim, {large.interfaces} interfaces against"

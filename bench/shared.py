@@ -1,14 +1,11 @@
 """6. Shared claims side by side: a macvlan of the device's netdev, created in the netns
 under its name and MTU, given an address and brought up; released by deleting it.
 
-Four columns, interleaved rep by rep in a cycle of orders (bench.columns), settled:
+Two columns, interleaved rep by rep in a cycle of orders (bench.columns), settled:
   rdmad: a shared claim over D-Bus, call to reply;
   raw:   the same requests in-process with pyroute2 (created in the netns with its name and
-         MTU in one request, then the address and up through a socket kept in the netns);
-  CLI:   `ip link add link P name X netns N mtu M type macvlan`, `ip -n N addr add`,
-         `ip -n N link set X up`; released by `ip -n N link del X`;
-  CNI:   containernetworking's `macvlan` plugin, ADD and DEL, with `static` IPAM (it creates
-         the macvlan in the netns under a temporary name, renames it, sets the address).
+         MTU in one request, then the address and up through a socket kept in the netns).
+(containernetworking's `macvlan` plugin stands beside rdmad-cni's shared ADD in bench.cni.)
 
 6b. The same share claimed by a user polkit allows (nobody, into a netns it owns, as a
 rootless container's), beside root's into that netns, interleaved on one daemon with
@@ -18,14 +15,12 @@ adds (root's asks nobody).
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
 from bench.claim import NS_ADDR, NS_IFNAME, NS_MTU, Raw
-from bench.columns import Pass, Ways, blocking, measure
+from bench.columns import Ways, side_by_side
 from bench.common import (
     Params,
     Results,
@@ -42,10 +37,9 @@ from bench.stats import RatioCheck, spread
 from rdmad.bus.polkit import Action, Polkit
 from testbed.bus import NOBODY, start_private_bus, this_thread_as
 from testbed.daemon import Client
-from testbed.net import addresses, ip, link, temp_netns, users_netns
+from testbed.net import addresses, link, temp_netns, users_netns
 from testbed.polkit import start_polkitd
 
-CNI_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 # 6b: nobody takes shares and releases its own (docs/rootless.md's rule, by user)
 USER_SHARES = """
 polkit.addRule(function(action, subject) {
@@ -86,48 +80,6 @@ class RawShared(Raw):
         await self.ns.link("del", index=self.ns_index)
 
 
-def cli_claim(parent: str, netns: str) -> None:
-    ip(
-        *("link", "add", "link", parent, "name", NS_IFNAME, "netns", netns),
-        *("mtu", str(NS_MTU), "type", "macvlan", "mode", "bridge"),
-    )
-    ip("addr", "add", NS_ADDR, "dev", NS_IFNAME, netns=netns)
-    ip("link", "set", "dev", NS_IFNAME, "up", netns=netns)
-
-
-def cli_release(netns: str) -> None:
-    ip("link", "del", "dev", NS_IFNAME, netns=netns)
-
-
-def cni(command: str, parent: str, netns: str) -> None:
-    """One call of the macvlan plugin, as a container runtime makes it."""
-    plugin = CNI_DIR / "macvlan"
-    if not plugin.exists():
-        raise FileNotFoundError(f"{plugin}: install containernetworking-plugins")
-    conf = {
-        "cniVersion": "1.0.0",
-        "name": "rdmad-bench",
-        "type": "macvlan",
-        "master": parent,
-        "mode": "bridge",
-        "mtu": NS_MTU,
-        "ipam": {"type": "static", "addresses": [{"address": NS_ADDR}]},
-    }
-    env = {
-        "CNI_COMMAND": command,
-        "CNI_CONTAINERID": "rdmad-bench",
-        "CNI_NETNS": f"/run/netns/{netns}",
-        "CNI_IFNAME": NS_IFNAME,
-        "CNI_PATH": str(CNI_DIR),
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-    }
-    res = subprocess.run(
-        [str(plugin)], input=json.dumps(conf), env=env, capture_output=True, text=True
-    )
-    if res.returncode != 0:
-        raise RuntimeError(f"CNI macvlan {command} failed: {res.stdout.strip()[:300]}")
-
-
 def check_claimed(netns: str) -> None:
     info = link(NS_IFNAME, netns)
     assert info is not None and info["mtu"] == NS_MTU, f"not claimed: {info}"
@@ -140,7 +92,6 @@ def check_released(netns: str) -> None:
 
 
 async def run(bus: str, p: Params, res: Results, out: Path) -> None:
-    ps = Pass("settled", p.shared_reps, Settler(p))
     with many_veths(1, "m", up=True) as nics, temp_netns("rbm") as netns:
         parent = nics.hosts[0]
         opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR], shared=True)
@@ -152,33 +103,24 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
             ways: Ways = {
                 "r": claim_cycle(c, "sim0", netns, opts),
                 "w": (raw.claim, raw.release),
-                "c": (blocking(cli_claim, parent, netns), blocking(cli_release, netns)),
-                "n": (blocking(cni, "ADD", parent, netns), blocking(cni, "DEL", parent, netns)),
             }
-            await measure(
-                ps, ways, p.warmup, lambda: check_claimed(netns), lambda: check_released(netns)
-            )
+            t = await side_by_side(
+                ways, p.shared_reps, p.warmup, Settler(p),
+                lambda: check_claimed(netns), lambda: check_released(netns),
+            )  # fmt: skip
     for op, label in (("c", "claim"), ("r", "release")):
-        r, w, cl, n = (ps.t[key + op] for key in "rwcn")
+        r, w = t["r" + op], t["w" + op]
         res.dists[f"Shared {label}: rdmad"] = r
         res.dists[f"Shared {label}: raw pyroute2"] = w
-        res.dists[f"Shared {label}: iproute2 CLI"] = cl
-        res.dists[f"Shared {label}: CNI macvlan plugin"] = n
-        checks = [
-            RatioCheck.of("rdmad/raw", r, w, 1.3),
-            RatioCheck.of("rdmad/CLI", r, cl, 1.0, strict=True),
-        ]
-        cni_text = f"CNI macvlan plugin {spread(n)}; {RatioCheck.of('rdmad/CNI', r, n, 1.0).text()}"
-        judged = op == "c"
+        check = RatioCheck.of("rdmad/raw", r, w, 1.3)
         res.rows.append(
             Row(
                 f"6. Shared {label} (macvlan), settled",
                 spread(r),
                 spread(w),
-                spread(cl),
-                "; ".join([*(c.text() for c in checks), cni_text]),
-                "; ".join(c.target() for c in checks) if judged else "",
-                all(c.met for c in checks) if judged else None,
+                ratio=check.text(),
+                target=check.target() if op == "c" else "",
+                met=check.met if op == "c" else None,
             )
         )
     await run_as_a_user(p, res)
@@ -186,7 +128,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
 
 async def run_as_a_user(p: Params, res: Results) -> None:
     """6b: a user's share beside root's, settled; then the polkit round trip alone."""
-    ps = Pass("settled", p.shared_reps, Settler(p))
+    settle = Settler(p)
     opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR], shared=True)
     with (
         many_veths(1, "u", up=True) as nics,
@@ -203,18 +145,18 @@ async def run_as_a_user(p: Params, res: Results) -> None:
                     "u": claim_cycle(user, "sim0", netns, opts),
                 }
                 checks = (lambda: check_claimed(netns), lambda: check_released(netns))
-                await measure(ps, ways, p.warmup, *checks)
+                t = await side_by_side(ways, p.shared_reps, p.warmup, settle, *checks)
                 polkit, asked = Polkit(root.bus), []
                 details, sender = {"device": "sim0", "netns": netns}, user.bus.unique_name
                 assert sender is not None
                 for _ in range(p.shared_reps):
-                    await Settler(p)()
+                    await settle()
                     t0 = time.perf_counter()
                     await polkit.check(sender, Action.CLAIM_SHARE, details, False)
                     asked.append(ms_since(t0))
             finally:
                 user.close()
-    u, r = ps.t["uc"], ps.t["rc"]
+    u, r = t["uc"], t["rc"]
     res.dists["Shared claim: a user polkit allows"] = u
     res.dists["Shared claim: root, beside it"] = r
     res.dists["polkit CheckAuthorization"] = asked

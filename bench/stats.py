@@ -9,7 +9,7 @@ bootstrap interval and never decides "met" (docs/performance.md).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 JUDGED = (50, 90)  # the percentiles a target is judged at
@@ -32,54 +32,33 @@ def spread(samples: Sequence[float], unit: str = "ms") -> str:
     return " / ".join(f"{pct(samples, q):.2f}" for q in (50, 90, 99)) + f" {unit}"
 
 
-def pct_interval(
-    samples: Sequence[float], q: float, resamples: int = RESAMPLES, seed: int = 0
-) -> tuple[float, float]:
-    """A 95% bootstrap interval for pct(samples, q), resampled with replacement."""
-    rng = random.Random(seed)
-    return _central_95([pct(rng.choices(samples, k=len(samples)), q) for _ in range(resamples)])
-
-
-def p99_text(samples: Sequence[float], unit: str = "ms") -> str:
-    lo, hi = pct_interval(samples, 99)
-    return f"p99 {pct(samples, 99):.2f} {unit} (95% interval {lo:.2f}-{hi:.2f})"
-
-
-def ratio_interval(
-    a: Sequence[float], b: Sequence[float], q: float, resamples: int = RESAMPLES, seed: int = 0
-) -> tuple[float, float]:
-    """A 95% bootstrap interval for pct(a, q) / pct(b, q): each column resampled with
-    replacement. It says how far the same machine could move the ratio between runs; at
-    q=99 over a few hundred samples it is wide."""
-    rng = random.Random(seed)
-    return _central_95(
-        [
-            pct(rng.choices(a, k=len(a)), q) / pct(rng.choices(b, k=len(b)), q)
-            for _ in range(resamples)
-        ]
-    )
-
-
-def ratios_interval(
-    top: tuple[Sequence[float], Sequence[float]],
-    bottom: tuple[Sequence[float], Sequence[float]],
-    q: float,
+def bootstrap(
+    stat: Callable[..., float],
+    *columns: Sequence[float],
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> tuple[float, float]:
-    """A 95% bootstrap interval for the ratio of two ratios, (a/b) / (c/d) at percentile q,
-    each of the four columns resampled with replacement."""
+    """A 95% bootstrap interval for stat(*columns), each column resampled with replacement.
+    It says how far the same machine could move the figure between runs; at q=99 over a few
+    hundred samples it is wide."""
     rng = random.Random(seed)
-
-    def ratio(pair: tuple[Sequence[float], Sequence[float]]) -> float:
-        a, b = pair
-        return pct(rng.choices(a, k=len(a)), q) / pct(rng.choices(b, k=len(b)), q)
-
-    return _central_95([ratio(top) / ratio(bottom) for _ in range(resamples)])
-
-
-def _central_95(values: list[float]) -> tuple[float, float]:
+    values = [stat(*(rng.choices(c, k=len(c)) for c in columns)) for _ in range(resamples)]
     return pct(values, 2.5), pct(values, 97.5)
+
+
+def pct_interval(samples: Sequence[float], q: float) -> tuple[float, float]:
+    return bootstrap(lambda s: pct(s, q), samples)
+
+
+def with_p99(samples: Sequence[float], unit: str = "ms") -> str:
+    """spread(), then the 95% interval of the p99."""
+    lo, hi = pct_interval(samples, 99)
+    return f"{spread(samples, unit)} [p99 {lo:.2f}-{hi:.2f}]"
+
+
+def ratio_interval(a: Sequence[float], b: Sequence[float], q: float) -> tuple[float, float]:
+    """A 95% bootstrap interval for pct(a, q) / pct(b, q)."""
+    return bootstrap(lambda x, y: pct(x, q) / pct(y, q), a, b)
 
 
 @dataclass(frozen=True)
@@ -121,16 +100,15 @@ class RatioCheck:
         how much a ratio grows from one setting to another."""
         qs = (*JUDGED, 99)
 
-        def point(q: int) -> float:
-            (a, b), (c, d) = top, bottom
-            return (pct(a, q) / pct(b, q)) / (pct(c, q) / pct(d, q))
+        def stat(q: int) -> Callable[..., float]:
+            return lambda a, b, c, d: (pct(a, q) / pct(b, q)) / (pct(c, q) / pct(d, q))
 
         return cls(
             name,
             limit,
             False,
-            {q: point(q) for q in qs},
-            {q: ratios_interval(top, bottom, q) for q in qs},
+            {q: stat(q)(*top, *bottom) for q in qs},
+            {q: bootstrap(stat(q), *top, *bottom) for q in qs},
         )
 
     @property

@@ -261,6 +261,11 @@ class Attachment:
     # next start lists again while the move hides it (None: not moving it, or an older rdmad)
     moved_device: RdmaDevice | None = None
     gids: tuple[Gid, ...] = ()  # the entries of the GID table that are the claim's
+    # its netdev inside the netns as last read (after its steps, and after each address
+    # change there): its MAC, and its addresses as CIDRs, link-local IPv6 left out (the
+    # kernel makes those itself); "" and () for a claim that moved no netdev
+    ns_mac: str = ""
+    ns_addresses: tuple[str, ...] = ()
 
 
 @dataclass

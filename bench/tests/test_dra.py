@@ -2,61 +2,13 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
-
-from bench.dra import (
-    DEVICE,
-    Column,
-    Idle,
-    Samples,
-    cni_confs,
-    lacks,
-    offers,
-    p99_met,
-    pod_args,
-    take_turns,
-)
+from bench.common import Idle
+from bench.dra import DEVICE, cni_confs, lacks, offers, p99_met, pod_args
 from testbed.threads import Thread, woken
 
 
 def device(rdma: str, name: str) -> dict[str, dict[str, object]]:
     return {name: {"name": name, "attributes": {"rdmaDevice": {"string": rdma}}}}
-
-
-def recording(ran: list[str]) -> Callable[[str], Column]:
-    """Columns that log their name when they run and keep one sample."""
-
-    def column(name: str) -> Column:
-        async def col(s: Samples) -> None:
-            ran.append(name)
-            s.add(name, 1.0)
-
-        return col
-
-    return column
-
-
-async def test_each_column_runs_once_per_rep_and_the_warmup_reps_are_not_kept() -> None:
-    ran: list[str] = []
-    column = recording(ran)
-    got = await take_turns({n: column(n) for n in ("held", "by name", "by hand")}, 6, 2)
-    assert Counter(ran) == {"held": 8, "by name": 8, "by hand": 8}
-    assert {n: len(v) for n, v in got.t.items()} == {"held": 6, "by name": 6, "by hand": 6}
-
-
-async def test_over_a_cycle_each_column_goes_first_equally_often() -> None:
-    ran: list[str] = []
-    column = recording(ran)
-    await take_turns({n: column(n) for n in "abc"}, 6, 0)
-    assert Counter(ran[0::3]) == {"a": 2, "b": 2, "c": 2}
-
-
-async def test_four_columns_with_the_landed_plugin_take_turns_alike() -> None:
-    ran: list[str] = []
-    column = recording(ran)
-    await take_turns({n: column(n) for n in "abcd"}, 8, 0)
-    assert Counter(ran[0::4]) == {"a": 2, "b": 2, "c": 2, "d": 2}
 
 
 def test_the_pod_mode_conf_is_chained_and_names_no_device() -> None:
@@ -106,7 +58,8 @@ def test_idle_wakeups_are_summed_by_thread_name() -> None:
         Thread("event_engine", 22): 12,
         Thread("lifeguard", 23): 60,
     }
-    assert Idle(60.0, 0.0, wakeups).by_name() == {"event_engine": (2, 42), "lifeguard": (1, 60)}
+    text = Idle(60.0, 0.0, wakeups).text()
+    assert text == "CPU 0 ms, 102 wake-ups (event_engine 42, lifeguard 60) in 60 s"
 
 
 def test_the_hotplug_target_needs_the_whole_p99_interval_under_a_second() -> None:

@@ -7,7 +7,7 @@ from itertools import pairwise
 
 import pytest
 
-from bench.columns import ORDERS
+from bench.columns import LETTERS, ORDERS, Column, Samples, take_turns
 from bench.common import Params
 
 CYCLES = sorted(ORDERS.items())
@@ -31,12 +31,39 @@ def test_every_column_follows_every_column_its_own_included_equally_often(
 
 @pytest.mark.parametrize(("columns", "orders"), CYCLES)
 def test_every_rep_runs_each_column_once(columns: str, orders: tuple[str, ...]) -> None:
+    assert columns == LETTERS[: len(columns)]
     for order in orders:
         assert sorted(order) == sorted(columns)
 
 
 def test_the_full_run_measures_whole_cycles() -> None:
     p = Params.full()
-    assert p.latency_reps % len(ORDERS["rwc"]) == 0
-    assert p.back_to_back_reps % len(ORDERS["rwc"]) == 0
-    assert p.shared_reps % len(ORDERS["rwcn"]) == 0
+    assert p.latency_reps % len(ORDERS["rwcl"]) == 0
+    assert p.shared_reps % len(ORDERS["rw"]) == 0
+
+
+def recording(ran: list[str], name: str) -> Column:
+    """A column that logs its name when it runs and keeps one sample."""
+
+    async def col(s: Samples) -> None:
+        ran.append(name)
+        s.add(name, 1.0)
+
+    return col
+
+
+async def test_each_column_runs_once_per_rep_and_the_warmup_reps_are_not_kept() -> None:
+    ran: list[str] = []
+    got = await take_turns([recording(ran, n) for n in "abc"], 6, 2)
+    assert Counter(ran) == {"a": 8, "b": 8, "c": 8}
+    assert {n: len(v) for n, v in got.t.items()} == {"a": 6, "b": 6, "c": 6}
+
+
+@pytest.mark.parametrize(("columns", "orders"), CYCLES)
+async def test_over_a_cycle_each_column_goes_first_equally_often(
+    columns: str, orders: tuple[str, ...]
+) -> None:
+    ran: list[str] = []
+    await take_turns([recording(ran, c) for c in columns], len(orders), 0)
+    n = len(columns)
+    assert Counter(ran[0::n]) == {c: len(orders) // n for c in columns}

@@ -400,6 +400,8 @@ CLAIM_PROPERTIES: PropertyTable[Claim] = PropertyTable(
     Prop("Netns", "s", lambda c: c.netns),
     Prop("NetnsPath", "s", lambda c: c.attachment.netns_path if c.attachment else ""),
     Prop("InterfaceName", "s", lambda c: c.ifname),
+    Prop("Addresses", "as", lambda c: list(c.attachment.ns_addresses) if c.attachment else []),
+    Prop("MacAddress", "s", lambda c: c.attachment.ns_mac if c.attachment else ""),
     Prop("Shared", "b", lambda c: c.shared),
     Prop("Owner", "s", lambda c: c.owner),
     Prop("CharDevices", "a(suu)", lambda c: [(d.path, d.major, d.minor) for d in c.chardevs]),
@@ -452,7 +454,8 @@ class ClaimInterface(ServiceInterface):
 
     def changed(self) -> dict[str, Variant]:
         """The properties changed since the last call (or the export), for
-        PropertiesChanged: the Gids, or everything an Attach sets."""
+        PropertiesChanged: the Gids, Addresses and MacAddress, or everything an Attach
+        sets."""
         return CLAIM_PROPERTIES.changed(self._shown, self.claim)
 
     def all_properties(self) -> dict[str, Variant]:

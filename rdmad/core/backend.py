@@ -7,7 +7,7 @@ can roll a half-done claim back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -94,6 +94,15 @@ class Placement:
     ifname: str
 
 
+@dataclass(frozen=True)
+class PlacedNetdev:
+    """What a claim's user sees of its netdev in its netns: its MAC (aa:bb:...), and its
+    addresses as CIDRs, link-local IPv6 left out."""
+
+    mac: str
+    addresses: tuple[str, ...]
+
+
 class NetdevBackend(Protocol):
     """rtnetlink, always real: every netdev operation happens in the kernel."""
 
@@ -139,6 +148,10 @@ class NetdevBackend(Protocol):
         """
         ...
 
+    async def read_placed(self, placement: Placement) -> PlacedNetdev:
+        """The MAC and addresses of a netdev placed in a claimant's netns, read by nsid."""
+        ...
+
     async def bring_home(
         self, placement: Placement, host: HostConfig, source: NetnsTarget | None = None
     ) -> Netdev:
@@ -161,8 +174,9 @@ class NetdevBackend(Protocol):
         """Delete a netdev (a macvlan child) inside a claimant's netns, by nsid."""
         ...
 
-    async def tables_in_use(self, target: NetnsTarget) -> set[int]:
-        """The routing tables of `target` that hold a route or that a rule looks up."""
+    async def free_table(self, target: NetnsTarget, candidates: Iterable[int]) -> int:
+        """The first of `candidates` (table ids above 0) that holds no route in `target` and
+        that no rule there looks up; 0 if none does."""
         ...
 
     async def add_policy_routing(

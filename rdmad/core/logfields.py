@@ -35,6 +35,8 @@ MESSAGE_INTERRUPTED: Final = "48dd9d4e6aaf4b678d13cb280cfc1872"
 # what a claim took is not back in init_net as it was (yet): an operator may have to step in
 MESSAGE_NOT_RETURNED: Final = "84fed45eb174426fa1eb8cdd58df960d"
 MESSAGE_GIDS_UNREADABLE: Final = "ee57270e940c4ce2998c131d4fcc3b83"  # the claim works without
+# a claim's netdev's MAC and addresses could not be read: the claim works without
+MESSAGE_NETDEV_UNREADABLE: Final = "b87c6ba974574f1f8a4d996280bfebde"
 # a netns death reported by an nsid that a live claim's netns has since been given: ignored
 MESSAGE_NSID_REUSED: Final = "6a1e682f2c624b41a6ca2c92b1255c4d"
 # a job the daemon ran in the background failed (a bug, or a kernel answer it did not

@@ -101,7 +101,7 @@ class Store:
                 set_aside.append(self._set_aside(path, exc, "the claim it held is forgotten"))
                 continue
             claims.append(claim)
-            self._encoded[claim.id] = _compact(plain_claim(claim))
+            self._encoded[claim.id] = claim_json(claim)
         restores: list[HostConfig] = []
         try:
             restores = _daemon_file(self.path.read_bytes())
@@ -117,7 +117,7 @@ class Store:
         """Make the saved state `state`: the files of the claims changed since their last
         save written, those of the claims gone removed. O(claims): for start."""
         self._save_restores(state.pending_restores)
-        encoded = {c.id: _compact(plain_claim(c)) for c in state.claims}
+        encoded = {c.id: claim_json(c) for c in state.claims}
         for claim_id in self._encoded.keys() - encoded.keys():
             self._remove_claim(claim_id)
         for claim_id, data in encoded.items():
@@ -131,14 +131,14 @@ class Store:
         whose give-back the next start repeats, and never a netdev to restore forgotten."""
         self._save_restores(pending_restores)
         if live:
-            self._write_claim(claim.id, _compact(plain_claim(claim)))
+            self._write_claim(claim.id, claim_json(claim))
         else:
             self._remove_claim(claim.id)
 
     def _save_restores(self, pending_restores: list[HostConfig]) -> None:
         if pending_restores == self._restores:
             return
-        data = _daemon_bytes(_compact([plain(h) for h in pending_restores]))
+        data = _daemon_bytes(to_json(pending_restores))
         try:
             write_swapped(self.path, data, self._spare)
         except OSError as exc:
@@ -194,9 +194,9 @@ class Store:
         try:
             # Swapped, not written new: a crash may have left some of these files before.
             for claim in state.claims:
-                data = _claim_bytes(_compact(plain_claim(claim)))
+                data = _claim_bytes(claim_json(claim))
                 write_swapped(self.claims_dir / f"{claim.id}.json", data, self._spare)
-            restores = _compact([plain(h) for h in state.pending_restores])
+            restores = to_json(state.pending_restores)
             write_swapped(self.path, _daemon_bytes(restores), self._spare)
             for path in (*old, directory / OLD_SPARE):
                 remove(path)
@@ -258,28 +258,26 @@ def _versioned(raw: bytes) -> Any:
     return doc
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+def to_json(value: Any) -> str:
+    """`value` as compact JSON (`jq . claims/*.json` reads it), a dataclass as the object of
+    its fields: the JSON of dataclasses.asdict, without its deep copies, and with json's
+    encoder walking the values (the state is saved twice on each claim's and release's way:
+    a walk in Python took a third of each save)."""
+    return json.dumps(value, separators=(",", ":"), default=_fields_of)
 
 
-def plain(value: Any) -> Any:
-    """dataclasses.asdict without its deep copies: the same JSON in a third of the time
-    (the state is saved twice on each claim's and release's way)."""
-    names = _field_names(type(value))
-    if names is not None:
-        return {name: plain(getattr(value, name)) for name in names}
-    if isinstance(value, tuple | list):
-        return [plain(v) for v in value]
-    return value
+def _fields_of(value: Any) -> dict[str, Any]:
+    """A dataclass's fields by name, for json's encoder, which asks for what it cannot write."""
+    cls = type(value)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        if not is_dataclass(value):
+            raise TypeError(f"{cls.__name__} cannot be written to a state file")
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(value))
+    return {name: getattr(value, name) for name in names}
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
-
-
-def _field_names(cls: type) -> tuple[str, ...] | None:
-    if cls not in _FIELD_NAMES:
-        _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls)) if is_dataclass(cls) else None
-    return _FIELD_NAMES[cls]
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 # What a held claim's file says of its netns (no Attachment): as files have said it always.
@@ -287,12 +285,12 @@ _DETACHED = Attachment(netns_inode=0, netns_path="", nsid=-1)
 _ATTACHMENT_FIELDS = tuple(f.name for f in fields(Attachment))
 
 
-def plain_claim(claim: Claim) -> dict[str, Any]:
-    """A claim as its file has it: flat, its attachment's fields among its own."""
-    raw: dict[str, Any] = plain(claim)
-    del raw["attachment"]
-    raw.update(plain(claim.attachment or _DETACHED))
-    return raw
+def claim_json(claim: Claim) -> str:
+    """A claim as its file has it: one flat object, its attachment's fields among its own."""
+    flat = _fields_of(claim)
+    del flat["attachment"]
+    flat.update(_fields_of(claim.attachment or _DETACHED))
+    return to_json(flat)
 
 
 def _host_fields(raw: dict[str, Any]) -> dict[str, Any]:
@@ -309,6 +307,7 @@ def _claim_from(raw: dict[str, Any]) -> Claim:
         CharDev(ChardevKind(c["kind"]), c["path"], c["major"], c["minor"]) for c in raw["chardevs"]
     )
     raw["gids"] = tuple(Gid(**g) for g in raw.get("gids", ()))  # absent before GIDs were kept
+    raw["ns_addresses"] = tuple(raw.get("ns_addresses", ()))  # absent before they were kept
     raw.pop("chardev_kinds", None)  # kept by earlier versions, never needed
     raw["phase"] = ClaimPhase(raw["phase"])
     if raw.get("end_reason") is not None:  # absent before ENDED was saved

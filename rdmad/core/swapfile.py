@@ -38,6 +38,7 @@ _CANNOT_SWAP = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
 
 
 Renameat2 = Callable[[int, bytes, int, bytes, int], int]
+StrPath = str | os.PathLike[str]
 
 
 def _load_renameat2() -> Renameat2 | None:
@@ -69,7 +70,7 @@ def write_swapped(path: Path, data: bytes, spare: Path, mode: int = 0o600) -> No
     _sync_dirs(os.fspath(path), os.fspath(spare))
 
 
-def swap_in(path: Path, data: bytes, spare: Path, mode: int = 0o600) -> None:
+def swap_in(path: StrPath, data: bytes, spare: StrPath, mode: int = 0o600) -> None:
     """`write_swapped` but for the sync of the directory, which holds `spare` too: for
     files written in a batch, whose directory is synced once after the last (`sync_dir`).
     OSError on failure, with `path` as it was."""

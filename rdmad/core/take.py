@@ -18,7 +18,12 @@ from rdmad.core.backend import (
 )
 from rdmad.core.giveback import GiveBack, log_not_returned, placement
 from rdmad.core.limits import Limits
-from rdmad.core.logfields import MESSAGE_CLAIM_FAILED, MESSAGE_GIDS_UNREADABLE, log_claim_event
+from rdmad.core.logfields import (
+    MESSAGE_CLAIM_FAILED,
+    MESSAGE_GIDS_UNREADABLE,
+    MESSAGE_NETDEV_UNREADABLE,
+    log_claim_event,
+)
 from rdmad.core.observer import CoreObserver
 from rdmad.core.records import Records
 from rdmad.core.release import Release
@@ -98,6 +103,7 @@ class Take:
                 dev, opts.chardevs, target if at.rdma_moved else None
             )
             at.gids = await self.claim_gids(claim, target, placed)
+            at.ns_mac, at.ns_addresses = await self._read_placed(claim, placed)
             claim.phase = ClaimPhase.ACTIVE
             self._records.save(claim)
             step("active-written", f"claim {claim.id}")
@@ -169,32 +175,44 @@ class Take:
         """The routing table `claim` takes in `target`: `asked`, or with TABLE_AUTO the
         lowest of the configured range that no claim of that netns has and that holds no
         route and no rule there. Tables are per netns: other pods' do not count."""
-        in_kernel = await self._net.tables_in_use(target)
-        # Read after the await: a claim of this netns booked meanwhile has its table set.
-        # The book files a claim in its netns as soon as it has one (refile), an Attach's too.
-        taken = {
+        where = netns_label(target.inode)
+        if asked != TABLE_AUTO:
+            self._refuse_taken(claim, target, asked)
+            free = await self._net.free_table(target, (asked,))
+            self._refuse_taken(claim, target, asked)  # booked while the kernel was asked
+            if not free:
+                raise InvalidArgs(f"routing table {asked} of {where} holds routes or rules already")
+            return asked
+        while True:
+            # Asked again after each await: a claim of this netns booked one meanwhile. The
+            # book files a claim in its netns as soon as it has one (refile), an Attach's too.
+            taken = self._tables_taken(claim, target)
+            free = await self._net.free_table(
+                target, (t for t in self._route_tables if t not in taken)
+            )
+            if not free:
+                span = f"{self._route_tables.start}-{self._route_tables.stop - 1}"
+                raise InvalidArgs(f"no free routing table in {span} (route_tables) in {where}")
+            if free not in self._tables_taken(claim, target):
+                return free
+
+    def _tables_taken(self, claim: Claim, target: NetnsTarget) -> dict[int, Claim]:
+        """The tables the other claims of `target` have booked, and which claim has each."""
+        return {
             c.attached.route_table: c
             for c in self._book.in_netns(target.inode)
             if c.attached.route_table and c is not claim
         }
-        where = netns_label(target.inode)
-        if asked != TABLE_AUTO:
-            if asked in taken:
-                raise InvalidArgs(
-                    f"routing table {asked} of {where} is taken by claim {taken[asked].id}"
-                )
-            if asked in in_kernel:
-                raise InvalidArgs(f"routing table {asked} of {where} holds routes or rules already")
-            return asked
-        free = next((t for t in self._route_tables if t not in taken and t not in in_kernel), 0)
-        if not free:
-            span = f"{self._route_tables.start}-{self._route_tables.stop - 1}"
-            raise InvalidArgs(f"no free routing table in {span} (route_tables) in {where}")
-        return free
+
+    def _refuse_taken(self, claim: Claim, target: NetnsTarget, table: int) -> None:
+        other = self._tables_taken(claim, target).get(table)
+        if other is not None:
+            where = netns_label(target.inode)
+            raise InvalidArgs(f"routing table {table} of {where} is taken by claim {other.id}")
 
     async def reread_gids(self, claim: Claim) -> None:
-        """The addresses in a claim's netns changed: read its GIDs again, and tell observers
-        (the CDI spec, the bus) when they differ."""
+        """The addresses in a claim's netns changed: read its GIDs and its netdev's MAC
+        and addresses again, and tell observers (the CDI spec, the bus) when they differ."""
         async with self._records.on_record(claim) as live:
             if not live or claim.phase != ClaimPhase.ACTIVE:
                 return
@@ -202,15 +220,36 @@ class Take:
             target = self._resolver.reopen(at.netns_inode, at.netns_path)
             if target is None:
                 return  # dying: NetnsGone ends the claim
+            placed = placement(claim)
             try:
-                gids = await self.claim_gids(claim, target, placement(claim))
+                gids = await self.claim_gids(claim, target, placed)
             finally:
                 target.close()
-            if gids == at.gids:
+            netdev = await self._read_placed(claim, placed)
+            if (gids, netdev) == (at.gids, (at.ns_mac, at.ns_addresses)):
                 return
             at.gids = gids
+            at.ns_mac, at.ns_addresses = netdev
             self._records.save(claim)
         self._observers.claim_changed(claim)
+
+    async def _read_placed(self, claim: Claim, placed: Placement) -> tuple[str, tuple[str, ...]]:
+        """The MAC and addresses of the claim's netdev in its netns, ("", ()) without one.
+        Like its GIDs, a hint: a failed read costs the user the hint, not the device."""
+        if not placed.ifindex:
+            return "", ()
+        try:
+            netdev = await self._net.read_placed(placed)
+        except RdmadError as exc:
+            log_claim_event(
+                log,
+                MESSAGE_NETDEV_UNREADABLE,
+                claim,
+                f"claim {claim.id}: cannot read {placed.ifname} in its netns: {exc}",
+                level=logging.WARNING,
+            )
+            return "", ()
+        return netdev.mac, netdev.addresses
 
     async def claim_gids(
         self, claim: Claim, target: NetnsTarget, placed: Placement

@@ -231,7 +231,7 @@ class InventoryTracker:
                 if (
                     claim.phase == ClaimPhase.ACTIVE
                     and self._gids_follow(claim, event)
-                    and not _gids_show(claim, event)
+                    and not (_gids_show(claim, event) and _netdev_shows(claim, event))
                 ):
                     self._gids_reread.add({claim.id})
         elif isinstance(event, RdmaChanged):
@@ -464,3 +464,15 @@ def _gids_show(claim: Claim, event: AddressChanged) -> bool:
     if event.address is None:
         return False
     return (gid_of(event.address) in {g.gid for g in claim.gids}) != event.removed
+
+
+def _netdev_shows(claim: Claim, event: AddressChanged) -> bool:
+    """Whether the addresses read of a claim's netdev already show an address change: one
+    on another netdev, or a link-local IPv6 one (never listed), counts as shown."""
+    at = claim.attached
+    if event.address is None or (event.nsid, event.ifindex) != (at.nsid, at.ns_ifindex):
+        return True
+    if event.address.version == 6 and event.address.is_link_local:
+        return True
+    listed = {cidr.split("/")[0] for cidr in at.ns_addresses}
+    return (str(event.address) in listed) != event.removed

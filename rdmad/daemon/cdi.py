@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -140,19 +141,28 @@ class CdiWriter(CoreObserver):
 
     def __init__(self, directory: Path, pod_of: PodOf) -> None:
         self.directory = directory
-        self._spare = directory / SPARE
+        self._spare = os.path.join(directory, SPARE)
         self._pod_of = pod_of
+        # Paths as strings: a pod's rewrite names O(claims in it) files, and pathlib's
+        # objects cost each more than its system calls.
+        self._prefix = os.path.join(directory, "rdmad.io-rdma-")
         # What each spec file holds, as this process last wrote it: a pod's rewrite skips
         # the specs it would not change (a GID change the env does not show rewrote all).
-        self._written: dict[Path, bytes] = {}
+        self._written: dict[str, bytes] = {}
 
     def path_for(self, claim_id: str) -> Path:
-        return self.directory / f"rdmad.io-rdma-{claim_id}.json"
+        return Path(self._claim_file(claim_id))
 
     def pod_path_for(self, pod_cdi_name: str) -> Path:
-        return self.directory / f"rdmad.io-rdma-pod.{pod_cdi_name}.json"
+        return Path(self._pod_file(pod_cdi_name))
 
-    def _write(self, path: Path, spec: dict[str, object]) -> bool:
+    def _claim_file(self, claim_id: str) -> str:
+        return f"{self._prefix}{claim_id}.json"
+
+    def _pod_file(self, pod_cdi_name: str) -> str:
+        return f"{self._prefix}pod.{pod_cdi_name}.json"
+
+    def _write(self, path: str, spec: dict[str, object]) -> bool:
         """Swap `spec` in at `path` unless it holds it already; True if written. The
         directory is synced by the caller, once for all the specs it writes."""
         # One line: json's C encoder does not indent, and the Python one took 60 us a spec.
@@ -176,18 +186,20 @@ class CdiWriter(CoreObserver):
         except OSError as exc:
             log.error("cannot sync CDI directory %s: %s", self.directory, exc)
 
-    def _remove(self, path: Path) -> None:
+    def _remove(self, path: str) -> None:
         self._written.pop(path, None)
         try:
-            path.unlink(missing_ok=True)
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
         except OSError as exc:
             log.error("cannot remove CDI spec %s: %s", path, exc)
 
     def _write_pod(self, pod: Sequence[Claim]) -> None:
         env = pod_env(pod)  # once: the same in every spec of the pod
-        written = [self._write(self.path_for(c.id), spec_for(c, env)) for c in pod]
+        written = [self._write(self._claim_file(c.id), spec_for(c, env)) for c in pod]
         for name in {c.pod_cdi_name for c in pod if c.pod_cdi_name}:
-            written.append(self._write(self.pod_path_for(name), pod_spec_for(name, pod, env)))
+            written.append(self._write(self._pod_file(name), pod_spec_for(name, pod, env)))
         if any(written):
             self._sync()  # one sync for the pod's specs: O(1) a claim, not O(claims in it)
 
@@ -198,10 +210,10 @@ class CdiWriter(CoreObserver):
         self.claimed(claim)  # its GIDs changed: the env of its whole pod follows
 
     def released(self, claim: Claim, reason: ReleaseReason) -> None:
-        self._remove(self.path_for(claim.id))
+        self._remove(self._claim_file(claim.id))
         rest = self._pod_of(claim)
         if claim.pod_cdi_name and not any(c.pod_cdi_name == claim.pod_cdi_name for c in rest):
-            self._remove(self.pod_path_for(claim.pod_cdi_name))
+            self._remove(self._pod_file(claim.pod_cdi_name))
         if reason != ReleaseReason.NETNS_GONE:
             # A dead netns's other claims leave as well, each removing its own spec: rewriting
             # theirs would cost O(claims in the pod) a claim, O(n^2) a pod.
@@ -214,14 +226,14 @@ class CdiWriter(CoreObserver):
 
     def sync(self, live: list[Claim]) -> None:
         """At start: a spec for every live claim and pod CDI name, none for anything else."""
-        keep = {self.path_for(c.id) for c in live}
-        keep |= {self.pod_path_for(c.pod_cdi_name) for c in live if c.pod_cdi_name}
+        keep = {self._claim_file(c.id) for c in live}
+        keep |= {self._pod_file(c.pod_cdi_name) for c in live if c.pod_cdi_name}
         if self.directory.is_dir():
             # Specs of claims gone, and what older rdmads left: temp files (`.json.tmp`)
             # and spares (`.json.next`) beside each spec.
             for pattern in ("rdmad.io-rdma-*.json*", ".rdmad.io-rdma-*.json.tmp"):
                 for stale in self.directory.glob(pattern):
-                    if stale not in keep:
+                    if str(stale) not in keep:
                         stale.unlink(missing_ok=True)
         pods: dict[int | str, list[Claim]] = {}
         for claim in live:

@@ -19,6 +19,7 @@ REQUEST_TIMEOUT = (10.0, 30.0)
 # that a slow API server is the claim's error, not a dropped call.
 CLAIM_READ_TIMEOUT = (5.0, 20.0)
 _VERSION = re.compile(r"v?(\d+)\.(\d+)")
+APPLY_PATCH = "application/apply-patch+yaml"  # JSON is YAML: the client sends JSON
 
 
 def api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -116,10 +117,12 @@ class KubeSliceApi:
 
 
 class KubeClaimApi:
-    """rdmad/dra/prepare.py's ClaimApi on a kubernetes ApiClient."""
+    """rdmad/dra/prepare.py's ClaimApi and rdmad/dra/claim_status.py's StatusApi on a
+    kubernetes ApiClient; `driver` is the status's field manager."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, driver: str) -> None:
         self._resource = client.ResourceV1Api(api)
+        self._driver = driver
 
     def read_claim(self, namespace: str, name: str) -> dict[str, Any]:
         try:
@@ -130,3 +133,29 @@ class KubeClaimApi:
             raise _failed(f"get resourceclaim {namespace}/{name}", e) from e
         claim: dict[str, Any] = reply.model_dump(by_alias=True, exclude_none=True, mode="json")
         return claim
+
+    def apply_status(self, namespace: str, name: str, devices: list[dict[str, Any]]) -> None:
+        """Server-side apply of the status subresource, as field manager `driver`, forced:
+        the driver's entries are `devices`, and those it sent before and not now go."""
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {"devices": devices} if devices else {},
+        }
+        try:
+            self._resource.patch_namespaced_resource_claim_status(
+                name,
+                namespace,
+                body,
+                field_manager=self._driver,
+                force=True,
+                _content_type=APPLY_PATCH,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except ApiException as e:
+            if e.status == 404 and not devices:  # the claim is gone, and its status with it
+                return
+            raise _failed(f"apply resourceclaim {namespace}/{name} status", e) from e
+        except _ERRORS as e:
+            raise _failed(f"apply resourceclaim {namespace}/{name} status", e) from e

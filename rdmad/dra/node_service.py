@@ -49,7 +49,7 @@ def _handler(preparer: Preparer, lock: CallLock, service: str, pb: ModuleType) -
 
     async def unprepare_one(c: Any) -> Any:
         try:
-            await preparer.unprepare(c.uid)
+            await preparer.unprepare(ClaimRef(c.namespace, c.name, c.uid))
         except Refused as e:
             log.warning("claim %s/%s (%s) not unprepared: %s", c.namespace, c.name, c.uid, e)
             return pb.NodeUnprepareResourceResponse(error=str(e))

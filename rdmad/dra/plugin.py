@@ -22,6 +22,7 @@ from rdmad.bus.argtypes import add_bus_address
 from rdmad.bus.client import Client
 from rdmad.bus.connection import BusConnection
 from rdmad.dra.call_lock import CallLock
+from rdmad.dra.claim_status import ClaimStatus
 from rdmad.dra.device_watch import DeviceWatch
 from rdmad.dra.health import HealthReport
 from rdmad.dra.kube import KubeClaimApi, KubeSliceApi, api_client
@@ -166,7 +167,10 @@ async def run(args: argparse.Namespace) -> int:
     bus = BusConnection(args.bus_address)
     await bus.connect()
     driver = args.driver_name
-    preparer = Preparer(KubeClaimApi(api), Client(bus), driver, args.node_name, args.cgroup_root)
+    claims = KubeClaimApi(api, driver)
+    status = ClaimStatus(claims, Client(bus), driver)
+    await status.follow()
+    preparer = Preparer(claims, Client(bus), status, driver, args.node_name, args.cgroup_root)
     paths = sockets(
         args.kubelet_registrar_directory_path,
         args.kubelet_plugins_directory_path,

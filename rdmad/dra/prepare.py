@@ -28,6 +28,7 @@ from dbus_fast.errors import DBusError
 from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.names import CLAIM_IFACE
 from rdmad.dra.allocation import Refused, Wanted, allocation_of
+from rdmad.dra.claim_status import ClaimStatus, Held
 from rdmad.dra.offer import SHARED_STATE, rdma_device_of
 from rdmad.dra.owner import owner_label, parse_owner
 from rdmad.dra.podcgroup import find_pod_cgroup, pod_cgroups
@@ -62,13 +63,21 @@ class Prepared:
     pool: str
     device: str
     cdi_device_id: str
+    path: str  # rdmad's claim object that holds it
 
 
 class Preparer:
     def __init__(
-        self, api: ClaimApi, rdmad: Client, driver: str, node: str, cgroup_root: Path
+        self,
+        api: ClaimApi,
+        rdmad: Client,
+        status: ClaimStatus,
+        driver: str,
+        node: str,
+        cgroup_root: Path,
     ) -> None:
         self._api = api
+        self._status = status
         self._cgroup_root = cgroup_root  # the cgroup2 mount, where the pods' cgroups are
         self._rdmad = rdmad
         self._driver = driver
@@ -84,14 +93,18 @@ class Preparer:
             except ApiFailed as e:
                 raise Refused(f"cannot read {where} from the API server: {e}") from e
             allocation = allocation_of(claim, ref.uid, self._driver, self._node)
-            return await self._rdmad_call(
+            prepared = await self._rdmad_call(
                 lambda: self._hold(ref, allocation.pod_uid, allocation.devices)
             )
+            held = [Held(p.pool, p.device, p.path) for p in prepared]
+            self._status.prepared(ref.uid, ref.namespace, ref.name, held)
+            return prepared
 
-    async def unprepare(self, uid: str) -> None:
+    async def unprepare(self, ref: ClaimRef) -> None:
         """Release the claim's holds; none is no error (never prepared, or released)."""
-        async with self._lock(uid):
-            await self._rdmad_call(lambda: self._release_all(uid))
+        async with self._lock(ref.uid):
+            await self._rdmad_call(lambda: self._release_all(ref.uid))
+            self._status.unprepared(ref.uid, ref.namespace, ref.name)
 
     def _lock(self, uid: str) -> asyncio.Lock:
         return self._locks.setdefault(uid, asyncio.Lock())
@@ -128,7 +141,7 @@ class Preparer:
                     made.append(str(props["Id"]))
                 else:
                     props = await self._rdmad.get_all(path, CLAIM_IFACE)
-                out.append(Prepared(w.request, w.pool, w.device, str(props["CdiDevice"])))
+                out.append(Prepared(w.request, w.pool, w.device, str(props["CdiDevice"]), path))
         except BaseException:
             for claim_id in made:
                 await self._release(claim_id)

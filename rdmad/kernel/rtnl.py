@@ -31,10 +31,10 @@ import functools
 import logging
 import socket
 import weakref
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import replace
 
-from rdmad.core.backend import NetnsTarget, Placement
+from rdmad.core.backend import NetnsTarget, PlacedNetdev, Placement
 from rdmad.core.steps import step
 from rdmad.errors import InvalidArgs, InvalidNetns, RdmadError
 from rdmad.kernel.netlink import NetlinkError, kernel_error
@@ -68,10 +68,10 @@ from rdmad.kernel.rtnl_routing import (
     add_rule,
     del_route,
     del_rule,
+    free_table,
     routes,
     rules,
     set_rail_devconf,
-    tables_in_use,
 )
 from rdmad.model import Cidr, HostConfig, Netdev, Route, netns_label
 from rdmad.options import parse_cidr
@@ -293,6 +293,13 @@ class RtnlBackend:
         nsid = await self.nsid(target)
         return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
 
+    async def read_placed(self, placement: Placement) -> PlacedNetdev:
+        what = f"reading {placement.ifname} (netns id {placement.nsid})"
+        with _op(what):
+            link = await getlink(self._nl, placement.ifindex, target_nsid=placement.nsid)
+            cidrs = await addresses(self._nl, placement.ifindex, target_nsid=placement.nsid)
+        return PlacedNetdev(link.mac, tuple(str(c) for c in cidrs if not _is_link_local(c)))
+
     async def bring_home(
         self, placement: Placement, host: HostConfig, source: NetnsTarget | None = None
     ) -> Netdev:
@@ -414,12 +421,12 @@ class RtnlBackend:
 
     # -- policy routing ----------------------------------------------------------------------
 
-    async def tables_in_use(self, target: NetnsTarget) -> set[int]:
+    async def free_table(self, target: NetnsTarget, candidates: Iterable[int]) -> int:
         where = netns_label(target.inode)
         opening = self._in_netns(target)
         ns = await opening.channel()
         with _op(f"reading the routing tables and rules of {where}"):
-            return await tables_in_use(ns)
+            return await free_table(ns, candidates)
 
     async def add_policy_routing(
         self,

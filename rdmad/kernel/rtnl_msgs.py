@@ -56,6 +56,7 @@ RTM_DELLINKPROP = 109
 RTNLGRP_LINK = 1
 RTNLGRP_NSID = 28
 # include/uapi/linux/if_link.h
+IFLA_ADDRESS = 1
 IFLA_IFNAME = 3
 IFLA_MTU = 4
 IFLA_LINK = 5
@@ -101,6 +102,7 @@ class Link:
     mtu: int
     kind: str  # IFLA_INFO_KIND: veth, macvlan, "" for physical
     altnames: frozenset[str]
+    mac: str = ""  # IFLA_ADDRESS as aa:bb:..., "" if none (a netdev of no link layer)
 
     @property
     def up(self) -> bool:
@@ -113,9 +115,11 @@ class Link:
 
 def link_from(msg: Message) -> Link:
     _family, _type, index, flags, _change = _IFINFOMSG.unpack_from(msg.payload)
-    ifname, mtu, kind, altnames = "", 0, "", frozenset[str]()
+    ifname, mtu, kind, altnames, mac = "", 0, "", frozenset[str](), ""
     for key, value in iter_attrs(msg.payload[_IFINFOMSG.size :]):
-        if key == IFLA_IFNAME:
+        if key == IFLA_ADDRESS:
+            mac = value.hex(":")
+        elif key == IFLA_IFNAME:
             ifname = _asciiz(value)
         elif key == IFLA_MTU and len(value) >= 4:
             mtu = _U32.unpack_from(value)[0]
@@ -123,7 +127,7 @@ def link_from(msg: Message) -> Link:
             kind = Attrs.parse(value).string(IFLA_INFO_KIND)
         elif key == IFLA_PROP_LIST:
             altnames = frozenset(_asciiz(v) for k, v in iter_attrs(value) if k == IFLA_ALT_IFNAME)
-    return Link(index, flags, ifname, mtu, kind, altnames)
+    return Link(index, flags, ifname, mtu, kind, altnames, mac)
 
 
 def _asciiz(value: bytes) -> str:

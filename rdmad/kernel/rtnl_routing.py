@@ -14,6 +14,7 @@ import errno
 import ipaddress
 import socket
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rdmad.kernel.netlink import (
@@ -183,10 +184,16 @@ async def routes(ch: NlChannel, table: int = 0) -> list[Message]:
     return await ch.request(_request(RTM_GETROUTE, body, NLM_F_DUMP))
 
 
-async def tables_in_use(ch: NlChannel) -> set[int]:
-    """Every table that holds a route or that a rule looks up, in the channel's netns."""
-    in_routes = {_table_of(m, RTA_TABLE) for m in await routes(ch)}
-    return in_routes | {_table_of(m, FRA_TABLE) for m in await _rule_dump(ch)}
+async def free_table(ch: NlChannel, candidates: Iterable[int]) -> int:
+    """The first of `candidates` (ids above 0) that no rule of the channel's netns looks up
+    and that holds no route there; 0 if none. One rule dump (a netns has few rules), then
+    a route dump per candidate, which the kernel filters by table: a netns's routes are in
+    local and main, which these skip (one of a pod's claims read them all)."""
+    looked_up = {_table_of(m, FRA_TABLE) for m in await _rule_dump(ch)}
+    for table in candidates:
+        if table not in looked_up and not await routes(ch, table):
+            return table
+    return 0
 
 
 async def del_route(ch: NlChannel, msg: Message) -> None:

@@ -8,7 +8,9 @@ real API server could serve. `claims_down` answers claim reads with 503, as an A
 that is down behind its load balancer does, and `unreachable` refuses every connection, as
 one with nothing in front of it does; `stall_claims` holds each claim read unanswered until
 `answer_claims`, as an overloaded API server does (a plugin's read that gave up meanwhile
-finds its connection closed).
+finds its connection closed). A claim's status subresource takes a driver's server-side
+apply of `status.devices`, merged, validated and authorized as the real one does it
+(testbed/dra/claim_status.py; `status.granted` is what the plugin's identity may do).
 
 Every ResourceSlice it is given is validated as the real API server and the node
 authorizer would: it must deserialize into the kubernetes client's V1ResourceSlice, keep
@@ -40,8 +42,11 @@ from urllib.parse import parse_qs, urlparse
 
 from kubernetes.client import ResourceV1ResourceClaim, V1ResourceSlice
 
+from testbed.dra.claim_status import APPLY, Refusal, StatusStore
+
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 CLAIMS = re.compile(r"/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)")
+CLAIM_STATUS = re.compile(CLAIMS.pattern + "/status")
 DEVICES_PER_SLICE = 128
 DEVICES_PER_SLICE_ADVANCED = 64  # once one consumes counters or has a taint
 COUNTER_SETS_PER_SLICE = 8
@@ -70,6 +75,7 @@ class ApiServer:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}  # by (namespace, name)
         self.claim_reads = 0
         self.claims_down = False  # answer claim reads with 503
+        self.status = StatusStore(node)  # the status subresource: testbed/dra/claim_status.py
         self._claims_answered = threading.Event()  # clear: claim reads wait for it
         self._claims_answered.set()
         self._versions = itertools.count(1)
@@ -143,6 +149,57 @@ class ApiServer:
         meta = claim["metadata"]
         with self._changed:
             self.claims[(meta["namespace"], meta["name"])] = json.loads(json.dumps(claim))
+
+    def device_status(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The claim's status.devices, as `kubectl get resourceclaim -o yaml` shows them."""
+        with self._changed:
+            claim = self.claims[(namespace, name)]
+            return list(json.loads(json.dumps(claim.get("status", {}).get("devices") or [])))
+
+    async def wait_status(
+        self,
+        namespace: str,
+        name: str,
+        what: Callable[[list[dict[str, Any]]], bool],
+        timeout: float = 20.0,
+    ) -> list[dict[str, Any]]:
+        """The claim's status.devices once `what` holds for them (checked after each write)."""
+
+        def wait() -> list[dict[str, Any]]:
+            with self._changed:
+                if not self._changed.wait_for(
+                    lambda: what(self.device_status(namespace, name)), timeout
+                ):
+                    raise AssertionError(
+                        f"status never matched: {self.device_status(namespace, name)}"
+                    )
+                return self.device_status(namespace, name)
+
+        return await asyncio.to_thread(wait)
+
+    def _apply_status(
+        self, namespace: str, name: str, content_type: str, query: dict[str, list[str]], body: Any
+    ) -> tuple[int, Any]:
+        if content_type != APPLY:  # the plugin applies; merge patches are not served here
+            return 415, _status(415, "UnsupportedMediaType", f"{content_type} is not served")
+        with self._changed:
+            claim = self.claims.get((namespace, name))
+            if claim is None:
+                return 404, _status(404, "NotFound", f"resourceclaims {name!r} not found")
+            changed = json.loads(json.dumps(claim))
+            try:
+                self.status.apply(
+                    changed,
+                    body,
+                    query.get("fieldManager", [""])[0],
+                    query.get("force", [""])[0] == "true",
+                )
+            except Refusal as e:
+                return e.code, _status(e.code, e.reason, e.message)
+            changed["metadata"]["resourceVersion"] = str(next(self._versions))
+            self.claims[(namespace, name)] = changed
+            self._changed.notify_all()
+            return 200, changed
 
     def stall_claims(self) -> None:
         """Hold every claim read, from now until `answer_claims`."""
@@ -357,6 +414,14 @@ class ApiServer:
             def do_POST(self) -> None:
                 assert urlparse(self.path).path == SLICES, self.path
                 self._reply(*server._write("POST", "", self._body()))
+
+            def do_PATCH(self) -> None:
+                url = urlparse(self.path)
+                claim = CLAIM_STATUS.fullmatch(url.path)
+                assert claim is not None, self.path
+                kind = self.headers.get("Content-Type", "")
+                query = parse_qs(url.query)
+                self._reply(*server._apply_status(claim[1], claim[2], kind, query, self._body()))
 
             def do_PUT(self) -> None:
                 name = urlparse(self.path).path.removeprefix(SLICES + "/")

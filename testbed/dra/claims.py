@@ -41,7 +41,13 @@ def claim(
                     for d in devices
                 ],
                 "config": config,
-            }
+            },
+            # the scheduler's, for devices of one node's pool (rdmad-dra's pool is its node)
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pool]}]}
+                ]
+            },
         }
         status["reservedFor"] = [
             {"resource": "pods", "name": f"pod-{p[:4]}", "uid": p} for p in pods

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from testbed.cni_plugin import PLUGIN
+from testbed.cri.containerd import IMAGE, Containerd, private_containerd, require_containerd
+from testbed.cri.image import write_image_archive
+from testbed.cri.kubelet import Kubelet, Pod
 from tests.cni.conftest import CniRig, running_rig
-from tests.support.cri.containerd import IMAGE, Containerd, private_containerd, require_containerd
-from tests.support.cri.image import write_image_archive
-from tests.support.cri.kubelet import Kubelet, Pod
 
 NETWORK = "rdmanet"  # CniRig.conf's name: its IPAM leases are under it
 

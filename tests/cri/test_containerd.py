@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from testbed.cri.kubelet import Container, Kubelet, Pod
 from testbed.net import addresses, ip, is_up, link
 from tests.cri.conftest import NETWORK, Node
-from tests.support.cri.kubelet import Container, Kubelet, Pod
 
 POD_IP = "10.77.0.2"  # host-local's first lease in CniRig.conf's subnet
 

@@ -1,10 +1,12 @@
 """rdmad-dra from its image (`make image`), run as its DaemonSet's pod spec runs it, through
-containerd's CRI: the image imported with `ctr images import`, a hostNetwork pod whose
-container runs the image's entrypoint with NODE_NAME set and the host's paths bound in (the
-kubelet's plugin registry and plugins dirs, /var/run/cdi, the system bus socket). The
-kubelet double finds its registration socket as the kubelet's plugin watcher does, takes the
-DRA endpoint GetInfo names, and prepares a claim there; a pod then runs with the held device
-and is taken down, and the device comes home."""
+containerd's CRI: the image imported with `ctr images import`, a pod with the DaemonSet's
+hostNetwork whose container runs the image's entrypoint with the DaemonSet's args, its
+downward-API environment (NODE_NAME, POD_UID) and exactly its mounts
+(deploy/kubernetes/daemonset.yaml, read through testbed/dra/daemonset.py), each host path
+relocated under the test's own directories. The kubelet double finds its registration socket
+as the kubelet's plugin watcher does, takes the DRA endpoint GetInfo names, and prepares a
+claim there; a pod then runs with the held device and is taken down, and the device comes
+home."""
 
 from __future__ import annotations
 
@@ -18,7 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from rdmad.dra.plugin import DEFAULT_REGISTRAR_DIR
+from testbed.cri.kubelet import Container, Kubelet
 from testbed.daemon import ROOT
+from testbed.dra import daemonset
 from testbed.dra import kubelet as dra
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.claims import DRIVER, NODE
@@ -31,15 +36,11 @@ from tests.cri.test_dra_pod import (
     run_prepared_pod,
     take_down_and_unprepare,
 )
-from tests.support.cri.kubelet import Container, Kubelet
 
 ARCHIVE = ROOT / "build" / "image" / "rdmad-dra.oci.tar"
-# The DaemonSet's mounts (deploy/kubernetes/daemonset.yaml): host path = container path.
-REGISTRY = Path("/var/lib/kubelet/plugins_registry")
-PLUGINS = Path("/var/lib/kubelet/plugins")
-CDI = Path("/var/run/cdi")
-SYSTEM_BUS = Path("/run/dbus/system_bus_socket")
-# The test's own: a DaemonSet's pod reaches its API server with its service account.
+# The one mount that is the test's own: a DaemonSet's pod reaches its API server through the
+# service account Kubernetes mounts into every pod; the API server double's kubeconfig
+# stands for it.
 KUBECONFIG = Path("/etc/rdmad-dra/kubeconfig")
 START_S = 120.0  # the image's first start compiles nothing, but imports the whole client
 
@@ -67,14 +68,32 @@ class ImagePlugin:
     endpoint: Path
 
 
-def _mount(kubelet: Kubelet, host: Path, container: Path) -> object:
-    return kubelet.cri.pb.Mount(host_path=str(host), container_path=str(container))
-
-
 def _bus_socket(address: str) -> Path:
     match = re.search(r"(?:^|[:;,])path=([^,;]+)", address)
     assert match, f"no socket path in {address}"
     return Path(match[1])
+
+
+def host_paths(node: Node) -> dict[str, Path]:
+    """Where each of the DaemonSet's host paths is on this test's node: the kubelet's
+    directories under the node's containerd home (short: the plugin's socket names, its
+    pod's UID in them, must fit in sun_path), the system bus's directory that of the rig's
+    private bus (its socket is named as the system bus's), the host's cgroup2 mount itself."""
+    home = node.containerd.home
+    return {
+        "/var/lib/kubelet/plugins_registry": home / "registry",
+        "/var/lib/kubelet/plugins/rdma.rdmad.io": home / "plugin",
+        "/run/dbus": _bus_socket(node.rig.daemon.bus_address).parent,
+        "/sys/fs/cgroup": Path("/sys/fs/cgroup"),
+    }
+
+
+def on_host(mounts: list[daemonset.Mount], host: dict[str, Path], path: str) -> Path:
+    """The host's path of `path` in the container, through the mount it lies under."""
+    for m in mounts:
+        if Path(path).is_relative_to(m.container):
+            return host[m.host] / Path(path).relative_to(m.container)
+    raise AssertionError(f"{path} is under none of the DaemonSet's mounts")
 
 
 async def plugin_from_image(
@@ -82,22 +101,29 @@ async def plugin_from_image(
 ) -> ImagePlugin:
     """The plugin's pod and container, as the DaemonSet's pod spec makes them, once its
     registration socket answers GetInfo."""
-    host = {REGISTRY: workdir / "plugins_registry", PLUGINS: workdir / "plugins"}
-    for directory in host.values():
-        directory.mkdir(parents=True)
-    host[CDI] = node.rig.daemon.cdi_dir
-    host[SYSTEM_BUS] = _bus_socket(node.rig.daemon.bus_address)
-    host[KUBECONFIG] = api.kubeconfig(workdir)
+    mounts, host = daemonset.mounts(), host_paths(node)
+    assert {m.host for m in mounts} == set(host), "a DaemonSet mount this test cannot place"
+    for m in mounts:
+        host[m.host].mkdir(parents=True, exist_ok=True)
+    pb = kubelet.cri.pb
+    binds = [
+        pb.Mount(host_path=str(host[m.host]), container_path=m.container, readonly=m.read_only)
+        for m in mounts
+    ]
+    binds.append(pb.Mount(host_path=str(api.kubeconfig(workdir)), container_path=str(KUBECONFIG)))
     await node.containerd.import_image(ARCHIVE)
-    pod = await kubelet.run_pod("rdmad-dra-x7k2p", "kube-system", host_network=True)
+    pod = await kubelet.run_pod(
+        "rdmad-dra-x7k2p", "kube-system", host_network=daemonset.pod_spec()["hostNetwork"]
+    )
+    fields = {"spec.nodeName": api.node, "metadata.uid": pod.uid}
     container = await kubelet.run_container(
         pod,
         "rdmad-dra",
         command=(),
         image=image,
-        args=("--kubeconfig", str(KUBECONFIG), "--driver-name", api.driver),
-        env={"NODE_NAME": api.node},
-        mounts=tuple(_mount(kubelet, h, c) for c, h in host.items()),
+        args=(*daemonset.container()["args"], "--kubeconfig", str(KUBECONFIG)),
+        env={name: fields[field] for name, field in daemonset.downward_env().items()},
+        mounts=tuple(binds),
     )
     log = kubelet.logs / f"{pod.namespace}_{pod.name}_{pod.uid}" / "rdmad-dra" / "0.log"
     await eventually(
@@ -105,12 +131,12 @@ async def plugin_from_image(
         START_S,
         f"rdmad-dra's 'serving' line in {log}",
     )
-    (socket,) = dra.registration_sockets(str(host[REGISTRY]))
+    registry = on_host(mounts, host, DEFAULT_REGISTRAR_DIR)
+    (socket,) = dra.registration_sockets(str(registry))
     info = await dra.get_info(socket)
     assert (info.type, info.name) == (dra.DRA_TYPE, api.driver), info
     await dra.notify_registration_status(socket, True)
-    endpoint = host[PLUGINS] / Path(info.endpoint).relative_to(PLUGINS)
-    return ImagePlugin(container, endpoint)
+    return ImagePlugin(container, on_host(mounts, host, info.endpoint))
 
 
 @pytest.fixture
@@ -125,7 +151,7 @@ async def test_rdmad_dra_from_its_image_prepares_a_pod_that_runs_with_its_device
     node: Node, api: ApiServer, image: str, tmp_path: Path
 ) -> None:
     kubelet = await node.start(node.rdmad(device="sim1"), node.rdmad(pod=True, ipam=None))
-    plugin = await plugin_from_image(node, kubelet, api, image, tmp_path / "dra")
+    plugin = await plugin_from_image(node, kubelet, api, image, tmp_path)
     await api.wait_for(lambda devices: "sim0" in devices)
     prepared = await prepare(api, plugin, "sim0")
     pod, container = await run_prepared_pod(kubelet, prepared)

@@ -16,6 +16,7 @@ from typing import Protocol
 
 import pytest
 
+from testbed.cri.kubelet import Container, Kubelet, Pod
 from testbed.dra import kubelet as dra
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.claims import DRIVER, NODE, claim
@@ -23,7 +24,6 @@ from testbed.dra.plugin_process import Plugin, running_plugin
 from testbed.net import link
 from tests.cri.conftest import Node
 from tests.cri.test_containerd import char_devices, env_of, spec_nodes
-from tests.support.cri.kubelet import Container, Kubelet, Pod
 
 SERVICE = "v1.DRAPlugin"
 
@@ -144,6 +144,26 @@ async def test_taking_the_pod_down_and_unpreparing_brings_the_device_home(
     kubelet, pod, _ = await pod_with_container(node, prepared)
     await take_down_and_unprepare(kubelet, pod, plugin[1], prepared)
     await assert_home(node, "sim0")
+
+
+async def test_the_claims_status_shows_the_pods_rdma_interface_until_unprepare(
+    node: Node, plugin: tuple[ApiServer, Plugin]
+) -> None:
+    """KEP-4817: what `kubectl get resourceclaim -o yaml` shows of the running pod."""
+    api, endpoint = plugin
+    prepared = await prepare(api, endpoint, "sim0")
+    kubelet, pod, container = await pod_with_container(node, prepared)
+    where = (prepared.ref.namespace, prepared.ref.name)
+    (entry,) = await api.wait_status(*where, lambda e: bool(e) and "networkData" in e[0])
+    shown = await kubelet.exec(container, "/bin/ip", "-o", "link", "show", "rdma0")
+    mac = shown.stdout.split("link/ether ", 1)[1].split()[0]
+    assert entry["networkData"] == {"interfaceName": "rdma0", "hardwareAddress": mac}
+    assert {c["type"]: c["status"] for c in entry["conditions"]} == {
+        "Ready": "True",
+        "NetworkReady": "True",
+    }
+    await take_down_and_unprepare(kubelet, pod, endpoint, prepared)
+    assert await api.wait_status(*where, lambda e: e == []) == []
 
 
 async def test_in_exclusive_mode_the_container_gets_the_char_devices_read_after_the_move(

@@ -29,11 +29,11 @@ from typing import Any
 import pytest
 
 from rdmad.model import RdmaLimit
+from testbed.cri.containerd import IMAGE, private_containerd, require_containerd
+from testbed.cri.image import write_image_archive
+from testbed.cri.kubelet import Kubelet
 from testbed.daemon import Client, RdmadProcess
 from tests.support.cgroup_tree import line
-from tests.support.cri.containerd import IMAGE, private_containerd, require_containerd
-from tests.support.cri.image import write_image_archive
-from tests.support.cri.kubelet import Kubelet
 from tests.support.rdma import kernel, known_to_rdmad, temp_rxe
 
 pytestmark = [

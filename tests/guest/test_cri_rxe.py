@@ -34,14 +34,14 @@ from typing import Any
 import pytest
 
 from rdmad.dra.offer import slot_name
+from testbed.cri.containerd import IMAGE, private_containerd, require_containerd
+from testbed.cri.image import write_image_archive
+from testbed.cri.kubelet import Kubelet
 from testbed.daemon import Client, RdmadProcess
 from testbed.dra import kubelet as dra
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.claims import DRIVER, NODE, claim
 from testbed.dra.plugin_process import running_plugin
-from tests.support.cri.containerd import IMAGE, private_containerd, require_containerd
-from tests.support.cri.image import write_image_archive
-from tests.support.cri.kubelet import Kubelet
 from tests.support.rdma import kernel, known_to_rdmad, listed, sh, temp_rxe
 from tests.support.traffic import WRITE_BW_ITERS, write_bw_row
 

@@ -23,6 +23,12 @@ pytestmark = pytest.mark.usefixtures("root")  # each test makes links or netns
 
 ADDRS = (ip_interface("10.5.0.2/24"), ip_interface("fd05::2/64"))
 KERNEL_TABLES = {253, 254, 255}
+ASKED = (42, 252, 1000, 1001, 70000)  # below 256 a dump's header names the table
+
+
+async def tables_in_use(rtnl: RtnlBackend, target: NetnsHandle) -> set[int]:
+    """Which of the kernel's tables and ASKED hold a route or are looked up, by free_table."""
+    return {t for t in (*KERNEL_TABLES, *ASKED) if not await rtnl.free_table(target, (t,))}
 
 
 @pytest.fixture
@@ -45,12 +51,12 @@ async def test_a_table_holds_the_connected_routes_and_the_routes_and_rules_look_
     rtnl: RtnlBackend, pod: tuple[NetnsHandle, int]
 ) -> None:
     target, index = pod
-    assert await rtnl.tables_in_use(target) == KERNEL_TABLES
+    assert await tables_in_use(rtnl, target) == KERNEL_TABLES
     extra = (parse_route("0.0.0.0/0,via=10.5.0.1"), parse_route("::/0,via=fd05::1"))
     await rtnl.add_policy_routing(target, index, 1000, ADDRS, extra)
-    assert await rtnl.tables_in_use(target) == KERNEL_TABLES | {1000}
+    assert await tables_in_use(rtnl, target) == KERNEL_TABLES | {1000}
     await rtnl.remove_policy_routing(target, 1000)
-    assert await rtnl.tables_in_use(target) == KERNEL_TABLES
+    assert await tables_in_use(rtnl, target) == KERNEL_TABLES
 
 
 @pytest.mark.parametrize("table", [42, 252, 70000])
@@ -65,7 +71,7 @@ async def test_a_table_that_only_a_route_is_in_or_only_a_rule_looks_up_is_in_use
         ip("route", "add", "blackhole", "10.7.0.0/16", "table", str(table), netns=netns)
     else:
         ip("rule", "add", "from", "10.7.0.2", "lookup", str(table), netns=netns)
-    assert await rtnl.tables_in_use(target) == KERNEL_TABLES | {table}
+    assert await tables_in_use(rtnl, target) == KERNEL_TABLES | {table}
 
 
 async def test_a_route_the_kernel_refuses_leaves_nothing_of_the_table(
@@ -75,7 +81,16 @@ async def test_a_route_the_kernel_refuses_leaves_nothing_of_the_table(
     off_link = (parse_route("10.9.0.0/16,via=10.6.0.1"),)  # what rdmad.options would refuse
     with pytest.raises(KernelError, match="ENETUNREACH"):
         await rtnl.add_policy_routing(target, index, 1000, ADDRS, off_link)
-    assert await rtnl.tables_in_use(target) == KERNEL_TABLES
+    assert await tables_in_use(rtnl, target) == KERNEL_TABLES
+
+
+async def test_the_free_table_is_the_first_candidate_in_use_by_nothing(
+    rtnl: RtnlBackend, pod: tuple[NetnsHandle, int]
+) -> None:
+    target, index = pod
+    await rtnl.add_policy_routing(target, index, 1000, ADDRS, ())
+    assert await rtnl.free_table(target, (254, 1000, 1001, 1002)) == 1001
+    assert await rtnl.free_table(target, (254, 1000)) == 0
 
 
 async def test_removing_a_table_twice_is_no_error(
@@ -85,7 +100,7 @@ async def test_removing_a_table_twice_is_no_error(
     await rtnl.add_policy_routing(target, index, 1000, ADDRS, ())
     await rtnl.remove_policy_routing(target, 1000)
     await rtnl.remove_policy_routing(target, 1000)
-    assert await rtnl.tables_in_use(target) == KERNEL_TABLES
+    assert await tables_in_use(rtnl, target) == KERNEL_TABLES
 
 
 SIOCGSKNS = 0x894C  # linux/sockios.h: a socket's netns, as a new fd
@@ -114,7 +129,7 @@ async def test_a_handles_operations_share_one_socket_in_its_netns_closed_with_it
     a routed claim's reads and writes in the netns go through one, closed after its move."""
     target, index = pod
     handle = resolver.open(target.path)
-    await rtnl.tables_in_use(handle)
+    await rtnl.free_table(handle, (1000,))
     await rtnl.add_policy_routing(handle, index, 1000, ADDRS, ())
     await rtnl.remove_policy_routing(handle, 1000)
     assert sockets_in(handle.inode) == 1

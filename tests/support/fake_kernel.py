@@ -24,10 +24,10 @@ import errno
 import ipaddress
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from rdmad.core.backend import EventSink, NetnsTarget, Placement
+from rdmad.core.backend import EventSink, NetnsTarget, PlacedNetdev, Placement
 from rdmad.core.events import (
     AddressChanged,
     Event,
@@ -107,6 +107,11 @@ class FakeLink:
     netns: int = INIT
     parent: int = 0  # a macvlan's lower netdev
     rail_sysctls: bool = False  # arp_ignore=1, arp_announce=2, rp_filter=2 (its netns's)
+
+    @property
+    def mac(self) -> str:
+        """A locally administered MAC, from its ifindex."""
+        return f"02:00:00:00:{self.ifindex >> 8 & 0xFF:02x}:{self.ifindex & 0xFF:02x}"
 
     def as_netdev(self) -> Netdev:
         return Netdev(self.ifindex, self.name, self.mtu, self.up, self.kind)
@@ -586,6 +591,13 @@ class FakeNetdevs:
         self._k.links[child.ifindex] = child  # created in the netns: init_net hears nothing
         return Placement(self._k.assign_nsid(ns), child.ifindex, ifname)
 
+    async def read_placed(self, placement: Placement) -> PlacedNetdev:
+        await self._k.enter("read_placed", self._p)
+        link = self._k.links.get(placement.ifindex)
+        if link is None or link.netns == INIT:
+            raise KernelError(errno.ENODEV, f"no netdev {placement.ifindex} in netns id")
+        return PlacedNetdev(link.mac, link.addresses)
+
     async def bring_home(
         self, placement: Placement, host: HostConfig, source: NetnsTarget | None = None
     ) -> Netdev:
@@ -631,9 +643,10 @@ class FakeNetdevs:
                 self._k.drop_link_state(link)
                 del self._k.links[link.ifindex]
 
-    async def tables_in_use(self, target: NetnsTarget) -> set[int]:
-        await self._k.enter("tables_in_use", self._p)
-        return _ns_of(target).tables()
+    async def free_table(self, target: NetnsTarget, candidates: Iterable[int]) -> int:
+        await self._k.enter("free_table", self._p)
+        in_use = _ns_of(target).tables()
+        return next((t for t in candidates if t not in in_use), 0)
 
     async def add_policy_routing(
         self,

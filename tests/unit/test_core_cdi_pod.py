@@ -6,6 +6,7 @@ change (the writes are counted)."""
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Iterator
 from ipaddress import ip_interface
@@ -16,7 +17,7 @@ import pytest
 
 import rdmad.daemon.cdi
 from rdmad.core.store import Store
-from rdmad.core.swapfile import swap_in
+from rdmad.core.swapfile import StrPath, swap_in
 from rdmad.daemon.cdi import CdiWriter
 from rdmad.model import Claim, ClaimOptions, NetnsMode
 from tests.support.core_rig import Rig, Rigs
@@ -50,8 +51,8 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     """The spec files the writer writes, by name, each time it writes one."""
     counted: Counter[str] = Counter()
 
-    def counting(path: Path, data: bytes, spare: Path, mode: int) -> None:
-        counted[path.name] += 1
+    def counting(path: StrPath, data: bytes, spare: StrPath, mode: int) -> None:
+        counted[os.path.basename(path)] += 1
         swap_in(path, data, spare, mode)
 
     monkeypatch.setattr(rdmad.daemon.cdi, "swap_in", counting)

@@ -189,7 +189,7 @@ async def test_a_pending_routed_claim_found_at_start_is_undone_rules_and_all(rig
 async def test_two_claims_whose_table_choices_interleave_get_different_tables(rigs: Rigs) -> None:
     kernel = two_nics()
     rig = await rigs.start(kernel)
-    choosing = kernel.pause("tables_in_use")
+    choosing = kernel.pause("free_table")
     first = asyncio.create_task(claim(rig, "mlx5_0", ROUTED))
     await choosing.reached.wait()
     # The second books its table and stops before it is in the kernel.
@@ -203,13 +203,31 @@ async def test_two_claims_whose_table_choices_interleave_get_different_tables(ri
     assert tables == [1001, 1000]
 
 
+async def test_a_table_asked_for_that_another_claim_books_while_the_kernel_is_asked_is_refused(
+    rigs: Rigs,
+) -> None:
+    kernel = two_nics()
+    rig = await rigs.start(kernel)
+    choosing = kernel.pause("free_table")
+    first = asyncio.create_task(claim(rig, "mlx5_0", replace(ROUTED, table=7)))
+    await choosing.reached.wait()
+    installing = kernel.pause("add_policy_routing")
+    second = asyncio.create_task(claim(rig, "mlx5_1", replace(ROUTED, ifname="rail1", table=7)))
+    await installing.reached.wait()
+    choosing.go.set()
+    with pytest.raises(InvalidArgs, match=r"routing table 7 .* is taken by claim"):
+        await first
+    installing.go.set()
+    assert rig.core.get_claim(await second).attached.route_table == 7
+
+
 async def test_a_held_claim_attached_meanwhile_has_its_table_seen_by_another_claims_choice(
     rigs: Rigs,
 ) -> None:
     kernel = two_nics()
     rig = await rigs.start(kernel)
     await rig.core.hold("mlx5_1", POD_UID, HELD)
-    choosing = kernel.pause("tables_in_use")
+    choosing = kernel.pause("free_table")
     first = asyncio.create_task(claim(rig, "mlx5_0", ROUTED))
     await choosing.reached.wait()
     # The Attach books its table and stops before its netdev is in the netns.

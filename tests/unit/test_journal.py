@@ -77,6 +77,7 @@ def test_message_ids_are_fixed_distinct_uuids() -> None:
         "MESSAGE_INTERRUPTED",
         "MESSAGE_NOT_RETURNED",
         "MESSAGE_GIDS_UNREADABLE",
+        "MESSAGE_NETDEV_UNREADABLE",
         "MESSAGE_NSID_REUSED",
         "MESSAGE_JOB_FAILED",
         "MESSAGE_START",

@@ -20,6 +20,7 @@ from rdmad.dra.plugin import DEFAULT_DRIVER, parse_args
 from rdmad.dra.podcgroup import CGROUP2_MOUNT
 from testbed.daemon import ROOT
 from testbed.dra import daemonset
+from testbed.dra.claim_status import ASSOCIATED_NODE_PATCH, STATUS_PATCH
 from testbed.dra.daemonset import MANIFESTS, Mount
 
 MODELS = {
@@ -135,6 +136,21 @@ def test_the_cluster_role_grants_what_the_plugin_does_in_the_api() -> None:
         ),
     }
     assert grants == wanted
+
+
+def test_the_cluster_role_grants_what_the_api_server_asks_of_the_device_status_write() -> None:
+    """The permissions the API server double checks on the plugin's status apply, as the
+    real one does since 1.36 (testbed/dra/claim_status.py), for the driver's name."""
+    (role,) = kind("ClusterRole")
+    granted = {
+        (resource, verb)
+        for rule in role["rules"]
+        if "resource.k8s.io" in rule["apiGroups"]
+        and DEFAULT_DRIVER in rule.get("resourceNames", [DEFAULT_DRIVER])
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert {STATUS_PATCH, ASSOCIATED_NODE_PATCH} <= granted
 
 
 def test_the_binding_gives_the_role_to_the_daemonsets_service_account() -> None:

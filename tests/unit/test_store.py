@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.core.store import SCHEMA_VERSION, State, Store, plain, plain_claim
+from rdmad.core.store import SCHEMA_VERSION, State, Store, claim_json, to_json
 from rdmad.errors import KernelError
 from rdmad.model import (
     Attachment,
@@ -76,9 +76,9 @@ def test_the_device_an_exclusive_claim_moved_loads_back_equal(tmp_path: Path) ->
     assert Store(tmp_path).load() == state
 
 
-def test_plain_gives_the_json_asdict_gives() -> None:
+def test_to_json_gives_the_json_asdict_gives() -> None:
     claim = a_claim()
-    assert json.dumps(plain(claim), sort_keys=True) == json.dumps(asdict(claim), sort_keys=True)
+    assert json.loads(to_json(claim)) == json.loads(json.dumps(asdict(claim)))
 
 
 def test_each_claim_has_its_own_file_and_the_daemon_one_more(tmp_path: Path) -> None:
@@ -91,7 +91,7 @@ def test_each_claim_has_its_own_file_and_the_daemon_one_more(tmp_path: Path) -> 
     doc = json.loads((tmp_path / "claims" / f"{B}.json").read_text())
     assert doc["version"] == SCHEMA_VERSION and doc["claim"]["id"] == B
     doc = json.loads((tmp_path / "daemon.json").read_text())
-    assert doc == {"version": SCHEMA_VERSION, "pending_restores": [plain(RETURNED)]}
+    assert doc == {"version": SCHEMA_VERSION, "pending_restores": [json.loads(to_json(RETURNED))]}
 
 
 def test_a_claims_save_keeps_the_others_as_last_saved(tmp_path: Path) -> None:
@@ -176,7 +176,7 @@ UNREADABLE_CLAIM_FILES = {
     "binary": bytes(range(256)),
     "wrong-schema": b'{"version": 99, "claim": {}}',
     "wrong-shape": b'{"version": 2, "claim": {"id": 5}}',
-    "another claim's": json.dumps({"version": 2, "claim": plain(a_claim(B))}).encode(),
+    "another claim's": f'{{"version": 2, "claim": {claim_json(a_claim(B))}}}'.encode(),
 }
 
 
@@ -329,7 +329,7 @@ def test_a_conversion_cut_short_by_a_crash_is_done_again(tmp_path: Path) -> None
 
 def test_an_old_file_in_the_indented_format_still_loads(tmp_path: Path) -> None:
     # Written by rdmad before the compact format: an upgrade must find its claims.
-    doc = {"version": 1, "claims": [plain_claim(a_claim())], "pending_restores": []}
+    doc = {"version": 1, "claims": [json.loads(claim_json(a_claim()))], "pending_restores": []}
     (tmp_path / "state.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
     assert Store(tmp_path).load() == State([a_claim()], [])
 
@@ -337,7 +337,7 @@ def test_an_old_file_in_the_indented_format_still_loads(tmp_path: Path) -> None:
 def test_an_old_file_with_the_char_device_kinds_earlier_versions_kept_still_loads(
     tmp_path: Path,
 ) -> None:
-    raw = {**plain_claim(a_claim()), "chardev_kinds": ["uverbs", "rdma_cm"]}
+    raw = {**json.loads(claim_json(a_claim())), "chardev_kinds": ["uverbs", "rdma_cm"]}
     doc = {"version": 1, "claims": [raw], "pending_restores": []}
     (tmp_path / "state.json").write_text(json.dumps(doc))
     assert Store(tmp_path).load() == State([a_claim()], [])
@@ -369,7 +369,7 @@ def test_the_claimant_loads_back(tmp_path: Path) -> None:
 
 
 def test_a_claim_saved_before_claimants_were_kept_loads_as_roots(tmp_path: Path) -> None:
-    raw = plain_claim(a_claim())
+    raw = json.loads(claim_json(a_claim()))
     del raw["claimant"]
     (tmp_path / "claims").mkdir()
     doc = {"version": SCHEMA_VERSION, "claim": raw}
@@ -425,6 +425,13 @@ def test_a_claim_file_is_written_as_before_attachments(tmp_path: Path, written: 
     Store(tmp_path / "again").save(State([claim], []))
     again = json.loads((tmp_path / "again" / "claims" / f"{claim_id}.json").read_text())
     expected = json.loads(written)
-    # kept since: the claimant (absent, a claim is root's), the cgroup and its limit
-    expected["claim"] |= {"claimant": 0, "cgroup": "", "limit": None}
+    # kept since: the claimant (absent, a claim is root's), the cgroup and its limit, the
+    # MAC and addresses of its netdev in its netns
+    expected["claim"] |= {
+        "claimant": 0,
+        "cgroup": "",
+        "limit": None,
+        "ns_mac": "",
+        "ns_addresses": [],
+    }
     assert again == expected

@@ -25,8 +25,8 @@ import pytest
 
 from testbed.children import spawn
 from testbed.cni_plugin import PLUGIN
-from tests.support.cri.client import Cri
-from tests.support.cri.image import BUSYBOX
+from testbed.cri.client import Cri
+from testbed.cri.image import BUSYBOX
 
 CACHE = Path(os.environ.get("RDMAD_CONTAINERD_CACHE", "/opt/rdmad-containerd"))
 BIN = CACHE / "containerd2" / "usr" / "bin"

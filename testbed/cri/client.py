@@ -13,7 +13,7 @@ import grpc
 
 # Named from the checkout's root, which is on sys.path under pytest: grpc looks a .proto up
 # on sys.path, and names its modules after that path.
-PROTO = "tests/support/cri/runtime_v1.proto"
+PROTO = "testbed/cri/runtime_v1.proto"
 TIMEOUT_S = 60.0  # a CRI call that takes longer is a hung runtime
 # gRPC retries a socket that is not there yet after 1 s, then longer; containerd makes its
 # socket a quarter of a second after it starts.

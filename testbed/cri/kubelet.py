@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.cri.client import Cri, Exec
-from tests.support.cri.containerd import IMAGE
+from testbed.cri.client import Cri, Exec
+from testbed.cri.containerd import IMAGE
 
 
 @dataclass(frozen=True)

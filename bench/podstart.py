@@ -1,0 +1,142 @@
+"""11. A pod's whole start through containerd 2 as the kubelet drives it, with an RDMA device
+and without (issue 38), on a real rdmad (sim devices on real veths), rdmad-dra against the
+API server double, and a private containerd (testbed/cri: CDI on, reading rdmad's CDI dir).
+
+Every pod's network is the node's: `ptp` with host-local IPAM, chained with rdmad-cni in
+pod mode. Three columns take turns in bench.columns' cycle of orders, each settled:
+  rdma:  NodePrepareResources of the pod's one-device claim, RunPodSandbox (ptp, then
+         rdmad-cni attaching the held device), ImageStatus, CreateContainer with the
+         prepare's CDI device, StartContainer;
+  plain: the same pod with no claim: its sandbox (rdmad-cni finds nothing held) and its
+         container, started;
+  raw:   the kernel operations the device needs, in-process with pyroute2 (bench.claim.Raw:
+         the netdev's move into a netns with its name, then MTU, address, up).
+Each pod is then stopped and removed and its claim unprepared, untimed. Target: what RDMA
+adds (rdma's p50 less plain's) at most 1.2x raw's p50, over the whole 95% interval.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.claim import Raw
+from bench.columns import Column, Samples, take_turns
+from bench.common import SHM, Params, Results, Row, Settler, many_veths, ms_since, rdmad
+from bench.dra import DEVICE, IFNAME, REF, api_server, offers, published, register
+from bench.stats import bootstrap, pct, spread
+from testbed.cri.containerd import IMAGE, private_containerd
+from testbed.cri.image import write_image_archive
+from testbed.cri.kubelet import Kubelet
+from testbed.dra import kubelet as dra
+from testbed.dra.apiserver import ApiServer
+from testbed.dra.claims import POD_UID, claim
+from testbed.dra.plugin_process import running_plugin
+from testbed.net import temp_netns
+
+TARGET = 1.2  # what RDMA adds to a pod's start over the raw kernel operations, at p50
+PLAIN_UID = "0b1e7c55-9a2d-4c3b-8f6e-2a4d5c6b7e80"
+
+
+def network(bus: str, ipam_dir: Path) -> list[dict[str, Any]]:
+    """The node's pod network: ptp, then rdmad-cni in pod mode."""
+    ipam = {"type": "host-local", "subnet": "10.99.0.0/24", "dataDir": str(ipam_dir)}
+    return [
+        {"type": "ptp", "ipMasq": False, "ipam": ipam},
+        {"type": "rdmad", "pod": True, "busAddress": bus},
+    ]
+
+
+def columns(
+    kubelet: Kubelet, api: ApiServer, endpoint: str, service: str, raw: Raw, settle: Settler
+) -> list[Column]:
+    async def prepare() -> tuple[str, ...]:
+        got = (await dra.prepare_devices(endpoint, service, [REF]))[REF.uid]
+        if got.error or not got.devices:
+            raise RuntimeError(f"NodePrepareResources failed: {got}")
+        return tuple(got.devices[0].cdi_device_ids)
+
+    async def start(s: Samples, name: str, uid: str, rdma: bool) -> None:
+        await settle()
+        t0 = time.perf_counter()
+        cdi = await prepare() if rdma else ()
+        pod = await kubelet.run_pod(name, "default", uid=uid)
+        container = await kubelet.run_container(pod, "app", cdi_devices=cdi)
+        s.add(name, ms_since(t0))
+        if rdma:  # the pod has its device (exec fails if not)
+            await kubelet.exec(container, "/bin/ip", "-o", "link", "show", IFNAME)
+        await kubelet.stop_pod(pod)
+        await kubelet.remove_pod(pod)
+        if rdma:
+            if await dra.unprepare(endpoint, service, [REF]) != {REF.uid: ""}:
+                raise RuntimeError("NodeUnprepareResources failed")
+            await published(api, offers(DEVICE, whole=True))
+
+    async def rdma(s: Samples) -> None:
+        await start(s, "rdma", POD_UID, True)
+
+    async def plain(s: Samples) -> None:
+        await start(s, "plain", PLAIN_UID, False)
+
+    async def moved(s: Samples) -> None:
+        await settle()
+        t0 = time.perf_counter()
+        await raw.claim()
+        s.add("raw", ms_since(t0))
+        await raw.release()
+
+    return [rdma, plain, moved]
+
+
+async def run(bus: str, p: Params, res: Results, out: Path) -> None:
+    del out  # rows only
+    with (
+        many_veths(1, "p", up=True) as nics,
+        many_veths(1, "q", up=True) as spare,
+        temp_netns("rbq") as raw_netns,
+        tempfile.TemporaryDirectory(prefix="rdmad-bench-pod-", dir=SHM) as tmp,
+        api_server() as api,
+    ):
+        workdir = Path(tmp)
+        api.put_claim(claim(REF.uid, [DEVICE], name=REF.name, parameters={"interfaceName": IFNAME}))
+        write_image_archive(IMAGE, workdir / "image.tar")
+        async with (
+            rdmad(bus, nics.sim_spec()) as daemon,
+            running_plugin(api, bus, workdir / "dra") as plugin,
+            private_containerd(daemon.cdi_dir) as containerd,
+            Raw.opened(spare.hosts[0], raw_netns) as raw,
+        ):
+            endpoint, service = await register(plugin)
+            containerd.add_network("bench", network(bus, workdir / "ipam"))
+            kubelet = Kubelet(await containerd.start(workdir / "image.tar"), containerd.pod_logs)
+            await published(api, offers(DEVICE, whole=True))
+            cols = columns(kubelet, api, endpoint, service, raw, Settler(p))
+            t = (await take_turns(cols, p.cni_reps, p.warmup)).t
+    report(res, t["rdma"], t["plain"], t["raw"])
+
+
+def added_over_raw(rdma: list[float], plain: list[float], raw: list[float]) -> float:
+    return (pct(rdma, 50) - pct(plain, 50)) / pct(raw, 50)
+
+
+def report(res: Results, rdma: list[float], plain: list[float], raw: list[float]) -> None:
+    lo, hi = bootstrap(added_over_raw, rdma, plain, raw)
+    added = pct(rdma, 50) - pct(plain, 50)
+    res.rows.append(
+        Row(
+            f"11. A pod's start through containerd 2 ({len(rdma)} pods each): prepare, sandbox"
+            " (ptp, rdmad-cni in pod mode), a container with the CDI device, started; against"
+            " the same pod without RDMA",
+            spread(rdma),
+            f"without RDMA {spread(plain)}; raw move {spread(raw)}",
+            "-",
+            f"RDMA adds {added:.1f} ms at p50; over raw's p50"
+            f" {added_over_raw(rdma, plain, raw):.2f} ({lo:.2f}-{hi:.2f})",
+            f"what RDMA adds <= {TARGET:g}x raw at p50",
+            hi <= TARGET,
+        )
+    )
+    res.dists["Pod start: with RDMA"] = rdma
+    res.dists["Pod start: without RDMA"] = plain

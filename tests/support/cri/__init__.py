@@ -1,1 +1,0 @@
-"""containerd through CRI, as a Kubernetes node runs it (tests/cri)."""
