@@ -26,6 +26,9 @@ from typing import Any
 import pytest
 
 from rdmad.model import RdmaLimit
+from testbed.cri.containerd import IMAGE, private_containerd, require_containerd
+from testbed.cri.image import write_image_archive
+from testbed.cri.kubelet import Kubelet
 from testbed.daemon import Client
 from tests.guest.test_cri_rdma_limits import (
     HOST_MOUNTS,
@@ -34,9 +37,6 @@ from tests.guest.test_cri_rdma_limits import (
     LimitedPod,
 )
 from tests.support.cgroup_tree import MOUNT, line
-from tests.support.cri.containerd import IMAGE, private_containerd, require_containerd
-from tests.support.cri.image import write_image_archive
-from tests.support.cri.kubelet import Kubelet
 
 pytestmark = pytest.mark.guest
 
