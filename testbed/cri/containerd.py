@@ -52,10 +52,11 @@ def require_containerd() -> None:
 _ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
 
-def _config(home: Path, cdi_dir: Path, snapshotter: str) -> str:
+def _config(home: Path, cdi_dir: Path, snapshotter: str, systemd_cgroup: bool) -> str:
     """containerd 2's version 3 config: CDI and NRI are on by default there (NRI's socket and
     plugin dirs are moved into `home`), the CRI plugin split into its images and runtime
-    parts."""
+    parts. `systemd_cgroup`: runc makes its cgroups through systemd, as on a node whose
+    kubelet uses the systemd cgroup driver (a pod's cgroup_parent is then a slice)."""
     return f"""version = 3
 root = "{home}/root"
 state = "{home}/state"
@@ -85,6 +86,13 @@ state = "{home}/state"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["{home}/cni-bin"]
     conf_dir = "{home}/net.d"
+""" + (_SYSTEMD_CGROUP if systemd_cgroup else "")
+
+
+# the kubelet's docs' setting for its systemd driver (the runc runtime's other options keep
+# their defaults)
+_SYSTEMD_CGROUP = """[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  SystemdCgroup = true
 """
 
 
@@ -95,6 +103,7 @@ class Containerd:
     # overlayfs, containerd's default; "native" (plain copies) where the root is on an
     # overlay itself, as the guest's /tmp is: an overlay upper on one is EINVAL.
     snapshotter: str = "overlayfs"
+    systemd_cgroup: bool = False
     proc: asyncio.subprocess.Process | None = None
     cri: Cri | None = None
     networks: list[str] = field(default_factory=list)
@@ -128,7 +137,9 @@ class Containerd:
 
     async def start(self, image_archive: Path) -> Cri:
         """containerd up, with the image in, and ready as the kubelet checks it (Status)."""
-        (self.home / "config.toml").write_text(_config(self.home, self.cdi_dir, self.snapshotter))
+        (self.home / "config.toml").write_text(
+            _config(self.home, self.cdi_dir, self.snapshotter, self.systemd_cgroup)
+        )
         env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/sbin:/usr/bin')}"}
         with open(self.log_path, "ab") as log:
             # Signalled by stop() (SIGTERM) and by the restart tests (SIGKILL).
@@ -229,26 +240,28 @@ def _unmount_under(home: Path) -> None:
         subprocess.run(["umount", "-l", point], capture_output=True)
 
 
-def _new_node(cdi_dir: Path, snapshotter: str) -> Containerd:
-    """A Containerd, not started, with rdmad-cni (as `rdmad`) and the containernetworking
-    plugins in its CNI bin dir."""
+def _new_node(cdi_dir: Path, snapshotter: str, systemd_cgroup: bool, cni: Path) -> Containerd:
+    """A Containerd, not started, with rdmad-cni `cni` (as `rdmad`) and the
+    containernetworking plugins in its CNI bin dir."""
     # A short path: the socket's must fit in sun_path (108 bytes).
     home = Path(tempfile.mkdtemp(prefix="rdmad-ctd-"))
     for sub in ("cni-bin", "net.d", "pods"):
         (home / sub).mkdir()
-    node = Containerd(home, cdi_dir, snapshotter)
+    node = Containerd(home, cdi_dir, snapshotter, systemd_cgroup)
     for plugin in CNI_PLUGINS.iterdir():
-        node.add_plugin(plugin.name, plugin)
-    node.add_plugin("rdmad", PLUGIN)
+        if plugin.name != "rdmad":  # the package's, on a node with rdmad installed
+            node.add_plugin(plugin.name, plugin)
+    node.add_plugin("rdmad", cni)
     return node
 
 
 @contextlib.asynccontextmanager
 async def private_containerd(
-    cdi_dir: Path, snapshotter: str = "overlayfs"
+    cdi_dir: Path, snapshotter: str = "overlayfs", systemd_cgroup: bool = False, cni: Path = PLUGIN
 ) -> AsyncIterator[Containerd]:
-    """A Containerd to configure and start; stopped and removed afterwards, with its pods."""
-    node = _new_node(cdi_dir, snapshotter)
+    """A Containerd to configure and start; stopped and removed afterwards, with its pods.
+    `systemd_cgroup`: see _config; `cni`: the rdmad-cni binary (the checkout's build)."""
+    node = _new_node(cdi_dir, snapshotter, systemd_cgroup, cni)
     try:
         yield node
     finally:

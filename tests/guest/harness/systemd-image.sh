@@ -37,10 +37,14 @@ mkdir -p "$SD"
 # A node as the package expects it: the .deb's dependencies are all here, so its install
 # needs no network; no compiler, no python3-venv (the venv comes built in the package).
 SUITE=bookworm
-# polkitd: the package recommends it (apt installs recommends; no network in the chroot)
+# polkitd: the package recommends it (apt installs recommends; no network in the chroot).
+# runc, the CNI plugins, busybox-static (the pod's image) and the verbs tools: the CRI pod
+# under the kubelet's systemd cgroup driver (tests/systemd; containerd comes from the host's
+# cache, scripts/fetch-containerd.sh).
 INCLUDE=systemd,systemd-sysv,udev,kmod,iproute2,dbus,python3,libudev1,polkitd
+INCLUDE+=,runc,containernetworking-plugins,busybox-static,ibverbs-utils,ibverbs-providers
 debian_mirrors   # MIRROR: the archive the host's apt sources name (scripts/private-apt.sh)
-base_stamp="$SUITE $INCLUDE $MIRROR v2"
+base_stamp="$SUITE $INCLUDE $MIRROR v3"
 if [ "$(cat "$SD/.base-stamp" 2>/dev/null)" != "$base_stamp" ] || [ ! -x "$ROOT/lib/systemd/systemd" ]; then
     log "building the base root with mmdebstrap ($SUITE)"
     rm -rf "$ROOT" "$SD/.base-stamp" "$SD/.rdmad-stamp"
@@ -104,6 +108,9 @@ fi
 
 # ------------------------------------------------------------------ probe
 install -m 0755 "$HERE/systemd-probe.sh" "$ROOT/usr/local/bin/rdmad-probe.sh"
+# dpkg syncs each file it writes, a 9p round trip each under emulation, for a root that is
+# a test's and rebuilt on any doubt: the probe's apt remove and reinstall skip them
+echo force-unsafe-io > "$ROOT/etc/dpkg/dpkg.cfg.d/50-rdmad-check"
 cat > "$ROOT/etc/systemd/system/rdmad-probe-setup.service" <<'EOF'
 # systemd-image.sh: what a node has when rdmad starts at boot (an RDMA device, a netns)
 [Unit]
