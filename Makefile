@@ -78,17 +78,18 @@ test-guest-6.1: kernels
 test-guest: test-guest-7.3 test-guest-6.1
 
 # rdmad installed from its .deb under systemd as PID 1 in a bookworm image: start at boot,
-# notify, bus policy (rdmactl as root and as nobody), journald fields, systemd-analyze
-# security, apt remove/reinstall under a live claim.
+# notify, bus policy (rdmactl as root and as nobody), polkit's actions, journald fields,
+# apt remove/reinstall under a live claim, a CRI pod's RDMA limit under the kubelet's systemd
+# cgroup driver, systemd-analyze security, a give-back the kernel refuses at start.
 test-systemd: kernels deb
 	$(GUEST)/run-systemd-check.sh
 
-# The stages of `make test`: setup and the .debs first, then two lanes side by side (the host
-# stages; the QEMU guests and the systemd check, each stage of a lane after the one before),
-# stopping everything at the first stage that fails; then one line per stage with its
-# duration, and the wall time (scripts/timed-stages.sh).
-TEST_FIRST := setup deb
-TEST_LANES := "lint image test-host bench-smoke" "kernels test-guest-7.3 test-guest-6.1 test-systemd"
+# The stages of `make test`: setup, the .debs and the guest kernels first, then two lanes side
+# by side (the host stages, then the systemd check; the two RDMA guests), each stage of a lane
+# after the one before, stopping everything at the first stage that fails; then one line per
+# stage with its duration, and the wall time (scripts/timed-stages.sh).
+TEST_FIRST := setup deb kernels
+TEST_LANES := "lint image test-host bench-smoke test-systemd" "test-guest-7.3 test-guest-6.1"
 test:
 	@scripts/timed-stages.sh "$(MAKE)" $(TEST_FIRST) -- $(TEST_LANES)
 
