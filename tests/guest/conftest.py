@@ -1,9 +1,12 @@
 """Fixtures for the daemon tests in the RDMA guest (tests/guest/test_daemon_*.py).
 
-The real rdmad process (`python -m rdmad.daemon.main`, kernel RDMA backend unless a module
-overrides `sim_devices`) on a private dbus-daemon, one daemon per module: Python starts in
-seconds under TCG. The tree is read-only in the guest, so the daemon's state, CDI specs and
-log go to pytest's tmp dirs under /tmp (tmpfs in the guest).
+The real rdmad process (`python -m rdmad.daemon.main`, kernel RDMA backend) on the session's
+private dbus-daemon, ONE daemon for the whole guest run: its start costs about 20 s under
+TCG, so each module that keeps the default set-up borrows it, and must hand it back with no
+claim left (checked when the module ends). A module that defines its own `sim_devices`,
+`daemon_env` or `bus_address` fixture gets a daemon of its own, for the module. The tree is
+read-only in the guest, so the daemon's state, CDI specs and log go to pytest's tmp dirs
+under /tmp (tmpfs in the guest).
 
 Nothing here is autouse: test modules written by others share this directory.
 """
@@ -22,9 +25,35 @@ from rdmad.core.events import Event
 from rdmad.kernel.udev import UdevEvents
 from testbed.daemon import Client, RdmadProcess
 from tests.support.cgroup_tree import MOUNT as CGROUP2
-from tests.support.rdma import Rxe, sh, temp_rxe
+from tests.support.rdma import Rxe, kernel, sh, temp_rxe
 
 DAEMON_START = 180.0  # s: imports (dbus-fast, pyroute2, pyudev) over 9p under TCG, loaded host
+
+
+ON_61 = "on_61"  # the marker of what the 6.1 guest runs
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{ON_61}: runs in the 6.1 guest too: what differs by kernel (rxe's refusals to change "
+        "netns, the parent-GID shared mode, the kernel facts, the rdma cgroup controller) and "
+        "a few common flows. The 7.3 guest runs every guest test; 6.1 only these.",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In the 6.1 guest, deselect (reported as such) the guest tests not marked on_61."""
+    if kernel() != "6.1":
+        return
+    here = Path(__file__).parent
+    keep, off = [], []
+    for item in items:
+        runs = here not in item.path.parents or item.get_closest_marker(ON_61) is not None
+        (keep if runs else off).append(item)
+    if off:
+        config.hook.pytest_deselected(items=off)
+        items[:] = keep
 
 
 @pytest.hookimpl(wrapper=True)
@@ -59,16 +88,15 @@ def daemon_env() -> dict[str, str]:
     return {}
 
 
-@pytest.fixture(scope="module")
-async def rdmad(
-    bus_address: str,
-    sim_devices: str,
-    daemon_env: dict[str, str],
-    tmp_path_factory: pytest.TempPathFactory,
+# A module defining one of these fixtures configures its daemon: it gets one of its own.
+OWN_DAEMON_FIXTURES = ("sim_devices", "daemon_env", "bus_address")
+
+
+@contextlib.asynccontextmanager
+async def running_rdmad(
+    bus_address: str, workdir: Path, sim_devices: str = "", env: dict[str, str] | None = None
 ) -> AsyncIterator[RdmadProcess]:
-    daemon = RdmadProcess(
-        bus_address, tmp_path_factory.mktemp("rdmad"), sim_devices, env=daemon_env
-    )
+    daemon = RdmadProcess(bus_address, workdir, sim_devices, env=env or {})
     await daemon.start(timeout=DAEMON_START)
     try:
         yield daemon
@@ -77,6 +105,45 @@ async def rdmad(
             await daemon.stop()
         finally:
             await daemon.kill()
+
+
+@pytest.fixture(scope="session")
+async def session_rdmad(
+    bus_address: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[RdmadProcess]:
+    """The guest run's default daemon (kernel backend, no test knob), lent to each module."""
+    async with running_rdmad(bus_address, tmp_path_factory.mktemp("rdmad")) as daemon:
+        yield daemon
+
+
+@pytest.fixture(scope="module")
+async def rdmad(
+    request: pytest.FixtureRequest,
+    bus_address: str,
+    sim_devices: str,
+    daemon_env: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[RdmadProcess]:
+    """The module's daemon: the session's, or its own if the module configures one."""
+    if any(hasattr(request.module, name) for name in OWN_DAEMON_FIXTURES):
+        workdir = tmp_path_factory.mktemp("rdmad")
+        async with running_rdmad(bus_address, workdir, sim_devices, daemon_env) as daemon:
+            yield daemon
+        return
+    daemon = request.getfixturevalue("session_rdmad")
+    yield daemon
+    await handed_back(daemon)
+
+
+async def handed_back(daemon: RdmadProcess) -> None:
+    """A module that borrowed the session's daemon leaves it running, with no claim."""
+    assert daemon.proc is not None and daemon.proc.returncode is None, daemon.log()[-6000:]
+    client = await Client.connect(daemon.bus_address, signals=False)
+    try:
+        claims = list(await client.manager("ListClaims"))
+    finally:
+        client.close()
+    assert claims == [], f"the module left claims in the session's rdmad: {claims}"
 
 
 @pytest.fixture

@@ -34,12 +34,11 @@ from tests.support.cgroup_tree import line
 from tests.support.cri.containerd import IMAGE, private_containerd, require_containerd
 from tests.support.cri.image import write_image_archive
 from tests.support.cri.kubelet import Kubelet
-from tests.support.rdma import kernel, known_to_rdmad, temp_rxe
+from tests.support.rdma import known_to_rdmad, temp_rxe
 
 pytestmark = [
     pytest.mark.guest,
     pytest.mark.usefixtures("in_guest", "daemon_log_on_failure"),
-    pytest.mark.skipif(kernel() != "7.3", reason="the CRI run is the 7.3 guest's (issue 28)"),
 ]
 
 log = logging.getLogger(__name__)  # each step of the run, for a guest run that times out

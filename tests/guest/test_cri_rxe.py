@@ -42,13 +42,12 @@ from testbed.dra.plugin_process import running_plugin
 from tests.support.cri.containerd import IMAGE, private_containerd, require_containerd
 from tests.support.cri.image import write_image_archive
 from tests.support.cri.kubelet import Kubelet
-from tests.support.rdma import kernel, known_to_rdmad, listed, sh, temp_rxe
+from tests.support.rdma import known_to_rdmad, listed, sh, temp_rxe
 from tests.support.traffic import WRITE_BW_ITERS, write_bw_row
 
 pytestmark = [
     pytest.mark.guest,
     pytest.mark.usefixtures("in_guest", "daemon_log_on_failure"),
-    pytest.mark.skipif(kernel() != "7.3", reason="the CRI run is the 7.3 guest's (issue 28)"),
 ]
 
 log = logging.getLogger(__name__)  # each step of the run, for a guest run that times out

@@ -17,12 +17,11 @@ from testbed.dra import kubelet
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.claims import DRIVER, NODE
 from testbed.dra.plugin_process import running_plugin
-from tests.support.rdma import Rxe, kernel, known_to_rdmad, sh
+from tests.support.rdma import Rxe, known_to_rdmad, sh
 
 pytestmark = [
     pytest.mark.guest,
     pytest.mark.usefixtures("in_guest", "daemon_log_on_failure"),
-    pytest.mark.skipif(kernel() != "7.3", reason="the DRA rxe runs are the 7.3 guest's"),
 ]
 
 PLUGIN_START = 300.0  # s: rdmad-dra's imports over 9p, under TCG

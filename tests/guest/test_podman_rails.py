@@ -49,9 +49,6 @@ from tests.support.traffic import WRITE_BW_ITERS, write_bw_row
 
 pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
 
-only_73 = pytest.mark.skipif(
-    kernel() != "7.3", reason="podman runs in the 7.3 guest (issue 19); the 6.1 run: below"
-)
 only_61 = pytest.mark.skipif(
     kernel() != "6.1", reason="the 6.1 branch: 7.3's rxe changes netns (the pod above)"
 )
@@ -254,12 +251,10 @@ async def pod(
         await set_netns_mode(client, "shared")
 
 
-@only_73
 async def test_the_pod_has_one_claim_per_rail(pod: PodRun) -> None:
     assert sorted(device for device, _ in pod.claims) == sorted(r.name for r in pod.rails)
 
 
-@only_73
 async def test_the_containers_env_names_every_rail_once_in_pod_order(pod: PodRun) -> None:
     env, rails = pod.env(), pod.pod_order()
     assert env["RDMAD_DEVICES"] == ",".join(rails), pod.out
@@ -267,13 +262,11 @@ async def test_the_containers_env_names_every_rail_once_in_pod_order(pod: PodRun
     assert len(env["RDMAD_GID_INDEXES"].split(",")) == RAILS, pod.out
 
 
-@only_73
 async def test_ibv_devices_in_the_container_lists_exactly_the_pods_rails(pod: PodRun) -> None:
     lines = section(pod.out, "devices").splitlines()[2:]  # past the two header lines
     assert {line.split()[0] for line in lines if line.strip()} == set(pod.pod_order()), pod.out
 
 
-@only_73
 async def test_ib_write_bw_runs_on_each_rail_by_the_envs_names(pod: PodRun) -> None:
     for rail in pod.pod_order():
         for end in ("server", "client"):
@@ -283,7 +276,6 @@ async def test_ib_write_bw_runs_on_each_rail_by_the_envs_names(pod: PodRun) -> N
             assert re.search(rf"Device\s*:\s*{rail}\b", out), f"{end} not on {rail}:\n{out}"
 
 
-@only_73
 async def test_rdma_statistic_shows_each_rail_carried_its_own_traffic(pod: PodRun) -> None:
     for rail in pod.pod_order():
         row = write_bw_row(section(pod.out, f"client {rail}"))
@@ -296,7 +288,6 @@ async def test_rdma_statistic_shows_each_rail_carried_its_own_traffic(pod: PodRu
     assert pod.after[idle]["sent_bytes"] == pod.before[idle]["sent_bytes"]
 
 
-@only_73
 async def test_each_shared_rail_routes_the_pods_peers_from_its_own_address(
     pod: PodRun,
 ) -> None:
@@ -312,6 +303,7 @@ async def test_each_shared_rail_routes_the_pods_peers_from_its_own_address(
 # ---------------------------------------------------------------- the 6.1 branch
 
 
+@pytest.mark.on_61
 @only_61
 async def test_on_61_the_pods_whole_device_claims_are_refused_and_nothing_moves(
     client: Client,
