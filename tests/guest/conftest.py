@@ -143,22 +143,30 @@ async def session_rdmad(
 
 
 @pytest.fixture(scope="module")
-async def rdmad(
-    request: pytest.FixtureRequest,
+def rdmad(request: pytest.FixtureRequest) -> RdmadProcess:
+    """The module's daemon: the session's, or its own if the module configures one. (Not a
+    coroutine: an async fixture cannot set up another one while the event loop runs it.)"""
+    own = any(hasattr(request.module, name) for name in OWN_DAEMON_FIXTURES)
+    daemon: RdmadProcess = request.getfixturevalue("own_rdmad" if own else "borrowed_rdmad")
+    return daemon
+
+
+@pytest.fixture(scope="module")
+async def own_rdmad(
     bus_address: str,
     sim_devices: str,
     daemon_env: dict[str, str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[RdmadProcess]:
-    """The module's daemon: the session's, or its own if the module configures one."""
-    if any(hasattr(request.module, name) for name in OWN_DAEMON_FIXTURES):
-        workdir = tmp_path_factory.mktemp("rdmad")
-        async with running_rdmad(bus_address, workdir, sim_devices, daemon_env) as daemon:
-            yield daemon
-        return
-    daemon = request.getfixturevalue("session_rdmad")
-    yield daemon
-    await handed_back(daemon)
+    workdir = tmp_path_factory.mktemp("rdmad")
+    async with running_rdmad(bus_address, workdir, sim_devices, daemon_env) as daemon:
+        yield daemon
+
+
+@pytest.fixture(scope="module")
+async def borrowed_rdmad(session_rdmad: RdmadProcess) -> AsyncIterator[RdmadProcess]:
+    yield session_rdmad
+    await handed_back(session_rdmad)
 
 
 async def handed_back(daemon: RdmadProcess) -> None:
