@@ -200,52 +200,73 @@ async def dad_done(netdev: str) -> None:
     await eventually(settled, 10, f"{netdev}'s IPv6 DAD")
 
 
-@contextlib.asynccontextmanager
-async def running_pod(client: Client, rdmad: RdmadProcess, mode: str) -> AsyncIterator[PodRun]:
-    """The pod with its rails in `mode`, after its container ran; removed afterwards."""
-    with rxe_devices(RAILS + 1) as devices, cdi_dir_seen_by_podman(rdmad), podman_home() as pm:
-        rails, bystander = devices[:RAILS], devices[RAILS]
-        for rxe in devices:
+@pytest.fixture(scope="module")
+async def devices(client: Client) -> AsyncIterator[list[Rxe]]:
+    """The rails and the bystander (the last), made once for both modes' pods: rdmad lists
+    each, and each netdev's link-local address passed DAD."""
+    with rxe_devices(RAILS + 1) as made:
+        for rxe in made:
             await known_to_rdmad(client, rxe.name)
             await dad_done(rxe.netdev)
-        flags = []
-        for n, rail in enumerate(rails):
-            pm.add_network(f"rail{n}", rail_network(rdmad, rail, n, mode))
-            flags += ["--network", f"rail{n}"]
-        podman(pm, "pod", "create", "--name", POD, *flags)
-        podman(pm, "pod", "start", POD)  # the infra container: a CNI ADD per rail
-        infra = podman(pm, "pod", "inspect", "--format", "{{.InfraContainerID}}", POD).strip()
-        sandbox = podman(pm, "inspect", "--format", "{{.NetworkSettings.SandboxKey}}", infra)
-        netns = Path(sandbox.strip()).name
-        sh("ip", "link", "set", "lo", "up", netns=netns)
-        rows = await client.manager("ListClaims")
-        ids = [cid for cid, *_ in rows]
-        claims = [(device, ifname) for _, device, _, ifname, _, _ in rows]
-        before = {rxe.name: counters(rxe.name, netns) for rxe in rails}
-        before[bystander.name] = counters(bystander.name, None)
-        mounts = [f"--volume={d}:{d}:ro" for d in HOST_MOUNTS]
-        out = podman(
-            pm, "run", "--rm", "--pod", POD, *mounts,
-            f"--device=rdmad.io/rdma={POD}", "--rootfs", str(pm.rootfs), "sh", "-c", SCRIPT,
-        )  # fmt: skip
-        after = {rxe.name: counters(rxe.name, netns) for rxe in rails}
-        after[bystander.name] = counters(bystander.name, None)
-        yield PodRun(rails, bystander, claims, netns, out, before, after)
-        mark = client.mark()
-        podman(pm, "pod", "rm", "-f", "-t", "0", POD)  # the CNI DELs: every claim ends
-        for cid in ids:
-            await client.wait_signal("Released", released(cid), WAIT, since=mark)
-        assert await client.manager("ListClaims") == []
+        yield made
+
+
+@pytest.fixture(scope="module")
+def pm(rdmad: RdmadProcess) -> Iterator[Podman]:
+    """One podman home for both modes' pods (its storage and pause image made once), with
+    rdmad's CDI specs where podman reads them."""
+    with cdi_dir_seen_by_podman(rdmad), podman_home() as home:
+        yield home
+
+
+@contextlib.asynccontextmanager
+async def running_pod(
+    client: Client, rdmad: RdmadProcess, pm: Podman, devices: list[Rxe], mode: str
+) -> AsyncIterator[PodRun]:
+    """The pod with its rails in `mode`, after its container ran; removed afterwards."""
+    rails, bystander = devices[:RAILS], devices[RAILS]
+    flags = []
+    for n, rail in enumerate(rails):
+        pm.add_network(f"rail{n}", rail_network(rdmad, rail, n, mode))
+        flags += ["--network", f"rail{n}"]
+    podman(pm, "pod", "create", "--name", POD, *flags)
+    podman(pm, "pod", "start", POD)  # the infra container: a CNI ADD per rail
+    infra = podman(pm, "pod", "inspect", "--format", "{{.InfraContainerID}}", POD).strip()
+    sandbox = podman(pm, "inspect", "--format", "{{.NetworkSettings.SandboxKey}}", infra)
+    netns = Path(sandbox.strip()).name
+    sh("ip", "link", "set", "lo", "up", netns=netns)
+    rows = await client.manager("ListClaims")
+    ids = [cid for cid, *_ in rows]
+    claims = [(device, ifname) for _, device, _, ifname, _, _ in rows]
+    before = {rxe.name: counters(rxe.name, netns) for rxe in rails}
+    before[bystander.name] = counters(bystander.name, None)
+    mounts = [f"--volume={d}:{d}:ro" for d in HOST_MOUNTS]
+    out = podman(
+        pm, "run", "--rm", "--pod", POD, *mounts,
+        f"--device=rdmad.io/rdma={POD}", "--rootfs", str(pm.rootfs), "sh", "-c", SCRIPT,
+    )  # fmt: skip
+    after = {rxe.name: counters(rxe.name, netns) for rxe in rails}
+    after[bystander.name] = counters(bystander.name, None)
+    yield PodRun(rails, bystander, claims, netns, out, before, after)
+    mark = client.mark()
+    podman(pm, "pod", "rm", "-f", "-t", "0", POD)  # the CNI DELs: every claim ends
+    for cid in ids:
+        await client.wait_signal("Released", released(cid), WAIT, since=mark)
+    assert await client.manager("ListClaims") == []
 
 
 @pytest.fixture(scope="module", params=["shared", "exclusive"])
 async def pod(
-    request: pytest.FixtureRequest, client: Client, rdmad: RdmadProcess
+    request: pytest.FixtureRequest,
+    client: Client,
+    rdmad: RdmadProcess,
+    pm: Podman,
+    devices: list[Rxe],
 ) -> AsyncIterator[PodRun]:
     mode: str = request.param
     await set_netns_mode(client, mode)
     try:
-        async with running_pod(client, rdmad, mode) as run:
+        async with running_pod(client, rdmad, pm, devices, mode) as run:
             yield run
     finally:
         await set_netns_mode(client, "shared")
