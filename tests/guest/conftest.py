@@ -4,7 +4,8 @@ The real rdmad process (`python -m rdmad.daemon.main`, kernel RDMA backend) on t
 private dbus-daemon, ONE daemon for the whole guest run: its start costs about 20 s under
 TCG, so each module that keeps the default set-up borrows it, and must hand it back with no
 claim left (checked when the module ends). A module that defines its own `sim_devices`,
-`daemon_env` or `bus_address` fixture gets a daemon of its own, for the module. The tree is
+`daemon_env` or `bus_address` fixture gets a daemon of its own, for the module, on a bus
+of its own (io.rdmad1 on the session's bus is the session daemon's). The tree is
 read-only in the guest, so the daemon's state, CDI specs and log go to pytest's tmp dirs
 under /tmp (tmpfs in the guest).
 
@@ -23,6 +24,7 @@ import pytest
 
 from rdmad.core.events import Event
 from rdmad.kernel.udev import UdevEvents
+from testbed.bus import start_private_bus
 from testbed.daemon import Client, RdmadProcess
 from tests.support.cgroup_tree import MOUNT as CGROUP2
 from tests.support.rdma import Rxe, kernel, sh, temp_rxe
@@ -153,14 +155,20 @@ def rdmad(request: pytest.FixtureRequest) -> RdmadProcess:
 
 @pytest.fixture(scope="module")
 async def own_rdmad(
+    request: pytest.FixtureRequest,
     bus_address: str,
     sim_devices: str,
     daemon_env: dict[str, str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[RdmadProcess]:
+    """A daemon of the module's own, on the module's bus if it defines one, else on a private
+    dbus-daemon of its own: on the session's bus, io.rdmad1 is the session daemon's."""
     workdir = tmp_path_factory.mktemp("rdmad")
-    async with running_rdmad(bus_address, workdir, sim_devices, daemon_env) as daemon:
-        yield daemon
+    with contextlib.ExitStack() as stack:
+        if not hasattr(request.module, "bus_address"):
+            bus_address = stack.enter_context(start_private_bus()).address
+        async with running_rdmad(bus_address, workdir, sim_devices, daemon_env) as daemon:
+            yield daemon
 
 
 @pytest.fixture(scope="module")
@@ -192,8 +200,8 @@ def crash_rdmad(rdmad: RdmadProcess) -> Callable[[], Awaitable[None]]:
 
 
 @pytest.fixture(scope="module")
-async def client(rdmad: RdmadProcess, bus_address: str) -> AsyncIterator[Client]:
-    c = await Client.connect(bus_address)
+async def client(rdmad: RdmadProcess) -> AsyncIterator[Client]:
+    c = await Client.connect(rdmad.bus_address)
     yield c
     c.close()
 
