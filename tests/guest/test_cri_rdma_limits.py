@@ -22,7 +22,6 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,50 +31,19 @@ from rdmad.model import RdmaLimit
 from testbed.cri.containerd import IMAGE, private_containerd, require_containerd
 from testbed.cri.image import write_image_archive
 from testbed.cri.kubelet import Kubelet
+from testbed.cri.limited_pod import HOST_MOUNTS, SCRIPT, SCRIPT_TIMEOUT_S, LimitedPod
 from testbed.daemon import Client, RdmadProcess
 from tests.support.cgroup_tree import line
-from tests.support.rdma import kernel, known_to_rdmad, temp_rxe
+from tests.support.rdma import known_to_rdmad, temp_rxe
 
 pytestmark = [
     pytest.mark.guest,
     pytest.mark.usefixtures("in_guest", "daemon_log_on_failure"),
-    pytest.mark.skipif(kernel() != "7.3", reason="the CRI run is the 7.3 guest's (issue 28)"),
 ]
 
 log = logging.getLogger(__name__)  # each step of the run, for a guest run that times out
 
 ADDRESS = "192.0.2.20/24"
-SCRIPT_TIMEOUT_S = 300  # two verbs tools under TCG, on a loaded host
-HOST_MOUNTS = ("/usr", "/lib", "/lib64", "/etc/libibverbs.d")  # rdma-core
-# busybox sh, the host's tools on PATH: a first context held by an ibv_rc_pingpong server
-# (it prints its local address once its context and QP exist, then waits for a client),
-# then a second open of the same device by ibv_devinfo, and its exit status. stdbuf: its
-# stdout is a file, which libc would buffer until it exits.
-SCRIPT = """
-export PATH=/usr/bin:/bin
-stdbuf -oL ibv_rc_pingpong -d $RDMAD_DEVICE -g $RDMAD_GID_INDEX > /tmp/first 2>&1 &
-first=$!
-until grep -q "local address" /tmp/first || ! kill -0 $first 2>/dev/null; do sleep 0.2; done
-echo "== first"; cat /tmp/first
-echo "== second"; ibv_devinfo -d $RDMAD_DEVICE 2>&1; echo "exit=$?"
-kill $first; true
-"""
-
-
-@dataclass(frozen=True)
-class LimitedPod:
-    """What the module's one pod run left to check."""
-
-    device: str
-    cgroup: str  # the pod's, relative to the cgroup2 mount
-    limit_running: RdmaLimit | None  # the device's line in its rdma.max while the pod ran
-    out: str  # the container's script's output
-    after: list[Any]  # ListClaims once the pod was stopped and removed
-    limit_after: RdmaLimit | None  # the device's line then
-
-    def section(self, name: str) -> str:
-        _, _, rest = self.out.partition(f"== {name}\n")
-        return rest.split("\n== ", 1)[0]
 
 
 @contextlib.contextmanager

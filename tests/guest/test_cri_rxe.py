@@ -17,38 +17,42 @@ unprepared, and the device is home.
 The pod runs once for the module (fixture `run`, the costly part under TCG); each test
 checks one thing of that run. The RDMA netns mode is the kernel's default, shared. 7.3
 only, as the podman pod (test_podman_rails.py).
+
+The same rdmad-dra (fixture `dra`: its start is most of a minute under TCG) then serves the
+health test: setting an rxe device's netdev down takes the carrier and the rxe port (the
+kernel's rxe follows its netdev); the kubelet double holds the health stream open and the
+loopback API server holds the slices, as in the host's contract tests
+(tests/dra/test_health_contract.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import re
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rdmad.dra.offer import slot_name
+from rdmad.dra.offer import device_name, slot_name
+from rdmad.dra.slices import PORT_DOWN
 from testbed.cri.containerd import IMAGE, private_containerd, require_containerd
 from testbed.cri.image import write_image_archive
 from testbed.cri.kubelet import Kubelet
 from testbed.daemon import Client, RdmadProcess
-from testbed.dra import kubelet as dra
+from testbed.dra import kubelet as dra_kubelet
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.claims import DRIVER, NODE, claim
-from testbed.dra.plugin_process import running_plugin
-from tests.support.rdma import kernel, known_to_rdmad, listed, sh, temp_rxe
+from testbed.dra.plugin_process import Plugin, running_plugin
+from tests.support.rdma import Rxe, known_to_rdmad, listed, sh, temp_rxe
 from tests.support.traffic import WRITE_BW_ITERS, write_bw_row
 
 pytestmark = [
     pytest.mark.guest,
     pytest.mark.usefixtures("in_guest", "daemon_log_on_failure"),
-    pytest.mark.skipif(kernel() != "7.3", reason="the CRI run is the 7.3 guest's (issue 28)"),
 ]
 
 log = logging.getLogger(__name__)  # each step of the run, for a guest run that times out
@@ -57,6 +61,7 @@ SERVICE = "v1.DRAPlugin"
 ADDRESS = "192.0.2.10/24"
 SCRIPT_TIMEOUT_S = 300  # the ib_write_bw pair under TCG, on a loaded host
 PLUGIN_START = 300.0  # s: rdmad-dra imports grpcio and the kubernetes client over 9p, TCG
+CHANGE_S = 5.0  # health: the host's bound is 1 s (tests/dra); TCG runs Python slower
 HOST_MOUNTS = ("/usr", "/lib", "/lib64", "/etc/libibverbs.d")  # rdma-core and perftest
 # busybox sh in the container, the host's tools on PATH: its env, its devices, then an
 # ib_write_bw pair on the device and GID index its CDI environment names; the client is
@@ -108,34 +113,41 @@ async def device_state(client: Client, device: str) -> str:
     return (await listed(client))[device][0]
 
 
-@contextlib.asynccontextmanager
-async def dra_plugin(rdmad: RdmadProcess, workdir: Path) -> AsyncIterator[tuple[ApiServer, Any]]:
+@pytest.fixture(scope="module")
+async def dra(
+    rdmad: RdmadProcess, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[ApiServer, Plugin]]:
+    """rdmad-dra on the module's rdmad, the loopback API server its cluster; no slice it
+    published was invalid."""
     api = ApiServer(NODE, DRIVER)
     with api.running():
+        workdir = tmp_path_factory.mktemp("dra")
         async with running_plugin(api, rdmad.bus_address, workdir, PLUGIN_START) as plugin:
             yield api, plugin
+    assert api.invalid == []
 
 
 @pytest.fixture(scope="module")
 async def run(
-    client: Client, rdmad: RdmadProcess, tmp_path_factory: pytest.TempPathFactory
+    client: Client,
+    rdmad: RdmadProcess,
+    dra: tuple[ApiServer, Plugin],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[CriRun]:
     require_containerd()
     image = tmp_path_factory.mktemp("image") / "busybox.tar"
     write_image_archive(IMAGE, image)
     with temp_rxe("cr") as rxe:
         await known_to_rdmad(client, rxe.name)
-        log.info("rdmad lists %s; starting rdmad-dra and containerd", rxe.name)
-        async with (
-            dra_plugin(rdmad, tmp_path_factory.mktemp("dra")) as (api, plugin),
-            private_containerd(rdmad.cdi_dir, "native") as containerd,
-        ):
+        log.info("rdmad lists %s; starting containerd", rxe.name)
+        api, plugin = dra
+        async with private_containerd(rdmad.cdi_dir, "native") as containerd:
             containerd.add_network("rdmanet", [pod_network(rdmad)])
             kubelet = Kubelet(await containerd.start(image), containerd.pod_logs)
-            log.info("rdmad-dra and containerd are up; preparing")
+            log.info("containerd is up; preparing")
             # The kubelet's prepare, before the sandbox: the claim, reserved for the pod.
             pod_uid = str(uuid.uuid4())
-            ref = dra.Claim("team", str(uuid.uuid4()), "trainer-0-rdma")
+            ref = dra_kubelet.Claim("team", str(uuid.uuid4()), "trainer-0-rdma")
             api.put_claim(
                 claim(
                     ref.uid,
@@ -146,7 +158,7 @@ async def run(
                     parameters={"interfaceName": "eth0", "shared": True},
                 )
             )
-            prepared = await dra.prepare_devices(str(plugin.endpoint), SERVICE, [ref])
+            prepared = await dra_kubelet.prepare_devices(str(plugin.endpoint), SERVICE, [ref])
             (result,) = prepared.values()
             assert result.error == "", result.error
             (device,) = result.devices
@@ -172,7 +184,7 @@ async def run(
             # The pod ends: stopped and removed, then its claim unprepared.
             await kubelet.stop_pod(pod)
             await kubelet.remove_pod(pod)
-            unprepared = await dra.unprepare(str(plugin.endpoint), SERVICE, [ref])
+            unprepared = await dra_kubelet.unprepare(str(plugin.endpoint), SERVICE, [ref])
             after = list(await client.manager("ListClaims"))
             yield CriRun(
                 rxe.name,
@@ -221,3 +233,29 @@ async def test_stop_remove_and_unprepare_bring_the_device_home(run: CriRun) -> N
     assert list(run.unprepared.values()) == [""]
     assert run.after == [], json.dumps(run.after)
     assert run.state_after == "available" and run.netdev_home
+
+
+# ---------------------------------------------------------------- device health
+
+
+def taints(devices: dict[str, dict[str, object]], name: str) -> object:
+    return devices.get(name, {}).get("taints")
+
+
+async def test_an_rxe_netdev_set_down_is_unhealthy_and_tainted_and_up_again_healthy(
+    client: Client, dra: tuple[ApiServer, Plugin], rxe: Rxe
+) -> None:
+    api, plugin = dra
+    await known_to_rdmad(client, rxe.name)
+    name = device_name(rxe.name)
+    async with dra_kubelet.watching_health(str(plugin.endpoint)) as health:
+        report = await health.until(name, "HEALTHY", PLUGIN_START)
+        assert report[name].message == f"port 1 is ACTIVE and {rxe.netdev} has carrier"
+        sh("ip", "link", "set", rxe.netdev, "down")
+        report = await health.until(name, "UNHEALTHY", CHANGE_S)
+        assert report[name].message == f"port 1 is DOWN; {rxe.netdev} has no carrier"
+        devices = await api.wait_for(lambda d: bool(taints(d, name)), CHANGE_S)
+        assert [t["key"] for t in devices[name]["taints"]] == [PORT_DOWN]
+        sh("ip", "link", "set", rxe.netdev, "up")
+        await health.until(name, "HEALTHY", CHANGE_S)
+        await api.wait_for(lambda d: name in d and not taints(d, name), CHANGE_S)

@@ -49,9 +49,6 @@ from tests.support.traffic import (
 
 pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
 
-only_73 = pytest.mark.skipif(
-    kernel() != "7.3", reason="rxe changes netns only on 7.3; the 6.1 run covers the refusal"
-)
 only_61 = pytest.mark.skipif(
     kernel() != "6.1", reason="the 6.1 branch: 7.3's rxe changes netns (tested above)"
 )
@@ -93,7 +90,6 @@ def unchanged(rxe: Rxe) -> None:
     assert link(rxe.netdev) is not None
 
 
-@only_73
 async def test_claim_without_netdev_moves_only_the_rdma_device_into_the_netns(
     client: Client, netns: str, exclusive_rxe: Rxe
 ) -> None:
@@ -107,7 +103,6 @@ async def test_claim_without_netdev_moves_only_the_rdma_device_into_the_netns(
     assert (props["State"], props["Netns"]) == ("claimed", label)
 
 
-@only_73
 async def test_the_claims_char_devices_exist_inside_the_netns_as_returned(
     client: Client, netns: str, exclusive_rxe: Rxe
 ) -> None:
@@ -119,7 +114,6 @@ async def test_the_claims_char_devices_exist_inside_the_netns_as_returned(
     assert seen == {p: (major, minor) for p, major, minor in nodes}
 
 
-@only_73
 async def test_release_moves_the_rdma_device_back_to_init_net(
     client: Client, netns: str, exclusive_rxe: Rxe
 ) -> None:
@@ -134,7 +128,6 @@ async def test_release_moves_the_rdma_device_back_to_init_net(
     assert (props["State"], props["Netns"], props["Claims"]) == ("available", "init", [])
 
 
-@only_73
 async def test_netns_deletion_brings_the_device_home_and_ends_the_claim(
     client: Client, netns: str, exclusive_rxe: Rxe, udev_events: asyncio.Queue[Event]
 ) -> None:
@@ -155,7 +148,6 @@ async def test_netns_deletion_brings_the_device_home_and_ends_the_claim(
     assert await client.manager("ListClaims") == []
 
 
-@only_73
 async def test_a_restarted_rdmad_lists_the_device_its_claim_moved_as_before(
     client: Client, crash_rdmad: Callable[[], Awaitable[None]], netns: str, exclusive_rxe: Rxe
 ) -> None:
@@ -167,6 +159,7 @@ async def test_a_restarted_rdmad_lists_the_device_its_claim_moved_as_before(
     assert after == before and (after["State"], after["Netns"]) == ("claimed", claim["Netns"])
 
 
+@pytest.mark.on_61
 async def test_claim_with_its_netdev_is_not_supported_and_moves_nothing(
     client: Client, netns: str, exclusive_rxe: Rxe
 ) -> None:
@@ -181,6 +174,7 @@ async def test_claim_with_its_netdev_is_not_supported_and_moves_nothing(
     assert (await listed(client))[exclusive_rxe.name][0] == "available"
 
 
+@pytest.mark.on_61
 @only_61
 async def test_claim_without_netdev_is_not_supported_with_the_kernels_reason(
     client: Client, netns: str, exclusive_rxe: Rxe
@@ -199,7 +193,6 @@ async def test_claim_without_netdev_is_not_supported_with_the_kernels_reason(
 # ---------------------------------------------------------------- traffic through the claim
 
 
-@only_73
 async def test_ibv_rc_pingpong_runs_over_the_claimed_device_inside_the_netns(
     client: Client, rdmad: RdmadProcess, netns: str, exclusive_rxe: Rxe
 ) -> None:
@@ -210,7 +203,6 @@ async def test_ibv_rc_pingpong_runs_over_the_claimed_device_inside_the_netns(
     assert run.both(pingpong_iters) == (PINGPONG_ITERS, PINGPONG_ITERS), run
 
 
-@only_73
 async def test_ib_write_bw_runs_over_the_claimed_device_inside_the_netns(
     client: Client, rdmad: RdmadProcess, netns: str, exclusive_rxe: Rxe
 ) -> None:
@@ -220,7 +212,6 @@ async def test_ib_write_bw_runs_over_the_claimed_device_inside_the_netns(
     assert run.both(write_bw_iters) == (WRITE_BW_ITERS, WRITE_BW_ITERS), run
 
 
-@only_73
 async def test_the_claims_gids_are_the_devices_table_as_the_netns_reads_it(
     client: Client, netns: str, exclusive_rxe: Rxe
 ) -> None:
@@ -232,7 +223,6 @@ async def test_the_claims_gids_are_the_devices_table_as_the_netns_reads_it(
         assert netdev == exclusive_rxe.netdev, "the netdev stayed in init_net"
 
 
-@only_73
 async def test_an_address_added_on_the_netdev_at_home_joins_the_claims_gids(
     client: Client, netns: str, exclusive_rxe: Rxe
 ) -> None:
@@ -247,7 +237,6 @@ async def test_an_address_added_on_the_netdev_at_home_joins_the_claims_gids(
     assert added in {g[2] for g in await client.prop(str(path), CLAIM_IFACE, "Gids")}
 
 
-@only_73
 async def test_after_release_the_old_netns_has_no_rdma_device_to_use(
     client: Client, rdmad: RdmadProcess, netns: str, exclusive_rxe: Rxe
 ) -> None:

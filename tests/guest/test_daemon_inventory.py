@@ -24,7 +24,11 @@ from tests.support.rdma import (
     temp_netdev,
 )
 
-pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
+pytestmark = [
+    pytest.mark.guest,
+    pytest.mark.on_61,
+    pytest.mark.usefixtures("in_guest", "daemon_log_on_failure"),
+]
 
 # Issue #3: a device that comes or goes is announced within 1 s of the `rdma` command.
 HOTPLUG_BOUND = 1.0

@@ -10,13 +10,11 @@ from __future__ import annotations
 import pytest
 
 from testbed.daemon import Client, DBusCallError
-from tests.support.rdma import kernel, rdma_netns_mode, set_netns_mode
+from tests.support.rdma import rdma_netns_mode, set_netns_mode
 
 pytestmark = [
     pytest.mark.guest,
     pytest.mark.usefixtures("in_guest", "daemon_log_on_failure"),
-    # 6.1 runs what is kernel-specific (tests/guest/harness/README.md)
-    pytest.mark.skipif(kernel() != "7.3", reason="7.3 only: 6.1 runs test_rdma_kernel.py's"),
 ]
 
 

@@ -58,7 +58,11 @@ from tests.support.traffic import (
     write_bw_iters,
 )
 
-pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
+pytestmark = [
+    pytest.mark.guest,
+    pytest.mark.on_61,
+    pytest.mark.usefixtures("in_guest", "daemon_log_on_failure"),
+]
 
 IFNAME = "net1"
 ADDRESS = "192.0.2.10/24"

@@ -21,13 +21,11 @@ import pytest
 from testbed.daemon import Client, RdmadProcess
 from testbed.faulty_rdmad import RCVBUF, UDEV_RCVBUF
 from testbed.net import eventually, ip, unique_name
-from tests.support.rdma import WAIT, kernel, listed, rdma_dev_names, sh
+from tests.support.rdma import WAIT, listed, rdma_dev_names, sh
 
 pytestmark = [
     pytest.mark.guest,
     pytest.mark.usefixtures("in_guest", "daemon_log_on_failure"),
-    # 6.1 runs what is kernel-specific (tests/guest/harness/README.md)
-    pytest.mark.skipif(kernel() != "7.3", reason="7.3 only: a uevent overrun is no RDMA kernel's"),
 ]
 
 RCVBUF_BYTES = 4096  # bytes asked; the kernel doubles it: a few uevents at most

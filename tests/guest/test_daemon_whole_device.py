@@ -23,15 +23,12 @@ from tests.support.rdma import (
     WAIT,
     all_props,
     device_props,
-    kernel,
     known_to_rdmad,
 )
 
 pytestmark = [
     pytest.mark.guest,
     pytest.mark.usefixtures("in_guest", "daemon_log_on_failure"),
-    # 6.1 runs what is kernel-specific (tests/guest/harness/README.md)
-    pytest.mark.skipif(kernel() != "7.3", reason="7.3 only: its RDMA half is simulated"),
 ]
 
 DEVICE = "hw0"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.guest
+pytestmark = [pytest.mark.guest, pytest.mark.on_61]
 
 RDMA_MODULES = ("ib_core", "ib_uverbs", "rdma_ucm", "rdma_rxe", "veth", "dummy", "macvlan")
 

@@ -29,7 +29,6 @@ from tests.support.rdma import (
     SYS_IB,
     WAIT,
     Rxe,
-    kernel,
     known_to_rdmad,
     set_netns_mode,
     sysfs,
@@ -71,6 +70,7 @@ async def ready_rxe(client: Client, rxe: Rxe) -> AsyncIterator[Rxe]:
             await client.manager("Release", "s", cid)
 
 
+@pytest.mark.on_61
 async def test_a_shared_claims_traffic_shows_in_bus_rdmactl_and_exporter_alike(
     client: Client, rdmad: RdmadProcess, netns: str, ready_rxe: Rxe
 ) -> None:
@@ -93,7 +93,6 @@ async def test_a_shared_claims_traffic_shows_in_bus_rdmactl_and_exporter_alike(
         assert samples[key] == dev_after[name]
 
 
-@pytest.mark.skipif(kernel() != "7.3", reason="only 7.3's rxe can change netns")
 async def test_in_exclusive_mode_a_device_in_the_claims_netns_is_read_there(
     client: Client, rxe: Rxe
 ) -> None:

@@ -23,7 +23,7 @@ import pytest
 from dbus_fast import Variant
 
 from testbed.daemon import Client, DBusCallError, RdmadProcess
-from tests.support.rdma import CLAIM_IFACE, WAIT, Rxe, all_props, kernel, known_to_rdmad, sh
+from tests.support.rdma import CLAIM_IFACE, WAIT, Rxe, all_props, known_to_rdmad, sh
 from tests.support.traffic import (
     PINGPONG_ITERS,
     WRITE_BW_ITERS,
@@ -35,7 +35,6 @@ from tests.support.traffic import (
 pytestmark = [
     pytest.mark.guest,
     pytest.mark.usefixtures("in_guest", "daemon_log_on_failure"),
-    pytest.mark.skipif(kernel() != "7.3", reason="podman runs in the 7.3 guest (issue 19)"),
 ]
 
 CDI_SPEC_DIR = Path("/etc/cdi")

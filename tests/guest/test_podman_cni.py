@@ -19,7 +19,6 @@ import pytest
 from testbed.daemon import Client, RdmadProcess
 from tests.cni.podman import Podman
 from tests.support.rdma import (
-    kernel,
     known_to_rdmad,
     listed,
     rdma_dev_names,
@@ -30,7 +29,6 @@ from tests.support.rdma import (
 pytestmark = [
     pytest.mark.guest,
     pytest.mark.usefixtures("in_guest", "daemon_log_on_failure"),
-    pytest.mark.skipif(kernel() != "7.3", reason="podman runs in the 7.3 guest (issue 18)"),
 ]
 
 DEVICE = "rxnic0"

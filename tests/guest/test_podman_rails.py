@@ -49,9 +49,6 @@ from tests.support.traffic import WRITE_BW_ITERS, write_bw_row
 
 pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
 
-only_73 = pytest.mark.skipif(
-    kernel() != "7.3", reason="podman runs in the 7.3 guest (issue 19); the 6.1 run: below"
-)
 only_61 = pytest.mark.skipif(
     kernel() != "6.1", reason="the 6.1 branch: 7.3's rxe changes netns (the pod above)"
 )
@@ -203,63 +200,82 @@ async def dad_done(netdev: str) -> None:
     await eventually(settled, 10, f"{netdev}'s IPv6 DAD")
 
 
-@contextlib.asynccontextmanager
-async def running_pod(client: Client, rdmad: RdmadProcess, mode: str) -> AsyncIterator[PodRun]:
-    """The pod with its rails in `mode`, after its container ran; removed afterwards."""
-    with rxe_devices(RAILS + 1) as devices, cdi_dir_seen_by_podman(rdmad), podman_home() as pm:
-        rails, bystander = devices[:RAILS], devices[RAILS]
-        for rxe in devices:
+@pytest.fixture(scope="module")
+async def devices(client: Client) -> AsyncIterator[list[Rxe]]:
+    """The rails and the bystander (the last), made once for both modes' pods: rdmad lists
+    each, and each netdev's link-local address passed DAD."""
+    with rxe_devices(RAILS + 1) as made:
+        for rxe in made:
             await known_to_rdmad(client, rxe.name)
             await dad_done(rxe.netdev)
-        flags = []
-        for n, rail in enumerate(rails):
-            pm.add_network(f"rail{n}", rail_network(rdmad, rail, n, mode))
-            flags += ["--network", f"rail{n}"]
-        podman(pm, "pod", "create", "--name", POD, *flags)
-        podman(pm, "pod", "start", POD)  # the infra container: a CNI ADD per rail
-        infra = podman(pm, "pod", "inspect", "--format", "{{.InfraContainerID}}", POD).strip()
-        sandbox = podman(pm, "inspect", "--format", "{{.NetworkSettings.SandboxKey}}", infra)
-        netns = Path(sandbox.strip()).name
-        sh("ip", "link", "set", "lo", "up", netns=netns)
-        rows = await client.manager("ListClaims")
-        ids = [cid for cid, *_ in rows]
-        claims = [(device, ifname) for _, device, _, ifname, _, _ in rows]
-        before = {rxe.name: counters(rxe.name, netns) for rxe in rails}
-        before[bystander.name] = counters(bystander.name, None)
-        mounts = [f"--volume={d}:{d}:ro" for d in HOST_MOUNTS]
-        out = podman(
-            pm, "run", "--rm", "--pod", POD, *mounts,
-            f"--device=rdmad.io/rdma={POD}", "--rootfs", str(pm.rootfs), "sh", "-c", SCRIPT,
-        )  # fmt: skip
-        after = {rxe.name: counters(rxe.name, netns) for rxe in rails}
-        after[bystander.name] = counters(bystander.name, None)
-        yield PodRun(rails, bystander, claims, netns, out, before, after)
-        mark = client.mark()
-        podman(pm, "pod", "rm", "-f", "-t", "0", POD)  # the CNI DELs: every claim ends
-        for cid in ids:
-            await client.wait_signal("Released", released(cid), WAIT, since=mark)
-        assert await client.manager("ListClaims") == []
+        yield made
+
+
+@pytest.fixture(scope="module")
+def pm(rdmad: RdmadProcess) -> Iterator[Podman]:
+    """One podman home for both modes' pods (its storage and pause image made once), with
+    rdmad's CDI specs where podman reads them."""
+    with cdi_dir_seen_by_podman(rdmad), podman_home() as home:
+        yield home
+
+
+@contextlib.asynccontextmanager
+async def running_pod(
+    client: Client, rdmad: RdmadProcess, pm: Podman, devices: list[Rxe], mode: str
+) -> AsyncIterator[PodRun]:
+    """The pod with its rails in `mode`, after its container ran; removed afterwards."""
+    rails, bystander = devices[:RAILS], devices[RAILS]
+    flags = []
+    for n, rail in enumerate(rails):
+        pm.add_network(f"rail{n}", rail_network(rdmad, rail, n, mode))
+        flags += ["--network", f"rail{n}"]
+    podman(pm, "pod", "create", "--name", POD, *flags)
+    podman(pm, "pod", "start", POD)  # the infra container: a CNI ADD per rail
+    infra = podman(pm, "pod", "inspect", "--format", "{{.InfraContainerID}}", POD).strip()
+    sandbox = podman(pm, "inspect", "--format", "{{.NetworkSettings.SandboxKey}}", infra)
+    netns = Path(sandbox.strip()).name
+    sh("ip", "link", "set", "lo", "up", netns=netns)
+    rows = await client.manager("ListClaims")
+    ids = [cid for cid, *_ in rows]
+    claims = [(device, ifname) for _, device, _, ifname, _, _ in rows]
+    before = {rxe.name: counters(rxe.name, netns) for rxe in rails}
+    before[bystander.name] = counters(bystander.name, None)
+    mounts = [f"--volume={d}:{d}:ro" for d in HOST_MOUNTS]
+    out = podman(
+        pm, "run", "--rm", "--pod", POD, *mounts,
+        f"--device=rdmad.io/rdma={POD}", "--rootfs", str(pm.rootfs), "sh", "-c", SCRIPT,
+    )  # fmt: skip
+    after = {rxe.name: counters(rxe.name, netns) for rxe in rails}
+    after[bystander.name] = counters(bystander.name, None)
+    yield PodRun(rails, bystander, claims, netns, out, before, after)
+    mark = client.mark()
+    podman(pm, "pod", "rm", "-f", "-t", "0", POD)  # the CNI DELs: every claim ends
+    for cid in ids:
+        await client.wait_signal("Released", released(cid), WAIT, since=mark)
+    assert await client.manager("ListClaims") == []
 
 
 @pytest.fixture(scope="module", params=["shared", "exclusive"])
 async def pod(
-    request: pytest.FixtureRequest, client: Client, rdmad: RdmadProcess
+    request: pytest.FixtureRequest,
+    client: Client,
+    rdmad: RdmadProcess,
+    pm: Podman,
+    devices: list[Rxe],
 ) -> AsyncIterator[PodRun]:
     mode: str = request.param
     await set_netns_mode(client, mode)
     try:
-        async with running_pod(client, rdmad, mode) as run:
+        async with running_pod(client, rdmad, pm, devices, mode) as run:
             yield run
     finally:
         await set_netns_mode(client, "shared")
 
 
-@only_73
 async def test_the_pod_has_one_claim_per_rail(pod: PodRun) -> None:
     assert sorted(device for device, _ in pod.claims) == sorted(r.name for r in pod.rails)
 
 
-@only_73
 async def test_the_containers_env_names_every_rail_once_in_pod_order(pod: PodRun) -> None:
     env, rails = pod.env(), pod.pod_order()
     assert env["RDMAD_DEVICES"] == ",".join(rails), pod.out
@@ -267,13 +283,11 @@ async def test_the_containers_env_names_every_rail_once_in_pod_order(pod: PodRun
     assert len(env["RDMAD_GID_INDEXES"].split(",")) == RAILS, pod.out
 
 
-@only_73
 async def test_ibv_devices_in_the_container_lists_exactly_the_pods_rails(pod: PodRun) -> None:
     lines = section(pod.out, "devices").splitlines()[2:]  # past the two header lines
     assert {line.split()[0] for line in lines if line.strip()} == set(pod.pod_order()), pod.out
 
 
-@only_73
 async def test_ib_write_bw_runs_on_each_rail_by_the_envs_names(pod: PodRun) -> None:
     for rail in pod.pod_order():
         for end in ("server", "client"):
@@ -283,7 +297,6 @@ async def test_ib_write_bw_runs_on_each_rail_by_the_envs_names(pod: PodRun) -> N
             assert re.search(rf"Device\s*:\s*{rail}\b", out), f"{end} not on {rail}:\n{out}"
 
 
-@only_73
 async def test_rdma_statistic_shows_each_rail_carried_its_own_traffic(pod: PodRun) -> None:
     for rail in pod.pod_order():
         row = write_bw_row(section(pod.out, f"client {rail}"))
@@ -296,7 +309,6 @@ async def test_rdma_statistic_shows_each_rail_carried_its_own_traffic(pod: PodRu
     assert pod.after[idle]["sent_bytes"] == pod.before[idle]["sent_bytes"]
 
 
-@only_73
 async def test_each_shared_rail_routes_the_pods_peers_from_its_own_address(
     pod: PodRun,
 ) -> None:
@@ -312,6 +324,7 @@ async def test_each_shared_rail_routes_the_pods_peers_from_its_own_address(
 # ---------------------------------------------------------------- the 6.1 branch
 
 
+@pytest.mark.on_61
 @only_61
 async def test_on_61_the_pods_whole_device_claims_are_refused_and_nothing_moves(
     client: Client,

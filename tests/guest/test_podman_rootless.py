@@ -23,7 +23,7 @@ from testbed.bus import start_private_bus
 from testbed.daemon import Client, RdmadProcess
 from testbed.polkit import start_polkitd
 from tests.guest.test_podman_cdi import PAIR, expand, pair_env, section
-from tests.support.rdma import Rxe, kernel, known_to_rdmad, temp_rxe
+from tests.support.rdma import Rxe, known_to_rdmad, temp_rxe
 from tests.support.rootless import (
     UserSession,
     end_the_users_processes,
@@ -36,7 +36,6 @@ from tests.support.traffic import WRITE_BW_ITERS, write_bw_iters
 pytestmark = [
     pytest.mark.guest,
     pytest.mark.usefixtures("in_guest", "daemon_log_on_failure"),
-    pytest.mark.skipif(kernel() != "7.3", reason="podman runs in the 7.3 guest (issue 19)"),
 ]
 
 ADDRESS = "192.0.2.30/24"

@@ -21,7 +21,11 @@ from testbed.net import eventually, temp_netns
 from tests.support.cgroup_tree import MOUNT, line
 from tests.support.rdma import CLAIM_IFACE, WAIT, Rxe, known_to_rdmad
 
-pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
+pytestmark = [
+    pytest.mark.guest,
+    pytest.mark.on_61,
+    pytest.mark.usefixtures("in_guest", "daemon_log_on_failure"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE_START = 120.0  # python's start in the emulated guest

@@ -24,9 +24,9 @@ def daemon_env() -> dict[str, str]:
 
 
 async def test_a_kill_after_the_limit_is_written_leaves_no_claim_and_no_limit(
-    rdmad: RdmadProcess, bus_address: str, netns: str, rxe: Rxe, cgroup: str
+    rdmad: RdmadProcess, netns: str, rxe: Rxe, cgroup: str
 ) -> None:
-    client = await Client.connect(bus_address)
+    client = await Client.connect(rdmad.bus_address)
     try:
         await known_to_rdmad(client, rxe.name)
         options = {
@@ -44,7 +44,7 @@ async def test_a_kill_after_the_limit_is_written_leaves_no_claim_and_no_limit(
     assert line(cgroup, rxe.name) == RdmaLimit(1, None), "killed after the write"
     await rdmad.kill()
     await rdmad.start(timeout=DAEMON_START_S)
-    client = await Client.connect(bus_address)
+    client = await Client.connect(rdmad.bus_address)
     try:
         assert await client.manager("ListClaims") == []
     finally:

@@ -25,7 +25,7 @@ from rdmad.kernel.udev import RdmaMonitorEvents
 from rdmad.model import ChardevKind, NetnsMode, RdmaDevice
 from testbed.net import fixed_mac
 
-pytestmark = pytest.mark.guest
+pytestmark = [pytest.mark.guest, pytest.mark.on_61]
 
 KERNEL = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
 RXE_MOVES = KERNEL >= (7, 0)  # rxe gained disassociate_ucontext (netns moves) after 6.1

@@ -29,13 +29,8 @@ from rdmad.model import RdmaLimit
 from testbed.cri.containerd import IMAGE, private_containerd, require_containerd
 from testbed.cri.image import write_image_archive
 from testbed.cri.kubelet import Kubelet
+from testbed.cri.limited_pod import HOST_MOUNTS, SCRIPT, SCRIPT_TIMEOUT_S, LimitedPod
 from testbed.daemon import Client
-from tests.guest.test_cri_rdma_limits import (
-    HOST_MOUNTS,
-    SCRIPT,
-    SCRIPT_TIMEOUT_S,
-    LimitedPod,
-)
 from tests.support.cgroup_tree import MOUNT, line
 
 pytestmark = pytest.mark.guest

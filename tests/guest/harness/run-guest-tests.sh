@@ -42,8 +42,10 @@ done
 cd "$ROOT"
 failed=()
 for k in "${kernels[@]}"; do
-    # smoke_first: the environment smoke test runs before anything can leave state behind
-    args=(-p no:cacheprovider -p tests.guest.harness.smoke_first -ra "${pytest_args[@]}")
+    # smoke_first: the environment smoke test runs before anything can leave state behind.
+    # No guest test uses hypothesis: its pytest plugin alone imports it, seconds under TCG.
+    args=(-p no:cacheprovider -p no:hypothesispytest -p tests.guest.harness.smoke_first
+          -ra "${pytest_args[@]}")
     [ -n "$junit" ] && args+=("--junitxml=$junit/guest-$k.xml")
     echo "[guest-tests] kernel $k: pytest ${paths[*]} ${pytest_args[*]}" >&2
     set +e
