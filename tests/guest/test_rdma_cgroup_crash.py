@@ -15,7 +15,11 @@ from tests.support.cgroup_tree import line
 from tests.support.rdma import Rxe, known_to_rdmad
 
 DAEMON_START_S = 180.0  # as tests/guest/conftest.py's: imports over 9p under TCG
-pytestmark = [pytest.mark.guest, pytest.mark.usefixtures("in_guest", "daemon_log_on_failure")]
+pytestmark = [
+    pytest.mark.guest,
+    pytest.mark.on_61,  # the rdma controller of both kernels
+    pytest.mark.usefixtures("in_guest", "daemon_log_on_failure"),
+]
 
 
 @pytest.fixture(scope="module")
