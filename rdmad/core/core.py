@@ -40,6 +40,7 @@ from rdmad.core.limits import Limits
 from rdmad.core.logfields import MESSAGE_CLAIM_FAILED, log_event
 from rdmad.core.observer import CoreObserver, Observers
 from rdmad.core.opstats import OpStats
+from rdmad.core.parts import Parts
 from rdmad.core.records import Records
 from rdmad.core.release import Release
 from rdmad.core.retry import GiveBackRetry
@@ -112,26 +113,12 @@ class Core:
         )
         self._records = records = Records(book, store, tracker)
         self.limits = limits = Limits(cgroups)
-        self._giveback = giveback = GiveBack(net, rdma, resolver, inv, book, tracker, limits)
-        self._release = release = Release(
-            records, giveback, tracker, observers, rdma, resolver, inv, self.stats
-        )
-        self._retry = retry = GiveBackRetry(records, giveback, release, tracker, inv, resolver)
-        self._take = Take(
-            net,
-            rdma,
-            resolver,
-            records,
-            tracker,
-            giveback,
-            release,
-            observers,
-            route_tables,
-            limits,
-        )
-        self._startup = Startup(
-            net, rdma, resolver, inv, records, tracker, giveback, release, retry
-        )
+        parts = Parts(net, rdma, resolver, inv, records, tracker, observers, limits, self.stats)
+        self._giveback = giveback = GiveBack(parts)
+        self._release = release = Release(parts, giveback)
+        self._retry = retry = GiveBackRetry(parts, giveback, release)
+        self._take = Take(parts, giveback, release, route_tables)
+        self._startup = Startup(parts, giveback, release, retry)
 
     # ------------------------------------------------------------------ mode, observers
     @property

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Protocol
 
-from rdmad.core.backend import NetdevBackend, NetnsResolver, Placement, RdmaBackend
-from rdmad.core.claims import ClaimBook
-from rdmad.core.inventory import Inventory
-from rdmad.core.limits import Limits
+from rdmad.core.backend import NetnsResolver, Placement, RdmaBackend
 from rdmad.core.logfields import MESSAGE_NOT_RETURNED, log_claim_event, log_event
+from rdmad.core.parts import Part
 from rdmad.core.steps import step
 from rdmad.errors import RdmadError
-from rdmad.model import Attachment, Claim, Counters, CounterScope, Netdev, RdmaDevice
+from rdmad.model import Attachment, Claim, Counters, CounterScope, RdmaDevice
 
 log = logging.getLogger(__name__)
 
@@ -32,41 +29,7 @@ def placement(claim: Claim) -> Placement:
     return Placement(claim.attached.nsid, claim.attached.ns_ifindex, claim.ifname)
 
 
-class Tracking(Protocol):
-    """What GiveBack asks of the inventory tracker (rdmad.core.tracking.InventoryTracker): to see
-    what it moved at once (the events of its own steps lag), and to wait for what the
-    kernel brings home by itself."""
-
-    async def reread_device(self, name: str) -> None: ...
-
-    async def reread_netdev(self, ifindex: int) -> None: ...
-
-    def netdev_is(self, nd: Netdev) -> None: ...
-
-    async def wait_for_link(self, ifindex: int, timeout: float) -> bool: ...
-
-    async def wait_for_device(self, name: str, timeout: float) -> bool: ...
-
-
-class GiveBack:
-    def __init__(
-        self,
-        net: NetdevBackend,
-        rdma: RdmaBackend,
-        resolver: NetnsResolver,
-        inventory: Inventory,
-        book: ClaimBook,
-        tracker: Tracking,
-        limits: Limits,
-    ) -> None:
-        self._net = net
-        self._rdma = rdma
-        self._resolver = resolver
-        self._inv = inventory
-        self._book = book
-        self._tracker = tracker
-        self._limits = limits
-
+class GiveBack(Part):
     async def give_back(self, claim: Claim, *, netns_alive: bool) -> None:
         """Return what a claim took, wherever it is now. Idempotent: parts already home are
         just restored. A held claim took nothing but its limit, if any."""

@@ -10,42 +10,21 @@ from __future__ import annotations
 
 import logging
 
-from rdmad.core.backend import NetnsResolver, RdmaBackend
 from rdmad.core.giveback import GiveBack, log_not_returned, netns_alive
-from rdmad.core.inventory import Inventory
 from rdmad.core.logfields import MESSAGE_NSID_REUSED, log_claim_event
-from rdmad.core.observer import CoreObserver
-from rdmad.core.opstats import OpStats
-from rdmad.core.records import Records, back_to_held
+from rdmad.core.parts import Part, Parts
+from rdmad.core.records import back_to_held
 from rdmad.core.steps import step
-from rdmad.core.tracking import InventoryTracker
 from rdmad.errors import RdmadError
 from rdmad.model import Claim, ClaimPhase, ReleaseReason
 
 log = logging.getLogger("rdmad.core.release")
 
 
-class Release:
-    def __init__(
-        self,
-        records: Records,
-        giveback: GiveBack,
-        tracker: InventoryTracker,
-        observers: CoreObserver,
-        rdma: RdmaBackend,
-        resolver: NetnsResolver,
-        inventory: Inventory,
-        stats: OpStats,
-    ) -> None:
-        self._records = records
-        self._book = records.book
+class Release(Part):
+    def __init__(self, parts: Parts, giveback: GiveBack) -> None:
+        super().__init__(parts)
         self._giveback = giveback
-        self._tracker = tracker
-        self._observers = observers
-        self._rdma = rdma
-        self._resolver = resolver
-        self._inv = inventory
-        self._stats = stats
         # Claims ended before the bus is up (start's reconcile, then events until the name
         # is taken), told to the observers by announce_startup: a Released sent earlier
         # would not come from io.rdmad1, and monitors match on that name.

@@ -8,7 +8,6 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
-from rdmad.core.backend import NetnsResolver
 from rdmad.core.events import (
     AddressChanged,
     Event,
@@ -18,10 +17,8 @@ from rdmad.core.events import (
     Resync,
 )
 from rdmad.core.giveback import GiveBack, log_not_returned, netns_alive
-from rdmad.core.inventory import Inventory
-from rdmad.core.records import Records
+from rdmad.core.parts import Part, Parts
 from rdmad.core.release import Release
-from rdmad.core.tracking import InventoryTracker
 from rdmad.core.work import Job, Work
 from rdmad.errors import RdmadError
 from rdmad.model import Claim, ClaimPhase, ReleaseReason
@@ -34,22 +31,11 @@ RETRIED = "it stays listed (not-returned), to be given back on the next change t
 RETRIED += "or netns, on Release, or at the next start"
 
 
-class GiveBackRetry:
-    def __init__(
-        self,
-        records: Records,
-        giveback: GiveBack,
-        release: Release,
-        tracker: InventoryTracker,
-        inventory: Inventory,
-        resolver: NetnsResolver,
-    ) -> None:
-        self._records = records
+class GiveBackRetry(Part):
+    def __init__(self, parts: Parts, giveback: GiveBack, release: Release) -> None:
+        super().__init__(parts)
         self._giveback = giveback
         self._release = release
-        self._tracker = tracker
-        self._inv = inventory
-        self._resolver = resolver
         # NOT_RETURNED claims, by id (kept apart from the book so that an event costs
         # nothing while none is owed), and those whose give-back is being retried.
         self._owed: dict[str, Claim] = {}

@@ -12,14 +12,12 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from rdmad.core.backend import NetdevBackend, NetnsResolver, RdmaBackend
 from rdmad.core.giveback import GiveBack, netns_alive
-from rdmad.core.inventory import Inventory
 from rdmad.core.logfields import MESSAGE_INTERRUPTED, log_claim_event
-from rdmad.core.records import Records, back_to_held
+from rdmad.core.parts import Part, Parts
+from rdmad.core.records import back_to_held
 from rdmad.core.release import Release
 from rdmad.core.retry import GiveBackRetry
-from rdmad.core.tracking import InventoryTracker
 from rdmad.errors import RdmadError
 from rdmad.model import Claim, ClaimPhase, NetnsMode, RdmaDevice, ReleaseReason
 
@@ -32,26 +30,11 @@ _INTERRUPTED = {
 }
 
 
-class Startup:
+class Startup(Part):
     def __init__(
-        self,
-        net: NetdevBackend,
-        rdma: RdmaBackend,
-        resolver: NetnsResolver,
-        inventory: Inventory,
-        records: Records,
-        tracker: InventoryTracker,
-        giveback: GiveBack,
-        release: Release,
-        retry: GiveBackRetry,
+        self, parts: Parts, giveback: GiveBack, release: Release, retry: GiveBackRetry
     ) -> None:
-        self._net = net
-        self._rdma = rdma
-        self._resolver = resolver
-        self._inv = inventory
-        self._records = records
-        self._book = records.book
-        self._tracker = tracker
+        super().__init__(parts)
         self._giveback = giveback
         self._release = release
         self._retry = retry

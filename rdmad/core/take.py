@@ -10,25 +10,19 @@ import logging
 from dataclasses import replace
 
 from rdmad.core.backend import (
-    NetdevBackend,
-    NetnsResolver,
     NetnsTarget,
     Placement,
-    RdmaBackend,
 )
 from rdmad.core.giveback import GiveBack, log_not_returned, placement
-from rdmad.core.limits import Limits
 from rdmad.core.logfields import (
     MESSAGE_CLAIM_FAILED,
     MESSAGE_GIDS_UNREADABLE,
     MESSAGE_NETDEV_UNREADABLE,
     log_claim_event,
 )
-from rdmad.core.observer import CoreObserver
-from rdmad.core.records import Records
+from rdmad.core.parts import Part, Parts
 from rdmad.core.release import Release
 from rdmad.core.steps import step
-from rdmad.core.tracking import InventoryTracker
 from rdmad.errors import InvalidArgs, RdmadError
 from rdmad.model import (
     TABLE_AUTO,
@@ -47,31 +41,14 @@ from rdmad.model import (
 log = logging.getLogger("rdmad.core.take")
 
 
-class Take:
+class Take(Part):
     def __init__(
-        self,
-        net: NetdevBackend,
-        rdma: RdmaBackend,
-        resolver: NetnsResolver,
-        records: Records,
-        tracker: InventoryTracker,
-        giveback: GiveBack,
-        release: Release,
-        observers: CoreObserver,
-        route_tables: range,
-        limits: Limits,
+        self, parts: Parts, giveback: GiveBack, release: Release, route_tables: range
     ) -> None:
-        self._net = net
-        self._rdma = rdma
-        self._resolver = resolver
-        self._records = records
-        self._book = records.book
-        self._tracker = tracker
+        super().__init__(parts)
         self._giveback = giveback
         self._release = release
-        self._observers = observers
         self._route_tables = route_tables
-        self._limits = limits
 
     async def take(
         self, claim: Claim, dev: RdmaDevice, target: NetnsTarget, parent: int, opts: ClaimOptions
