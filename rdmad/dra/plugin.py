@@ -49,6 +49,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "devices (read from rdmad over D-Bus) as resource.k8s.io/v1 ResourceSlices, and "
         "prepares the claims allocated to them by holding the devices in rdmad for the pod.",
     )
+    _node_arguments(p)
+    add_bus_address(p)
+    _driver_arguments(p)
+    args = p.parse_args(argv)
+    if not args.node_name:
+        p.error("no node name: give --node-name or set NODE_NAME")
+    if args.pod_uid and not POD_UID.fullmatch(args.pod_uid):
+        p.error(f"pod UID {args.pod_uid!r} is not a UUID")
+    try:
+        args.bus_address = bus_address(args.bus_address)
+    except ValueError as e:
+        p.error(str(e))
+    return args
+
+
+def _node_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the kubelet, the API server and this plugin's pod are."""
     p.add_argument(
         "--kubelet-registrar-directory-path",
         default=DEFAULT_REGISTRAR_DIR,
@@ -81,7 +98,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "are the pod's own, so that a new pod of the DaemonSet serves beside the old one "
         "during a rolling upgrade (Kubernetes 1.33 and later)",
     )
-    add_bus_address(p)
+
+
+def _driver_arguments(p: argparse.ArgumentParser) -> None:
+    """What the driver publishes, and how."""
     p.add_argument(
         "--driver-name",
         default=DEFAULT_DRIVER,
@@ -112,16 +132,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the effect of the taint on a device whose port is down: "
         f"{', '.join(TAINT_EFFECTS)}; None publishes no taint (default {TAINT_EFFECTS[0]})",
     )
-    args = p.parse_args(argv)
-    if not args.node_name:
-        p.error("no node name: give --node-name or set NODE_NAME")
-    if args.pod_uid and not POD_UID.fullmatch(args.pod_uid):
-        p.error(f"pod UID {args.pod_uid!r} is not a UUID")
-    try:
-        args.bus_address = bus_address(args.bus_address)
-    except ValueError as e:
-        p.error(str(e))
-    return args
 
 
 async def follow_rdmad(
