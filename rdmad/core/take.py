@@ -13,6 +13,7 @@ from rdmad.core.backend import (
     NetdevBackend,
     NetnsResolver,
     NetnsTarget,
+    PlacedNetdev,
     Placement,
     RdmaBackend,
 )
@@ -103,7 +104,9 @@ class Take:
                 dev, opts.chardevs, target if at.rdma_moved else None
             )
             at.gids = await self.claim_gids(claim, target, placed)
-            at.ns_mac, at.ns_addresses = await self._read_placed(claim, placed)
+            # As placing it left it, nothing read back; none placed, none shown.
+            netdev = placed.netdev or PlacedNetdev("", ())
+            at.ns_mac, at.ns_addresses = netdev.mac, netdev.addresses
             claim.phase = ClaimPhase.ACTIVE
             self._records.save(claim)
             step("active-written", f"claim {claim.id}")

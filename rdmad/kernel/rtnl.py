@@ -57,6 +57,7 @@ from rdmad.kernel.rtnl_msgs import (
     dump_links,
     getlink,
     ifindex_of,
+    index_and_mac,
     live_nsids,
     move_link_blocking,
     netns_nsid,
@@ -112,6 +113,12 @@ def _op(what: str) -> Iterator[None]:
 def _is_link_local(iface: Cidr) -> bool:
     # the kernel generates these itself; never flush or re-add them
     return iface.version == 6 and iface.ip.is_link_local
+
+
+def _placed(mac: str, cidrs: Iterable[Cidr]) -> PlacedNetdev:
+    """A placed netdev as its claim shows it, its addresses in PlacedNetdev's order."""
+    shown = sorted((c for c in cidrs if not _is_link_local(c)), key=lambda c: (c.version, c))
+    return PlacedNetdev(mac, tuple(str(c) for c in shown))
 
 
 class _Opening:
@@ -242,9 +249,9 @@ class RtnlBackend:
         async def undo(ns_index: int) -> None:
             await self._rollback_place(ns, ns_index, ifname, host)
 
-        ns_index = await _configure_placed(ns, ifname, addresses, where, undo)
+        ns_index, netdev = await _configure_placed(ns, ifname, addresses, where, undo)
         nsid = await self.nsid(target)
-        return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
+        return Placement(nsid, ns_index, ifname, netdev)
 
     async def _rollback_place(
         self, ns: NlChannel, ns_index: int, ifname: str, host: HostConfig, *or_names: str
@@ -289,16 +296,16 @@ class RtnlBackend:
             with contextlib.suppress(NetlinkError):
                 await dellink(ns, ns_index, name=ifname)
 
-        ns_index = await _configure_placed(ns, ifname, addresses, where, undo)
+        ns_index, netdev = await _configure_placed(ns, ifname, addresses, where, undo)
         nsid = await self.nsid(target)
-        return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
+        return Placement(nsid, ns_index, ifname, netdev)
 
     async def read_placed(self, placement: Placement) -> PlacedNetdev:
         what = f"reading {placement.ifname} (netns id {placement.nsid})"
         with _op(what):
             link = await getlink(self._nl, placement.ifindex, target_nsid=placement.nsid)
             cidrs = await addresses(self._nl, placement.ifindex, target_nsid=placement.nsid)
-        return PlacedNetdev(link.mac, tuple(str(c) for c in cidrs if not _is_link_local(c)))
+        return _placed(link.mac, cidrs)
 
     async def bring_home(
         self, placement: Placement, host: HostConfig, source: NetnsTarget | None = None
@@ -590,13 +597,16 @@ async def _configure_placed(
     cidrs: tuple[Cidr, ...],
     where: str,
     undo: Callable[[int], Awaitable[None]],
-) -> int:
+) -> tuple[int, PlacedNetdev]:
     """Give a netdev just placed (and brought up) in the netns `ns` talks to its addresses;
-    its ifindex there. On any failure, `undo(ifindex or 0)` takes the placement back before
-    the error propagates."""
+    its ifindex there, and what its claim shows of it. It has no other address: the kernel
+    drops a netdev's addresses when it leaves a netns, and a new macvlan has none (IPv6
+    link-local ones, which it adds itself, are not shown). On any failure,
+    `undo(ifindex or 0)` takes the placement back before the error propagates."""
     ns_index = 0
     try:
-        ns_index = await _ifindex_in(ns, ifname, where)
+        with _op(f"finding {ifname} in {where}"):
+            ns_index, mac = await index_and_mac(ns, ifname)
         for c in cidrs:
             with _op(f"adding {c} to {ifname} in {where}"):
                 await add_address(ns, ns_index, c)
@@ -604,7 +614,7 @@ async def _configure_placed(
     except BaseException:
         await undo(ns_index)
         raise
-    return ns_index
+    return ns_index, _placed(mac, cidrs)
 
 
 async def _set_state(ch: NlChannel, index: int, mtu: int | None, up: bool, what: str) -> None:
