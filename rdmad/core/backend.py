@@ -116,6 +116,10 @@ class NetdevBackend(Protocol):
         """One netdev in init_net, or None if init_net has no such ifindex."""
         ...
 
+    async def has_netdev(self, ifindex: int) -> bool:
+        """Whether init_net has a netdev of that ifindex: get_netdev without reading it."""
+        ...
+
     async def host_config(self, ifindex: int) -> HostConfig:
         """Name, MTU, admin state and addresses of a netdev in init_net."""
         ...

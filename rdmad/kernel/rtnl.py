@@ -57,7 +57,7 @@ from rdmad.kernel.rtnl_msgs import (
     dump_links,
     getlink,
     ifindex_of,
-    index_and_mac,
+    link_mac,
     live_nsids,
     move_link_blocking,
     netns_nsid,
@@ -196,6 +196,15 @@ class RtnlBackend:
             raise kernel_error(e, f"reading netdev {ifindex}") from e
         return netdev_from_link(msg)
 
+    async def has_netdev(self, ifindex: int) -> bool:
+        try:
+            await link_mac(self._nl, ifindex)
+        except NetlinkError as e:
+            if e.errno == errno.ENODEV:
+                return False
+            raise kernel_error(e, f"reading netdev {ifindex}") from e
+        return True
+
     async def host_config(self, ifindex: int) -> HostConfig:
         with _op(f"reading netdev {ifindex}"):
             msg = await getlink(self._nl, ifindex)
@@ -303,9 +312,9 @@ class RtnlBackend:
     async def read_placed(self, placement: Placement) -> PlacedNetdev:
         what = f"reading {placement.ifname} (netns id {placement.nsid})"
         with _op(what):
-            link = await getlink(self._nl, placement.ifindex, target_nsid=placement.nsid)
+            _, mac = await link_mac(self._nl, placement.ifindex, target_nsid=placement.nsid)
             cidrs = await addresses(self._nl, placement.ifindex, target_nsid=placement.nsid)
-        return _placed(link.mac, cidrs)
+        return _placed(mac, cidrs)
 
     async def bring_home(
         self, placement: Placement, host: HostConfig, source: NetnsTarget | None = None
@@ -606,7 +615,7 @@ async def _configure_placed(
     ns_index = 0
     try:
         with _op(f"finding {ifname} in {where}"):
-            ns_index, mac = await index_and_mac(ns, ifname)
+            ns_index, mac = await link_mac(ns, name=ifname)
         for c in cidrs:
             with _op(f"adding {c} to {ifname} in {where}"):
                 await add_address(ns, ns_index, c)

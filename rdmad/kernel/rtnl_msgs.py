@@ -273,26 +273,26 @@ async def getlink(
 async def ifindex_of(ch: NlChannel, name: str) -> int:
     """The index of netdev `name` in the channel's netns, from the reply's header alone (the
     whole link message takes 0.25 ms to decode); NetlinkError(ENODEV) if there is none."""
-    index: int = _IFINFOMSG.unpack_from((await _link_named(ch, name)).payload)[2]
+    attrs = [attr_u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS), *_link_attrs(ifname=name)]
+    (msg,) = await ch.request(_request(RTM_GETLINK, _link_body(0, attrs)))
+    index: int = _IFINFOMSG.unpack_from(msg.payload)[2]
     return index
 
 
-async def index_and_mac(ch: NlChannel, name: str) -> tuple[int, str]:
-    """The index and MAC (aa:bb:...; "" without one) of netdev `name` in the channel's
-    netns, from the reply's header and its attributes up to the address, which comes early;
-    NetlinkError(ENODEV) if there is none."""
-    msg = await _link_named(ch, name)
-    index: int = _IFINFOMSG.unpack_from(msg.payload)[2]
+async def link_mac(
+    ch: NlChannel, index: int = 0, name: str = "", *, target_nsid: int | None = None
+) -> tuple[int, str]:
+    """The index and MAC (aa:bb:...; "" without one) of one netdev, found as getlink finds
+    it, from the reply's header and its attributes up to the address (link_from reads all
+    40 or so); NetlinkError(ENODEV) if there is none."""
+    attrs = [attr_u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)]
+    attrs += _link_attrs(ifname=None if index else name, target_nsid=target_nsid)
+    (msg,) = await ch.request(_request(RTM_GETLINK, _link_body(index, attrs)))
+    found: int = _IFINFOMSG.unpack_from(msg.payload)[2]
     for key, value in iter_attrs(msg.payload[_IFINFOMSG.size :]):
         if key == IFLA_ADDRESS:
-            return index, value.hex(":")
-    return index, ""
-
-
-async def _link_named(ch: NlChannel, name: str) -> Message:
-    attrs = [attr_u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS), *_link_attrs(ifname=name)]
-    (msg,) = await ch.request(_request(RTM_GETLINK, _link_body(0, attrs)))
-    return msg
+            return found, value.hex(":")
+    return found, ""
 
 
 async def dump_links(ch: NlChannel) -> list[Link]:

@@ -111,6 +111,13 @@ async def test_host_config_reads_only_its_own_netdevs_messages(
     assert len(channel.received) == len(links) + len(addrs)
 
 
+async def test_has_netdev_says_whether_init_net_has_the_ifindex(
+    rtnl: RtnlBackend, veth: VethPair
+) -> None:
+    assert await rtnl.has_netdev(veth.host_ifindex())
+    assert not await rtnl.has_netdev(2_000_000_000)
+
+
 async def test_place_moves_renames_and_configures_inside_netns(
     rtnl: RtnlBackend, resolver: KernelNetnsResolver, veth: VethPair, netns: str
 ) -> None:

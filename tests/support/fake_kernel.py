@@ -545,6 +545,9 @@ class FakeNetdevs:
         link = self._k.links.get(ifindex)
         return link.as_netdev() if link is not None and link.netns == INIT else None
 
+    async def has_netdev(self, ifindex: int) -> bool:
+        return await self.get_netdev(ifindex) is not None
+
     async def host_config(self, ifindex: int) -> HostConfig:
         await self._k.enter("host_config", self._p)
         link = self._home(ifindex, "reading a netdev")
