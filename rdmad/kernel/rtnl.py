@@ -33,6 +33,7 @@ import socket
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import replace
+from typing import TypeVar
 
 from rdmad.core.backend import NetnsTarget, PlacedNetdev, Placement
 from rdmad.core.steps import step
@@ -78,6 +79,7 @@ from rdmad.model import Cidr, HostConfig, Netdev, Route, netns_label
 from rdmad.options import parse_cidr
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # udev may add the altname again while we drop it; a few tries cover its one uevent.
 _RENAME_ATTEMPTS = 3
@@ -188,22 +190,11 @@ class RtnlBackend:
         return netdev_from_link(msg)
 
     async def get_netdev(self, ifindex: int) -> Netdev | None:
-        try:
-            msg = await getlink(self._nl, ifindex)
-        except NetlinkError as e:
-            if e.errno == errno.ENODEV:
-                return None
-            raise kernel_error(e, f"reading netdev {ifindex}") from e
-        return netdev_from_link(msg)
+        msg = await _if_there(getlink(self._nl, ifindex), ifindex)
+        return None if msg is None else netdev_from_link(msg)
 
     async def has_netdev(self, ifindex: int) -> bool:
-        try:
-            await link_mac(self._nl, ifindex)
-        except NetlinkError as e:
-            if e.errno == errno.ENODEV:
-                return False
-            raise kernel_error(e, f"reading netdev {ifindex}") from e
-        return True
+        return await _if_there(link_mac(self._nl, ifindex), ifindex) is not None
 
     async def host_config(self, ifindex: int) -> HostConfig:
         with _op(f"reading netdev {ifindex}"):
@@ -593,6 +584,16 @@ async def _remove_policy(ns: NlChannel, table: int, where: str) -> None:
                 await del_rule(ns, rule)
         for route in await routes(ns, table):
             await del_route(ns, route)
+
+
+async def _if_there(read: Awaitable[_T], ifindex: int) -> _T | None:
+    """What `read` of netdev `ifindex` in init_net gives; None if there is no such netdev."""
+    try:
+        return await read
+    except NetlinkError as e:
+        if e.errno == errno.ENODEV:
+            return None
+        raise kernel_error(e, f"reading netdev {ifindex}") from e
 
 
 async def _ifindex_in(ch: NlChannel, ifname: str, where: str) -> int:
