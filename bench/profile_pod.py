@@ -5,6 +5,9 @@ column, on the sim backend), the daemon under one of
   strace:    its system calls per claim, by name, and what they do: fsyncs, files
              written (opened for writing), sockets opened, netlink dumps asked for
              (on init_net's sockets: strace cannot decode those made in a pod's netns);
+             and the wall time inside them (-T), the waits (epoll_wait, futex, poll:
+             idle threads) apart: a netlink request is answered inside its send(), so
+             that time is the kernel's work for it (strace adds its own to each call);
   cprofile:  cProfile on the event loop's thread, timed by that thread's CPU clock: the
              split by function (its own overhead is in the times);
   callgrind: valgrind's callgrind, the instructions the daemon's process ran (Ir: all of
@@ -47,6 +50,21 @@ POD = "profpod"
 SETTLE_S = 0.5  # the claims' own kernel events read; IPv6 DAD's GID re-reads are later
 _DUMP = re.compile(r"nlmsg_type=(\w+), nlmsg_flags=[\w|]*NLM_F_DUMP")
 _CALL = re.compile(r"^\d+\s+(?:<\.\.\. )?(\w+)(?:\(| resumed>)")
+_TOOK = re.compile(r"<(\d+\.\d+)>$")
+_WAITS = frozenset({"epoll_wait", "futex", "poll", "ppoll"})  # a thread with nothing to do
+_NLTYPE = re.compile(r"nlmsg_type=(\w+)")
+# rtnetlink's types, for the sockets made in a pod's netns, whose messages strace shows raw
+_RTM = {"0x12": "GETLINK", "0x13": "SETLINK", "0x14": "NEWADDR", "0x16": "GETADDR"}
+_RTM |= {"0x18": "NEWROUTE", "0x1a": "GETROUTE", "0x20": "NEWRULE", "0x22": "GETRULE"}
+
+
+def _sent(line: str) -> str:
+    """What a sendto() sent: a netlink request by type (in a pod's netns: "(in netns)"),
+    a D-Bus message, or a byte that wakes the loop."""
+    if t := _NLTYPE.search(line):
+        kind = t.group(1)
+        return f"sendto {_RTM[kind]} (in netns)" if kind in _RTM else f"sendto {kind}"
+    return "sendto (loop wake-up)" if '"\\0", 1,' in line else "sendto (D-Bus)"
 
 
 class ToolRdmad(RdmadProcess):
@@ -127,7 +145,7 @@ async def _counting(tool: str, pid: int, trace: Path, c: Client) -> Callable[[],
         return off
     # -f with -p: every thread of the daemon; appended to over the pods
     strace = subprocess.Popen(  # noqa: ASYNC220 (it runs beside, until detach)
-        ["strace", "-f", "-qq", "-yy", "-s", "64", "-p", str(pid), "-A", "-o", str(trace)],
+        ["strace", "-f", "-qq", "-yy", "-T", "-s", "64", "-p", str(pid), "-A", "-o", str(trace)],
         stderr=subprocess.PIPE,
     )
     await asyncio.sleep(0.5)  # attached (strace prints nothing to say so)
@@ -183,11 +201,20 @@ def _cprofile_summary(path: Path, claims: int) -> str:
 def _strace_summary(path: Path, claims: int) -> str:
     calls: collections.Counter[str] = collections.Counter()
     what: collections.Counter[str] = collections.Counter()
+    took: collections.defaultdict[str, float] = collections.defaultdict(float)  # s in each call
+    started: dict[str, str] = {}  # thread -> the start of its call another one cut
     for line in path.read_text(errors="replace").splitlines():
         m = _CALL.match(line)
-        if m is None or "resumed>" in line:
+        if m is None:
             continue
-        name = m.group(1)
+        name, thread = m.group(1), line.split(None, 1)[0]
+        if line.endswith("<unfinished ...>"):
+            started[thread] = line
+        if t := _TOOK.search(line):  # on the line that finished the call
+            whole = started.pop(thread, "") + line if "resumed>" in line else line
+            took[_sent(whole) if name == "sendto" else name] += float(t.group(1))
+        if "resumed>" in line:
+            continue
         calls[name] += 1
         if name in ("fsync", "fdatasync"):
             what["fsync"] += 1
@@ -202,6 +229,13 @@ def _strace_summary(path: Path, claims: int) -> str:
     lines = [f"strace: {calls.total() / claims:.1f} system calls per claim"]
     lines += [f"  {n / claims:6.2f} {k}" for k, n in what.most_common()]
     lines += [f"  {n / claims:6.2f} {k}()" for k, n in calls.most_common(25)]
+    busy = {k: t for k, t in took.items() if k not in _WAITS}
+    lines.append(f"strace -T: {sum(busy.values()) / claims * 1e3:.3f} ms in calls per claim,")
+    lines[-1] += " waits apart; by call:"
+    lines += [
+        f"  {t / claims * 1e3:6.3f} ms {k}"
+        for k, t in sorted(busy.items(), key=lambda kv: -kv[1])[:15]
+    ]
     return "\n".join(lines)
 
 

@@ -86,21 +86,23 @@ class NetnsResolver(Protocol):
 
 
 @dataclass(frozen=True)
+class PlacedNetdev:
+    """What a claim's user sees of its netdev in its netns: its MAC (aa:bb:...), and its
+    addresses as CIDRs, link-local IPv6 left out, IPv4 first, each family by address."""
+
+    mac: str
+    addresses: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Placement:
-    """Where a netdev ended up inside a claimant's netns."""
+    """Where a netdev ended up inside a claimant's netns; from `place` and `add_macvlan`,
+    also what they left it as there (`netdev`), so that a claim reads nothing back."""
 
     nsid: int  # the netns's id from init_net (-1 if the kernel assigned none)
     ifindex: int  # the netdev's ifindex inside the netns
     ifname: str
-
-
-@dataclass(frozen=True)
-class PlacedNetdev:
-    """What a claim's user sees of its netdev in its netns: its MAC (aa:bb:...), and its
-    addresses as CIDRs, link-local IPv6 left out."""
-
-    mac: str
-    addresses: tuple[str, ...]
+    netdev: PlacedNetdev | None = None  # None: a placement rebuilt from a claim's record
 
 
 class NetdevBackend(Protocol):
@@ -112,6 +114,10 @@ class NetdevBackend(Protocol):
 
     async def get_netdev(self, ifindex: int) -> Netdev | None:
         """One netdev in init_net, or None if init_net has no such ifindex."""
+        ...
+
+    async def has_netdev(self, ifindex: int) -> bool:
+        """Whether init_net has a netdev of that ifindex: get_netdev without reading it."""
         ...
 
     async def host_config(self, ifindex: int) -> HostConfig:

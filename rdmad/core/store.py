@@ -1,4 +1,4 @@
-"""The state: claims and what they must restore, kept durably under /run/rdmad.
+"""The state: claims and what they must restore, kept under /run/rdmad for the next start.
 
 Claims are kernel state (a netdev sitting in a container's netns); the state is how a
 restarted daemon finds out what it owes each device. It is saved before and after each
@@ -125,8 +125,8 @@ class Store:
                 self._write_claim(claim_id, data)
 
     def save_claim(self, claim: Claim, *, live: bool, pending_restores: list[HostConfig]) -> None:
-        """Record one claim's change durably before returning: its new content, or (not
-        `live`) that it ended; and `pending_restores` if changed since (only when a netns
+        """Record one claim's change for the next start before returning: its new content, or
+        (not `live`) that it ended; and `pending_restores` if changed since (only when a netns
         dies). They go first: a crash between the two files leaves the claim RELEASING,
         whose give-back the next start repeats, and never a netdev to restore forgotten."""
         self._save_restores(pending_restores)

@@ -1,4 +1,4 @@
-"""How rdmad writes files: atomically, durably, and its state files freeing no inode.
+"""How rdmad writes files: atomically, and its state files freeing no inode.
 
 The usual write-a-temp-file-then-rename frees the replaced file's inode (or, renaming to a
 new name, the target's dentry), and the kernel frees those through RCU, which starts a grace
@@ -18,6 +18,15 @@ docs/performance.md, "What rdmad does because of the move"). So:
 Files other programs read (CDI specs) are swapped in the same way, through a spare of a
 mode they can read: a pod's rewrite of its other specs comes right before its next claim's
 move.
+
+Nothing is fsynced. Every file rdmad writes describes kernel state (a netdev in a claim's
+netns, a spec naming a claim's devices) that ends with the kernel, and the kernel serves a
+written file to the next process whether or not it reached a disk: a daemon killed at any
+step finds at its start what it wrote, so the write-ahead steps hold without a sync. A sync
+would only keep the files through the kernel's own death, after which no claim is left to
+finish: /run (the state's default) is a tmpfs, CDI specs are rewritten at start
+(rdmad.daemon.cdi), and a state directory on a disk holds claims whose netns died with the
+kernel, which start ends. On a disk each sync is a wait on a claim's way.
 """
 
 from __future__ import annotations
@@ -57,49 +66,29 @@ _renameat2: Renameat2 | None = _load_renameat2()
 def write_new(path: Path, data: bytes) -> None:
     """Create `path` (mode 0600) holding `data`; FileExistsError if it exists. OSError on
     failure, with no file left."""
-    name = os.fspath(path)
-    _write(name, _NEW, 0o600, data)
-    _sync_dirs(name)
+    _write(os.fspath(path), _NEW, 0o600, data)
 
 
-def write_swapped(path: Path, data: bytes, spare: Path, mode: int = 0o600) -> None:
+def write_swapped(path: StrPath, data: bytes, spare: StrPath, mode: int = 0o600) -> None:
     """Make `data` the content of `path` (created if missing) through `spare`, on the same
     filesystem. `mode`: of a new spare, before the umask. OSError on failure, with `path`
     as it was."""
-    swap_in(path, data, spare, mode)
-    _sync_dirs(os.fspath(path), os.fspath(spare))
-
-
-def swap_in(path: StrPath, data: bytes, spare: StrPath, mode: int = 0o600) -> None:
-    """`write_swapped` but for the sync of the directory, which holds `spare` too: for
-    files written in a batch, whose directory is synced once after the last (`sync_dir`).
-    OSError on failure, with `path` as it was."""
     name, spare_name = os.fspath(path), os.fspath(spare)
     _write(spare_name, _TRUNC, mode, data)
     if not _exchange(spare_name, name):
         os.rename(spare_name, name)  # no file to swap with, or a filesystem that cannot swap
 
 
-def sync_dir(directory: Path) -> None:
-    """Make the entries of `directory`'s files (created, swapped, renamed) durable."""
-    _sync_dirs(os.path.join(os.fspath(directory), ""))
-
-
 def remove(path: Path) -> None:
-    """Remove `path` durably; nothing if it is missing."""
-    name = os.fspath(path)
-    try:
-        os.unlink(name)
-    except FileNotFoundError:
-        return
-    _sync_dirs(name)
+    """Remove `path`; nothing if it is missing."""
+    path.unlink(missing_ok=True)
 
 
 # Plain strings below: pathlib's objects cost a save more than its system calls.
 
 
 def _write(name: str, flags: int, mode: int, data: bytes) -> None:
-    """Write `data` to the file `name` and sync it; on failure, no file `name` is left."""
+    """Write `data` to the file `name`; on failure, no file `name` is left."""
     try:
         fd = os.open(name, flags, mode)
     except FileNotFoundError:
@@ -111,23 +100,12 @@ def _write(name: str, flags: int, mode: int, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
     except OSError:
         # A part written (a full disk) must not pass for a file torn by a crash.
         os.unlink(name)
         raise
     finally:
         os.close(fd)
-
-
-def _sync_dirs(*names: str) -> None:
-    """Make the directory entries of the files `names` durable."""
-    for directory in {os.path.dirname(name) for name in names}:
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
 
 def _exchange(a: str, b: str) -> bool:

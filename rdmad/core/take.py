@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from rdmad.core.backend import (
     NetnsTarget,
+    PlacedNetdev,
     Placement,
 )
 from rdmad.core.giveback import GiveBack, log_not_returned, placement
@@ -80,7 +81,9 @@ class Take(Part):
                 dev, opts.chardevs, target if at.rdma_moved else None
             )
             at.gids = await self.claim_gids(claim, target, placed)
-            at.ns_mac, at.ns_addresses = await self._read_placed(claim, placed)
+            # As placing it left it, nothing read back; none placed, none shown.
+            netdev = placed.netdev or PlacedNetdev("", ())
+            at.ns_mac, at.ns_addresses = netdev.mac, netdev.addresses
             claim.phase = ClaimPhase.ACTIVE
             self._records.save(claim)
             step("active-written", f"claim {claim.id}")

@@ -335,7 +335,7 @@ class InventoryTracker:
 
     async def _netdev_home(self, ifindex: int) -> bool:
         try:
-            return await self._net.get_netdev(ifindex) is not None
+            return await self._net.has_netdev(ifindex)
         except RdmadError:
             return False
 

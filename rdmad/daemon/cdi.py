@@ -10,10 +10,10 @@ rewrites every spec of its pod: O(claims in the netns).
 
 Written as rdmad's state files are (rdmad.core.swapfile.write_swapped): a rewrite is swapped in
 from one spare, `.rdmad.io-rdma.spare`, and frees no inode, as renaming a temp file over the
-spec would, right before the pod's next claim moves a netdev. The directory is synced once
-for all the specs of a pod that one change rewrites, after the last. Runtimes read only the
-directory's *.json and *.yaml files (container-device-interface, scanSpecDirs), never the
-spare."""
+spec would, right before the pod's next claim moves a netdev. Nothing is synced: start
+rewrites every spec (CdiWriter.sync), so a spec needs to outlive rdmad, not the kernel.
+Runtimes read only the directory's *.json and *.yaml files (container-device-interface,
+scanSpecDirs), never the spare."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rdmad.core.observer import CoreObserver
-from rdmad.core.swapfile import swap_in, sync_dir
+from rdmad.core.swapfile import write_swapped
 from rdmad.model import ROCE_V2, Claim, Gid, ReleaseReason
 
 CDI_KIND = "rdmad.io/rdma"
@@ -162,29 +162,21 @@ class CdiWriter(CoreObserver):
     def _pod_file(self, pod_cdi_name: str) -> str:
         return f"{self._prefix}pod.{pod_cdi_name}.json"
 
-    def _write(self, path: str, spec: dict[str, object]) -> bool:
-        """Swap `spec` in at `path` unless it holds it already; True if written. The
-        directory is synced by the caller, once for all the specs it writes."""
+    def _write(self, path: str, spec: dict[str, object]) -> None:
+        """Swap `spec` in at `path` unless it holds it already."""
         # One line: json's C encoder does not indent, and the Python one took 60 us a spec.
         data = json.dumps(spec).encode()
         if self._written.get(path) == data:
-            return False
+            return
         try:
             # Readable by every runtime, as a spec written by a plain open() would be.
-            swap_in(path, data, self._spare, mode=0o644)
+            write_swapped(path, data, self._spare, mode=0o644)
         except OSError as exc:
             # The claim stands (the kernel part is done); runtimes can still use CharDevices.
             log.error("cannot write CDI spec %s: %s", path, exc)
             self._written.pop(path, None)
-            return False
+            return
         self._written[path] = data
-        return True
-
-    def _sync(self) -> None:
-        try:
-            sync_dir(self.directory)
-        except OSError as exc:
-            log.error("cannot sync CDI directory %s: %s", self.directory, exc)
 
     def _remove(self, path: str) -> None:
         self._written.pop(path, None)
@@ -197,11 +189,10 @@ class CdiWriter(CoreObserver):
 
     def _write_pod(self, pod: Sequence[Claim]) -> None:
         env = pod_env(pod)  # once: the same in every spec of the pod
-        written = [self._write(self._claim_file(c.id), spec_for(c, env)) for c in pod]
+        for c in pod:
+            self._write(self._claim_file(c.id), spec_for(c, env))
         for name in {c.pod_cdi_name for c in pod if c.pod_cdi_name}:
-            written.append(self._write(self._pod_file(name), pod_spec_for(name, pod, env)))
-        if any(written):
-            self._sync()  # one sync for the pod's specs: O(1) a claim, not O(claims in it)
+            self._write(self._pod_file(name), pod_spec_for(name, pod, env))
 
     def claimed(self, claim: Claim) -> None:
         self._write_pod(self._pod_of(claim))

@@ -33,6 +33,7 @@ import socket
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import replace
+from typing import TypeVar
 
 from rdmad.core.backend import NetnsTarget, PlacedNetdev, Placement
 from rdmad.core.steps import step
@@ -57,6 +58,7 @@ from rdmad.kernel.rtnl_msgs import (
     dump_links,
     getlink,
     ifindex_of,
+    link_mac,
     live_nsids,
     move_link_blocking,
     netns_nsid,
@@ -77,6 +79,7 @@ from rdmad.model import Cidr, HostConfig, Netdev, Route, netns_label
 from rdmad.options import parse_cidr
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # udev may add the altname again while we drop it; a few tries cover its one uevent.
 _RENAME_ATTEMPTS = 3
@@ -112,6 +115,12 @@ def _op(what: str) -> Iterator[None]:
 def _is_link_local(iface: Cidr) -> bool:
     # the kernel generates these itself; never flush or re-add them
     return iface.version == 6 and iface.ip.is_link_local
+
+
+def _placed(mac: str, cidrs: Iterable[Cidr]) -> PlacedNetdev:
+    """A placed netdev as its claim shows it, its addresses in PlacedNetdev's order."""
+    shown = sorted((c for c in cidrs if not _is_link_local(c)), key=lambda c: (c.version, c))
+    return PlacedNetdev(mac, tuple(str(c) for c in shown))
 
 
 class _Opening:
@@ -181,13 +190,11 @@ class RtnlBackend:
         return netdev_from_link(msg)
 
     async def get_netdev(self, ifindex: int) -> Netdev | None:
-        try:
-            msg = await getlink(self._nl, ifindex)
-        except NetlinkError as e:
-            if e.errno == errno.ENODEV:
-                return None
-            raise kernel_error(e, f"reading netdev {ifindex}") from e
-        return netdev_from_link(msg)
+        msg = await _if_there(getlink(self._nl, ifindex), ifindex)
+        return None if msg is None else netdev_from_link(msg)
+
+    async def has_netdev(self, ifindex: int) -> bool:
+        return await _if_there(link_mac(self._nl, ifindex), ifindex) is not None
 
     async def host_config(self, ifindex: int) -> HostConfig:
         with _op(f"reading netdev {ifindex}"):
@@ -242,9 +249,9 @@ class RtnlBackend:
         async def undo(ns_index: int) -> None:
             await self._rollback_place(ns, ns_index, ifname, host)
 
-        ns_index = await _configure_placed(ns, ifname, addresses, where, undo)
+        ns_index, netdev = await _configure_placed(ns, ifname, addresses, where, undo)
         nsid = await self.nsid(target)
-        return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
+        return Placement(nsid, ns_index, ifname, netdev)
 
     async def _rollback_place(
         self, ns: NlChannel, ns_index: int, ifname: str, host: HostConfig, *or_names: str
@@ -289,16 +296,16 @@ class RtnlBackend:
             with contextlib.suppress(NetlinkError):
                 await dellink(ns, ns_index, name=ifname)
 
-        ns_index = await _configure_placed(ns, ifname, addresses, where, undo)
+        ns_index, netdev = await _configure_placed(ns, ifname, addresses, where, undo)
         nsid = await self.nsid(target)
-        return Placement(nsid=nsid, ifindex=ns_index, ifname=ifname)
+        return Placement(nsid, ns_index, ifname, netdev)
 
     async def read_placed(self, placement: Placement) -> PlacedNetdev:
         what = f"reading {placement.ifname} (netns id {placement.nsid})"
         with _op(what):
-            link = await getlink(self._nl, placement.ifindex, target_nsid=placement.nsid)
+            _, mac = await link_mac(self._nl, placement.ifindex, target_nsid=placement.nsid)
             cidrs = await addresses(self._nl, placement.ifindex, target_nsid=placement.nsid)
-        return PlacedNetdev(link.mac, tuple(str(c) for c in cidrs if not _is_link_local(c)))
+        return _placed(mac, cidrs)
 
     async def bring_home(
         self, placement: Placement, host: HostConfig, source: NetnsTarget | None = None
@@ -579,6 +586,16 @@ async def _remove_policy(ns: NlChannel, table: int, where: str) -> None:
             await del_route(ns, route)
 
 
+async def _if_there(read: Awaitable[_T], ifindex: int) -> _T | None:
+    """What `read` of netdev `ifindex` in init_net gives; None if there is no such netdev."""
+    try:
+        return await read
+    except NetlinkError as e:
+        if e.errno == errno.ENODEV:
+            return None
+        raise kernel_error(e, f"reading netdev {ifindex}") from e
+
+
 async def _ifindex_in(ch: NlChannel, ifname: str, where: str) -> int:
     with _op(f"finding {ifname} in {where}"):
         return await ifindex_of(ch, ifname)
@@ -590,13 +607,16 @@ async def _configure_placed(
     cidrs: tuple[Cidr, ...],
     where: str,
     undo: Callable[[int], Awaitable[None]],
-) -> int:
+) -> tuple[int, PlacedNetdev]:
     """Give a netdev just placed (and brought up) in the netns `ns` talks to its addresses;
-    its ifindex there. On any failure, `undo(ifindex or 0)` takes the placement back before
-    the error propagates."""
+    its ifindex there, and what its claim shows of it. It has no other address: the kernel
+    drops a netdev's addresses when it leaves a netns, and a new macvlan has none (IPv6
+    link-local ones, which it adds itself, are not shown). On any failure,
+    `undo(ifindex or 0)` takes the placement back before the error propagates."""
     ns_index = 0
     try:
-        ns_index = await _ifindex_in(ns, ifname, where)
+        with _op(f"finding {ifname} in {where}"):
+            ns_index, mac = await link_mac(ns, name=ifname)
         for c in cidrs:
             with _op(f"adding {c} to {ifname} in {where}"):
                 await add_address(ns, ns_index, c)
@@ -604,7 +624,7 @@ async def _configure_placed(
     except BaseException:
         await undo(ns_index)
         raise
-    return ns_index
+    return ns_index, _placed(mac, cidrs)
 
 
 async def _set_state(ch: NlChannel, index: int, mtu: int | None, up: bool, what: str) -> None:

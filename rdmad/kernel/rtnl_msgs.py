@@ -279,6 +279,22 @@ async def ifindex_of(ch: NlChannel, name: str) -> int:
     return index
 
 
+async def link_mac(
+    ch: NlChannel, index: int = 0, name: str = "", *, target_nsid: int | None = None
+) -> tuple[int, str]:
+    """The index and MAC (aa:bb:...; "" without one) of one netdev, found as getlink finds
+    it, from the reply's header and its attributes up to the address (link_from reads all
+    40 or so); NetlinkError(ENODEV) if there is none."""
+    attrs = [attr_u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)]
+    attrs += _link_attrs(ifname=None if index else name, target_nsid=target_nsid)
+    (msg,) = await ch.request(_request(RTM_GETLINK, _link_body(index, attrs)))
+    found: int = _IFINFOMSG.unpack_from(msg.payload)[2]
+    for key, value in iter_attrs(msg.payload[_IFINFOMSG.size :]):
+        if key == IFLA_ADDRESS:
+            return found, value.hex(":")
+    return found, ""
+
+
 async def dump_links(ch: NlChannel) -> list[Link]:
     body = _link_body(0, [attr_u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)])
     return [link_from(m) for m in await ch.request(_request(RTM_GETLINK, body, NLM_F_DUMP))]

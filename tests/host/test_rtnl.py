@@ -111,6 +111,13 @@ async def test_host_config_reads_only_its_own_netdevs_messages(
     assert len(channel.received) == len(links) + len(addrs)
 
 
+async def test_has_netdev_says_whether_init_net_has_the_ifindex(
+    rtnl: RtnlBackend, veth: VethPair
+) -> None:
+    assert await rtnl.has_netdev(veth.host_ifindex())
+    assert not await rtnl.has_netdev(2_000_000_000)
+
+
 async def test_place_moves_renames_and_configures_inside_netns(
     rtnl: RtnlBackend, resolver: KernelNetnsResolver, veth: VethPair, netns: str
 ) -> None:
@@ -324,6 +331,27 @@ async def test_add_macvlan_creates_configured_child_inside_netns(
     assert inside["linkinfo"]["info_data"]["mode"] == "bridge"
     assert (inside["ifindex"], inside["mtu"], is_up(inside)) == (p.ifindex, 1400, True)
     assert addresses("net1", netns) == {"198.51.100.3/24"}
+
+
+@pytest.mark.parametrize("how", ["place", "add_macvlan"])
+async def test_placing_reports_the_netdev_as_a_read_in_its_netns_shows_it(
+    rtnl: RtnlBackend,
+    resolver: KernelNetnsResolver,
+    configured: HostConfig,
+    netns: str,
+    how: str,
+) -> None:
+    """A claim takes its MAC and addresses from what placing it reported, reading nothing
+    back (rdmad.core.take): the host's address stays behind, link-local is left out."""
+    cidrs = (ip_interface("2001:db8::7/64"), ip_interface("198.51.100.7/24"))
+    with resolver.open(netns) as target:
+        placing = rtnl.place if how == "place" else rtnl.add_macvlan
+        p = await placing(configured.ifindex, target, "net1", None, cidrs)
+    assert p.netdev is not None
+    assert p.netdev == await rtnl.read_placed(p)
+    assert p.netdev.addresses == ("198.51.100.7/24", "2001:db8::7/64")
+    inside = link("net1", netns)
+    assert inside is not None and p.netdev.mac == inside["address"]
 
 
 async def test_add_macvlan_leaves_nothing_behind_on_failure(

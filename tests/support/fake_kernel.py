@@ -116,6 +116,10 @@ class FakeLink:
     def as_netdev(self) -> Netdev:
         return Netdev(self.ifindex, self.name, self.mtu, self.up, self.kind)
 
+    def placed(self) -> PlacedNetdev:
+        """What a claim shows of it in a pod's netns."""
+        return PlacedNetdev(self.mac, self.addresses)
+
 
 @dataclass
 class FakeRdmaDevice:
@@ -541,6 +545,9 @@ class FakeNetdevs:
         link = self._k.links.get(ifindex)
         return link.as_netdev() if link is not None and link.netns == INIT else None
 
+    async def has_netdev(self, ifindex: int) -> bool:
+        return await self.get_netdev(ifindex) is not None
+
     async def host_config(self, ifindex: int) -> HostConfig:
         await self._k.enter("host_config", self._p)
         link = self._home(ifindex, "reading a netdev")
@@ -564,7 +571,7 @@ class FakeNetdevs:
         link.addresses = tuple(a.with_prefixlen for a in addresses)
         if mtu is not None:
             link.mtu = mtu
-        return Placement(self._k.assign_nsid(ns), link.ifindex, ifname)
+        return Placement(self._k.assign_nsid(ns), link.ifindex, ifname, link.placed())
 
     async def add_macvlan(
         self,
@@ -589,14 +596,14 @@ class FakeNetdevs:
             parent.ifindex,
         )
         self._k.links[child.ifindex] = child  # created in the netns: init_net hears nothing
-        return Placement(self._k.assign_nsid(ns), child.ifindex, ifname)
+        return Placement(self._k.assign_nsid(ns), child.ifindex, ifname, child.placed())
 
     async def read_placed(self, placement: Placement) -> PlacedNetdev:
         await self._k.enter("read_placed", self._p)
         link = self._k.links.get(placement.ifindex)
         if link is None or link.netns == INIT:
             raise KernelError(errno.ENODEV, f"no netdev {placement.ifindex} in netns id")
-        return PlacedNetdev(link.mac, link.addresses)
+        return link.placed()
 
     async def bring_home(
         self, placement: Placement, host: HostConfig, source: NetnsTarget | None = None

@@ -7,6 +7,8 @@ import json
 import stat
 from pathlib import Path
 
+import pytest
+
 from rdmad.core.claims import ClaimBook
 from rdmad.daemon.cdi import CDI_KIND, SPARE, CdiWriter
 from rdmad.model import Attachment, CharDev, ChardevKind, Claim, ReleaseReason
@@ -93,3 +95,18 @@ def test_sync_at_start_keeps_exactly_the_live_claims_specs(tmp_path: Path) -> No
     (tmp_path / "rdmad.io-rdma-live.json.next").write_text("{}")  # rdmad's spares before
     node.writer.sync([claim("live")])
     assert sorted(p.name for p in tmp_path.iterdir()) == [SPARE, "rdmad.io-rdma-live.json"]
+
+
+@pytest.mark.parametrize("left", ["torn", "lost"])
+def test_start_rewrites_a_spec_the_hosts_crash_left_torn_or_lost(tmp_path: Path, left: str) -> None:
+    """Specs are not synced (rdmad.core.swapfile): what a crash of the host leaves of one,
+    the next start writes whole again."""
+    Node(tmp_path).claim(claim("live"))
+    spec = tmp_path / "rdmad.io-rdma-live.json"
+    whole = spec.read_bytes()
+    if left == "torn":
+        spec.write_bytes(b"")  # as an unsynced file can come back
+    else:
+        spec.unlink()
+    Node(tmp_path).writer.sync([claim("live")])  # the next start's writer
+    assert spec.read_bytes() == whole

@@ -17,7 +17,7 @@ import pytest
 
 import rdmad.daemon.cdi
 from rdmad.core.store import Store
-from rdmad.core.swapfile import StrPath, swap_in
+from rdmad.core.swapfile import StrPath, write_swapped
 from rdmad.daemon.cdi import CdiWriter
 from rdmad.model import Claim, ClaimOptions, NetnsMode
 from tests.support.core_rig import Rig, Rigs
@@ -53,9 +53,9 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
 
     def counting(path: StrPath, data: bytes, spare: StrPath, mode: int) -> None:
         counted[os.path.basename(path)] += 1
-        swap_in(path, data, spare, mode)
+        write_swapped(path, data, spare, mode)
 
-    monkeypatch.setattr(rdmad.daemon.cdi, "swap_in", counting)
+    monkeypatch.setattr(rdmad.daemon.cdi, "write_swapped", counting)
     yield counted
 
 

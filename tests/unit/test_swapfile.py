@@ -14,8 +14,8 @@ from rdmad.core import swapfile
 from rdmad.core.swapfile import remove, write_new, write_swapped
 
 
-def failing_fsync(_fd: int) -> None:
-    raise OSError(errno.EIO, "I/O error")
+def failing_write(_fd: int, _data: object) -> int:
+    raise OSError(errno.ENOSPC, "No space left on device")
 
 
 def test_a_new_file_is_written_in_place(tmp_path: Path) -> None:
@@ -37,8 +37,8 @@ def test_a_new_file_that_cannot_be_written_whole_is_not_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A part written (a full disk) must not pass for a file torn by a crash.
-    monkeypatch.setattr(os, "fsync", failing_fsync)
-    with pytest.raises(OSError, match="I/O error"):
+    monkeypatch.setattr(os, "write", failing_write)
+    with pytest.raises(OSError, match="No space left"):
         write_new(tmp_path / "a.json", b"one")
     assert list(tmp_path.iterdir()) == []
 
