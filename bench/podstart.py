@@ -4,7 +4,8 @@ API server double, and a private containerd (testbed/cri: CDI on, reading rdmad'
 
 Every pod's network is the node's: `ptp` with host-local IPAM, chained with rdmad-cni in
 pod mode. Three columns take turns in bench.columns' cycle of orders, each settled:
-  rdma:  NodePrepareResources of the pod's one-device claim, RunPodSandbox (ptp, then
+  rdma:  NodePrepareResources of the pod's one-device claim (on one gRPC channel held
+         throughout, as the kubelet keeps one connection to a plugin), RunPodSandbox (ptp, then
          rdmad-cni attaching the held device), ImageStatus, CreateContainer with the
          prepare's CDI device, StartContainer;
   plain: the same pod with no claim: its sandbox (rdmad-cni finds nothing held) and its
@@ -17,14 +18,19 @@ adds (rdma's p50 less plain's) at most 1.2x raw's p50, over the whole 95% interv
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from bench.claim import Raw
 from bench.columns import Column, Samples, take_turns
-from bench.common import SHM, Params, Results, Row, Settler, many_veths, ms_since, rdmad
+from bench.common import SHM, Params, Results, Row, Settler, many_veths, ms_since, pid_of, rdmad
 from bench.dra import DEVICE, IFNAME, REF, api_server, offers, published, register
 from bench.stats import bootstrap, pct, spread
 from testbed.cri.containerd import IMAGE, private_containerd
@@ -49,11 +55,11 @@ def network(bus: str, ipam_dir: Path) -> list[dict[str, Any]]:
     ]
 
 
-def columns(
-    kubelet: Kubelet, api: ApiServer, endpoint: str, service: str, raw: Raw, settle: Settler
-) -> list[Column]:
+def columns(n: Node, settle: Settler) -> list[Column]:
+    kubelet = n.kubelet
+
     async def prepare() -> tuple[str, ...]:
-        got = (await dra.prepare_devices(endpoint, service, [REF]))[REF.uid]
+        got = (await dra.prepare_devices_on(n.channel, n.service, [REF]))[REF.uid]
         if got.error or not got.devices:
             raise RuntimeError(f"NodePrepareResources failed: {got}")
         return tuple(got.devices[0].cdi_device_ids)
@@ -70,9 +76,9 @@ def columns(
         await kubelet.stop_pod(pod)
         await kubelet.remove_pod(pod)
         if rdma:
-            if await dra.unprepare(endpoint, service, [REF]) != {REF.uid: ""}:
+            if await dra.unprepare(n.endpoint, n.service, [REF]) != {REF.uid: ""}:
                 raise RuntimeError("NodeUnprepareResources failed")
-            await published(api, offers(DEVICE, whole=True))
+            await published(n.api, offers(DEVICE, whole=True))
 
     async def rdma(s: Samples) -> None:
         await start(s, "rdma", POD_UID, True)
@@ -83,15 +89,31 @@ def columns(
     async def moved(s: Samples) -> None:
         await settle()
         t0 = time.perf_counter()
-        await raw.claim()
+        await n.raw.claim()
         s.add("raw", ms_since(t0))
-        await raw.release()
+        await n.raw.release()
 
     return [rdma, plain, moved]
 
 
-async def run(bus: str, p: Params, res: Results, out: Path) -> None:
-    del out  # rows only
+@dataclass
+class Node:
+    """The node a pod starts on: the kubelet (the CRI client), the API server double, the
+    plugin's DRA service on one channel held throughout (as the kubelet keeps one
+    connection to a plugin), the raw column's kernel operations, and the processes."""
+
+    kubelet: Kubelet
+    api: ApiServer
+    channel: grpc.aio.Channel
+    endpoint: str
+    service: str
+    raw: Raw
+    plugin_pid: int
+    rdmad_pid: int
+
+
+@contextlib.asynccontextmanager
+async def node(bus: str) -> AsyncIterator[Node]:
     with (
         many_veths(1, "p", up=True) as nics,
         many_veths(1, "q", up=True) as spare,
@@ -112,8 +134,16 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
             containerd.add_network("bench", network(bus, workdir / "ipam"))
             kubelet = Kubelet(await containerd.start(workdir / "image.tar"), containerd.pod_logs)
             await published(api, offers(DEVICE, whole=True))
-            cols = columns(kubelet, api, endpoint, service, raw, Settler(p))
-            t = (await take_turns(cols, p.cni_reps, p.warmup)).t
+            async with dra.connect(endpoint) as channel:
+                yield Node(
+                    kubelet, api, channel, endpoint, service, raw, plugin.proc.pid, pid_of(daemon)
+                )
+
+
+async def run(bus: str, p: Params, res: Results, out: Path) -> None:
+    del out  # rows only
+    async with node(bus) as n:
+        t = (await take_turns(columns(n, Settler(p)), p.cni_reps, p.warmup)).t
     report(res, t["rdma"], t["plain"], t["raw"])
 
 

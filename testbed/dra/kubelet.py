@@ -55,9 +55,16 @@ def registration_sockets(directory: str) -> list[str]:
     return out
 
 
+# The kubelet's gRPC (grpc-go) sends its flow-control (BDP) ping on receipt of data, in
+# the same instant as the plugin's message; grpcio's sends it from a timer, up to ~10 s
+# after the data, which would wake an idle plugin long after its last message. Off, no
+# ping reaches the plugin at a time the kubelet's would not.
+CHANNEL_OPTIONS = [("grpc.http2.bdp_probe", 0)]
+
+
 def connect(socket_path: str) -> grpc.aio.Channel:
     """A channel to one of the plugin's sockets; the kubelet may close it at any time."""
-    return grpc.aio.insecure_channel(f"unix:{socket_path}")
+    return grpc.aio.insecure_channel(f"unix:{socket_path}", options=CHANNEL_OPTIONS)
 
 
 def _start(
