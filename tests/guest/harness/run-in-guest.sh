@@ -11,7 +11,8 @@
 #           --cpus N --mem SIZE   guest size (default 2, 1G)
 #           --verbose      show guest set-up output and the kernel console on stderr
 # env:      RDMAD_GUEST_CACHE (default /opt/rdmad-guest; filled by prepare-kernel.sh)
-#           RDMAD_GUEST_9P_CACHE=loose|none  guest page/metadata cache for the 9p root (loose)
+#           RDMAD_GUEST_9P_CACHE=loose|none  loose (default): the checkout and the venv's Python
+#                          shared again, read-only and cached in the guest (see "cached" below)
 #           RDMAD_GUEST_ACCEL=auto|kvm|tcg  (auto: TCG when /dev/kvm is missing or is the
 #                          PVM flavour - stock kernels hang under kvm_pvm)
 #
@@ -26,6 +27,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
 # shellcheck source=./pins.sh source-path=SCRIPTDIR
 . "$HERE/pins.sh"
 CACHE=$RDMAD_GUEST_CACHE
@@ -93,6 +95,24 @@ setup() {
     [ -n "$nic" ] || { echo "no virtio-net NIC in the guest" >&2; ls /sys/class/net >&2; return 1; }
     echo "$nic" > "$run/nic"
     rdma dev >/dev/null   # RDMA netlink answers
+    cache_trees
+}
+# cache_trees: mount each of RDMA_VM_CACHED's "tag=dir" shares over its dir, read-only and
+# cached; a writable dir inside one (--rwdir, this run's) is bound aside and back on top
+cache_trees() {
+    local ent dir rw kept i=0
+    for ent in $RDMA_VM_CACHED; do
+        dir=${ent#*=}; kept=()
+        for rw in $RDMA_VM_RWDIRS "$run"; do
+            case $rw/ in "$dir"/*)
+                mkdir -p "/run/rdmad-keep$i"; mount --bind "$rw" "/run/rdmad-keep$i"
+                kept+=("$i=$rw"); i=$((i + 1)) ;;
+            esac
+        done
+        mount -t 9p -o ro,trans=virtio,version=9p2000.L,access=any,msize=524288,cache=loose \
+            "${ent%%=*}" "$dir"
+        for rw in "${kept[@]}"; do mount --bind "/run/rdmad-keep${rw%%=*}" "${rw#*=}"; done
+    done
 }
 if [ "$RDMA_VM_VERBOSE" = 1 ]; then
     (setup) >&2 || { echo "[guest] guest set-up failed" >&2; exit 125; }
@@ -110,9 +130,35 @@ exit "$rc"
 EOS
 chmod 755 "$RUN_DIR/guest.sh"
 
+# ------------------------------------------------------------------ cached trees
+# vng's initramfs mounts the host root itself, uncached (rootflags= never reach it): each
+# stat, open and read of Python's imports is a 9p round trip through the emulated CPU. The
+# trees every Python process reads, which do not change during a run, are shared once more,
+# read-only, and the guest mounts each over itself with cache=loose (pages and metadata):
+# the checkout (its .venv, rdmad, tests) and the prefix of the venv's Python (its standard
+# library), unless that prefix is the system's, under the overlays vng makes.
+cached=(); cache_opts=""
+if [ "${RDMAD_GUEST_9P_CACHE:-loose}" != none ]; then
+    trees=("$ROOT")
+    if [ -x "$ROOT/.venv/bin/python" ]; then
+        prefix=$(dirname "$(dirname "$(readlink -f "$ROOT/.venv/bin/python")")")
+        case $prefix in /|/usr|/usr/local) ;; *) trees+=("$prefix") ;; esac
+    fi
+    for d in "${trees[@]}"; do
+        if [[ ! $d =~ ^/[A-Za-z0-9_./+-]+$ ]]; then
+            echo "[guest] WARNING: $d stays uncached: vng's options cannot carry its path" >&2
+            continue
+        fi
+        tag=rdmadro${#cached[@]}
+        cache_opts+=" -fsdev local,id=$tag,path=$d,security_model=none,readonly=on,multidevs=remap"
+        cache_opts+=" -device virtio-9p-pci,fsdev=$tag,mount_tag=$tag"
+        cached+=("$tag=$d")
+    done
+fi
+
 {
-    printf 'export RDMA_VM_KERNEL=%q RDMA_VM_VERBOSE=%q RDMA_VM_RWDIRS=%q\n' \
-        "$kernel" "$verbose" "${rwdirs[*]}"
+    printf 'export RDMA_VM_KERNEL=%q RDMA_VM_VERBOSE=%q RDMA_VM_RWDIRS=%q RDMA_VM_CACHED=%q\n' \
+        "$kernel" "$verbose" "${rwdirs[*]}" "${cached[*]}"
     printf 'exec bash %q %q %q' "$RUN_DIR/guest.sh" "$RUN_DIR" "$PWD"
     printf ' %q' "$@"
     printf '\n'
@@ -124,7 +170,6 @@ chmod 755 "$RUN_DIR/guest.sh"
 # it: under TCG that was most of each daemon start (see README.md, "Measured"). pip wrote
 # the venv's; write the checkout's here (a no-op when they are current), whatever the
 # caller's PYTHONDONTWRITEBYTECODE.
-ROOT=$(cd "$HERE/../../.." && pwd)
 if [ -x "$ROOT/.venv/bin/python" ]; then
     (cd "$ROOT" && .venv/bin/python -m compileall -q -j0 rdmad testbed tests bench >/dev/null) \
         || echo "[guest] WARNING: compileall failed: the guest compiles what it imports" >&2
@@ -134,14 +179,7 @@ vng_args=(--run "$kdir/boot/vmlinuz-$kver" --force-9p --cpus "$cpus" --memory "$
           --rwdir "$RUN_DIR")
 # 9p: qemu 7.2's virtiofsd is too old for virtme-ng
 [ "$accel" = tcg ] && vng_args+=(--disable-kvm)
-# The host root is read-only and does not change during a run: let the guest cache 9p
-# metadata and pages. Without it (virtme's default, cache=none) every stat of Python's
-# import machinery is a 9p round trip through the emulated CPU: `import pyroute2` took 40 s
-# on 6.1 under TCG. Same flags as virtme-ng's own rootflags, plus cache=.
-cache9p=${RDMAD_GUEST_9P_CACHE:-loose}
-if [ "$cache9p" != none ]; then
-    vng_args+=(--append "rootflags=version=9p2000.L,trans=virtio,access=any,msize=524288,cache=$cache9p")
-fi
+[ -n "$cache_opts" ] && vng_args+=(--qemu-opts="$cache_opts")
 [ "$verbose" = 1 ] && vng_args+=(--verbose)
 for d in "${rwdirs[@]}"; do vng_args+=(--rwdir "$d"); done
 # A NIC on an isolated hub (nothing else on hub 0): a "physical" netdev with no way out.
