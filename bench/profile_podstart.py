@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import Params, Settler
+from bench.common import Params, Settler, cpu_seconds
 from bench.dra import DEVICE, REF, offers, published
 from bench.podstart import PLAIN_UID, Node, node
 from bench.stats import pct
@@ -43,16 +43,11 @@ class Pod:
     cpu_ms: dict[str, float]
 
 
-def cpu_ms(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
-
-
 def cpu_of(n: Node) -> dict[str, float]:
     own = os.times()
     return {
-        "rdmad-dra": cpu_ms(n.plugin_pid),
-        "rdmad": cpu_ms(n.rdmad_pid),
+        "rdmad-dra": cpu_seconds(n.plugin_pid) * 1000.0,
+        "rdmad": cpu_seconds(n.rdmad_pid) * 1000.0,
         "this process (kubelet double, API server double)": (own.user + own.system) * 1000.0,
     }
 
