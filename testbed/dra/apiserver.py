@@ -391,9 +391,18 @@ class ApiServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up on a held answer: what a slow server sees
 
+            def handle_one_request(self) -> None:
+                try:
+                    super().handle_one_request()
+                except _CutShort:
+                    self.close_connection = True  # the API server drops such a request too
+
             def _body(self) -> dict[str, Any]:
                 size = int(self.headers.get("Content-Length", "0"))
-                body: dict[str, Any] = json.loads(self.rfile.read(size) or b"{}")
+                data = self.rfile.read(size)
+                if len(data) < size:  # urllib3 sends the body after the headers
+                    raise _CutShort(f"{self.command} {self.path}: {len(data)} of {size} bytes")
+                body: dict[str, Any] = json.loads(data or b"{}")
                 return body
 
             def do_GET(self) -> None:
@@ -467,6 +476,11 @@ class ApiServer:
         self._http.shutdown()
         self._http.server_close()
         self._thread.join()
+
+
+class _CutShort(Exception):
+    """A request whose client went away before its whole body came (a plugin stopped
+    between the headers and the body): not a request the server may act on."""
 
 
 def _version(slice_: dict[str, Any]) -> Any:
