@@ -360,8 +360,7 @@ class RtnlBackend:
 
     async def restore(self, ifindex: int, host: HostConfig) -> None:
         cidrs = _host_cidrs(host)
-        with _op(f"reading netdev {ifindex}"):
-            cur = netdev_from_link(await getlink(self._nl, ifindex))
+        cur = await self._netdev(ifindex, "restoring")
         what = f"restoring {cur.name} (ifindex {ifindex}) as {host.name}"
         if cur.name != host.name:
             with _op(what + ": setting it down to rename"):
