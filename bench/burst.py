@@ -1,37 +1,31 @@
-"""7. A pod-start storm: K claims requested at once, from K clients, on K devices, each into
-its own netns; whole-device claims, then shared ones.
-
-The kernel serialises netns moves (and netdev creation and deletion) under the RTNL lock,
-and threads sending moves at once only make each wait longer. So the floor is the same
-kernel operations sent serially from one process (raw pyroute2, bench.claim.Raw and
-bench.shared.RawShared), started at the same moment. Reported per kind: the makespan, until
-the last claim has its reply, against the serial sequence's. Bursts alternate which of the
-two goes first; a pause after each lets the kernel's RCU work from the previous one drain.
+"""7. A pod-start storm: K claims at once, from K clients, on K devices, each into its own
+netns; whole-device claims, then shared ones. The kernel serialises netns moves (and netdev
+creation and deletion) under the RTNL lock, so the floor is the same kernel operations sent
+serially from one process (bench.claim.Raw). Reported per kind: the makespan, to the last
+claim's reply, against the serial sequence's; the two take turns (bench.columns), each
+followed by a pause that lets the kernel's RCU work drain.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.claim import NS_ADDR, NS_IFNAME, NS_MTU, Raw
+from bench.claim import NS_ADDR, NS_IFNAME, NS_MTU, Raw, serially
+from bench.columns import drained, take_turns
 from bench.common import (
     Params,
     Results,
     Row,
-    claim,
+    at_once,
     claim_options,
+    client,
     ip_batch,
     many_veths,
-    ms_since,
     rdmad,
-    release,
     run_prefix,
 )
-from bench.shared import RawShared
 from bench.stats import pct, spread
 from testbed.daemon import Client
 
@@ -50,65 +44,40 @@ def many_netns(k: int) -> Iterator[list[str]]:
         ip_batch([f"netns del {n}" for n in names], force=True)
 
 
-async def _rdmad_burst(
-    clients: list[Client], devices: list[str], spaces: list[str], shared: bool
-) -> float:
-    """Until the last claim's reply (ms), all sent at once, one per device; then released."""
+async def _bursts(
+    p: Params, clients: list[Client], hosts: list[str], spaces: list[str], shared: bool
+) -> dict[str, list[float]]:
     opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR], shared=shared)
-    t0 = time.perf_counter()
-    ids = await asyncio.gather(
-        *(claim(c, d, ns, opts) for c, d, ns in zip(clients, devices, spaces, strict=True))
-    )
-    took = ms_since(t0)
-    await asyncio.gather(*map(release, clients, ids))
-    return took
-
-
-async def _raw_serial(raws: list[Raw]) -> float:
-    """Until the last claim is done (ms), sent one after another; then released."""
-    t0 = time.perf_counter()
-    for raw in raws:
-        await raw.claim()
-    took = ms_since(t0)
-    for raw in raws:
-        await raw.release()
-    return took
+    claims = [
+        (c, f"sim{i}", ns, opts) for i, (c, ns) in enumerate(zip(clients, spaces, strict=True))
+    ]
+    async with contextlib.AsyncExitStack() as opened:
+        raws = [
+            await opened.enter_async_context(Raw(h, ns, shared))
+            for h, ns in zip(hosts, spaces, strict=True)
+        ]
+        cols = [
+            drained("rdmad", lambda: at_once(claims), DRAIN_S),
+            drained("raw", lambda: serially(raws), DRAIN_S),
+        ]
+        return (await take_turns(cols, p.bursts, 0)).t
 
 
 async def run(bus: str, p: Params, res: Results, out: Path) -> None:
     k = p.burst
     with many_veths(k, "b", up=True) as nics, many_netns(k) as spaces:
-        devices = [f"sim{i}" for i in range(k)]
-        async with rdmad(bus, nics.sim_spec()) as _d:
+        async with rdmad(bus, nics.sim_spec()), contextlib.AsyncExitStack() as stack:
             # Claimants subscribe to no signals (rdmad-cni, `rdmactl claim`); one watcher
             # (a node agent, `rdmactl monitor`) gets them all. With every one of 64 clients
             # subscribed, the broker and the clients handled 64x each signal, and the shared
             # burst took 2-6x the serial sequence for that alone.
-            clients = [await Client.connect(bus, signals=False) for _ in range(k)]
-            watcher = await Client.connect(bus)
-            try:
-                for kind, shared in (("whole-device", False), ("shared", True)):
-                    cls = RawShared if shared else Raw
-                    ours: list[float] = []
-                    floor: list[float] = []
-                    async with contextlib.AsyncExitStack() as opened:
-                        raws = [
-                            await opened.enter_async_context(cls.opened(h, ns))
-                            for h, ns in zip(nics.hosts, spaces, strict=True)
-                        ]
-                        for b in range(p.bursts):
-                            for first in (b % 2 == 0, b % 2 != 0):
-                                if first:
-                                    ours.append(
-                                        await _rdmad_burst(clients, devices, spaces, shared)
-                                    )
-                                else:
-                                    floor.append(await _raw_serial(raws))
-                                await asyncio.sleep(DRAIN_S)
-                    _report(res, k, kind, ours, floor)
-            finally:
-                for c in [*clients, watcher]:
-                    c.close()
+            clients = [
+                await stack.enter_async_context(client(bus, signals=False)) for _ in range(k)
+            ]
+            await stack.enter_async_context(client(bus))  # the watcher
+            for kind, shared in (("whole-device", False), ("shared", True)):
+                t = await _bursts(p, clients, nics.hosts, spaces, shared)
+                _report(res, k, kind, t["rdmad"], t["raw"])
 
 
 def _report(res: Results, k: int, kind: str, spans: list[float], floor: list[float]) -> None:

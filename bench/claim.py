@@ -1,25 +1,11 @@
-"""1. Claim and release latency: rdmad over D-Bus vs raw pyroute2 vs the iproute2 CLI.
-
-All three do the same kernel work on the same veth, interleaved rep by rep (in a cycle of
-orders where each column's claim follows each column's release equally often: bench.columns)
-so that drift on the host, and what one operation leaves the next, hit all of them alike:
+"""1. Claim and release latency, settled (bench.common.Settler): rdmad over D-Bus (call to
+reply) vs raw pyroute2 (Raw: an in-netns socket kept open, the ifindex known, the floor a
+hand-written tool could reach) vs the `ip` CLI, taking turns (bench.columns), and rdmad's
+claim with an RDMA limit (LIMIT) against the same claim without. The host has no rdma
+controller, so the cgroup2 mount is a tree of plain files on tmpfs (limited_tree): it
+measures rdmad's side of the limit, not the kernel's.
   claim:   move into the netns + rename, MTU 1400, add an address, set up;
   release: move back + rename to the host name, MTU 1500, host address back, set up.
-rdmad's time is D-Bus call to reply (the reply comes once the netdev is configured in the
-netns). Raw keeps an in-netns netlink socket open across reps and knows the ifindex, so it
-is the floor a hand-written tool could reach; rdmad may not keep such a socket (it must
-never pin a netns) and has to look things up and persist its state file.
-
-A fourth column is rdmad's claim with an RDMA limit (bench.claim.LIMIT: a cgroup, its
-hca_handle and hca_object line in rdma.max): against the same claim without, at most 1.1x.
-This host's kernel has no rdma controller, so the cgroup2 mount is a tree of plain files on
-tmpfs (limited_tree): it measures rdmad's side of it (the cgroup's checks, the writes and
-the state they add), not the kernel's handling of the writes.
-
-Settled: each operation starts 50-60 ms after the previous one ended (bench.common.Settler),
-so it pays for little of what the operation before left behind (not nothing: see
-bench.columns) and starts at a random phase of the tick, as a claim on a node does
-(docs/performance.md).
 """
 
 from __future__ import annotations
@@ -29,7 +15,8 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -47,6 +34,7 @@ from bench.common import (
     claim_options,
     client,
     many_veths,
+    ms_since,
     rdmad,
 )
 from bench.stats import RatioCheck, spread
@@ -78,69 +66,92 @@ def limited_tree() -> Iterator[Path]:
         shutil.rmtree(root)
 
 
-class Raw:
-    """The kernel operations, in-process with pyroute2, and nothing else."""
+@contextlib.contextmanager
+def netns_fd(netns: str) -> Iterator[int]:
+    fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
-    def __init__(self, host: str, host_index: int, netns: str) -> None:
-        self.host, self.index, self.netns = host, host_index, netns
+
+async def netlink_in(netns: str) -> socket.socket:
+    """An rtnetlink socket in `netns` (a socket keeps the netns it was made in)."""
+    with netns_fd(netns) as fd:
+        return await run_in_netns(
+            fd, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 0)
+        )
+
+
+class Raw:
+    """A claim's kernel operations, in-process with pyroute2, and nothing else: the netdev
+    moved and renamed (or, `shared`, a macvlan of it made in the netns under that name),
+    then its MTU, address and up; released: back home with its MTU and `host_addr`, up (or
+    the macvlan deleted). Opened as an async context manager."""
+
+    ns: AsyncIPRoute
+
+    def __init__(
+        self, host: str, netns: str, shared: bool = False, ifname: str = NS_IFNAME,
+        address: str = NS_ADDR, host_addr: str = HOST_ADDR,
+    ) -> None:  # fmt: skip
+        self.host, self.netns, self.shared = host, netns, shared
+        self.ifname, self.address, self.host_addr = ifname, address, host_addr
+        self.index = self.ns_index = socket.if_nametoindex(host)
         self.init = AsyncIPRoute()
-        self.ns: AsyncIPRoute | None = None
-        self._ns_sock: socket.socket | None = None
         self._init_fd = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
 
-    @classmethod
-    @contextlib.asynccontextmanager
-    async def opened(cls, host: str, netns: str) -> AsyncIterator[Self]:
-        """Raw on netdev `host`, its socket in `netns` open; closed afterwards."""
-        raw = cls(host, socket.if_nametoindex(host), netns)
-        await raw.open()
-        try:
-            yield raw
-        finally:
-            raw.close()
-
-    async def open(self) -> None:
+    async def __aenter__(self) -> Self:
         await self.init.setup_endpoint()
-        fd = os.open(f"/run/netns/{self.netns}", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            # a netlink socket keeps the netns it was created in
-            self._ns_sock = await run_in_netns(
-                fd, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 0)
-            )
-        finally:
-            os.close(fd)
+        self._ns_sock = await netlink_in(self.netns)
         self.ns = AsyncIPRoute(use_socket=self._ns_sock)
         await self.ns.setup_endpoint()
+        return self
 
-    def close(self) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self.init.close()
-        if self.ns is not None:
-            self.ns.close()
-        if self._ns_sock is not None:
-            self._ns_sock.close()
+        self.ns.close()
+        self._ns_sock.close()
         os.close(self._init_fd)
 
     async def claim(self) -> None:
-        assert self.ns is not None
-        fd = os.open(f"/run/netns/{self.netns}", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            # one message: the move and the rename
-            await self.init.link("set", index=self.index, net_ns_fd=fd, ifname=NS_IFNAME)
-        finally:
-            os.close(fd)
-        addr, plen = NS_ADDR.split("/")
-        await self.ns.link("set", index=self.index, mtu=NS_MTU)
-        await self.ns.addr("add", index=self.index, address=addr, prefixlen=int(plen))
-        await self.ns.link("set", index=self.index, state="up")
+        with netns_fd(self.netns) as fd:
+            if self.shared:
+                await self.init.link(
+                    "add", ifname=self.ifname, kind="macvlan", macvlan_mode="bridge",
+                    link=self.index, net_ns_fd=fd, mtu=NS_MTU,
+                )  # fmt: skip
+            else:  # one message: the move and the rename
+                await self.init.link("set", index=self.index, net_ns_fd=fd, ifname=self.ifname)
+        if self.shared:
+            (self.ns_index,) = await self.ns.link_lookup(ifname=self.ifname)
+        else:
+            await self.ns.link("set", index=self.index, mtu=NS_MTU)
+        addr, plen = self.address.split("/")
+        await self.ns.addr("add", index=self.ns_index, address=addr, prefixlen=int(plen))
+        await self.ns.link("set", index=self.ns_index, state="up")
 
     async def release(self) -> None:
-        assert self.ns is not None
+        if self.shared:
+            await self.ns.link("del", index=self.ns_index)
+            return
         # as rdmad does: the MTU in the netns, where the kernel's walk of IPv6 routes is short
         await self.ns.link("set", index=self.index, mtu=HOST_MTU)
         await self.ns.link("set", index=self.index, net_ns_fd=self._init_fd, ifname=self.host)
-        addr, plen = HOST_ADDR.split("/")
+        addr, plen = self.host_addr.split("/")
         await self.init.addr("add", index=self.index, address=addr, prefixlen=int(plen))
         await self.init.link("set", index=self.index, state="up")
+
+
+async def serially(raws: Sequence[Raw]) -> float:
+    """Until the last of `raws` has claimed (ms), one after another; then released."""
+    t0 = time.perf_counter()
+    for raw in raws:
+        await raw.claim()
+    took = ms_since(t0)
+    for raw in raws:
+        await raw.release()
+    return took
 
 
 def cli_claim(host: str, netns: str) -> None:
@@ -159,10 +170,12 @@ def cli_release(host: str, netns: str) -> None:
     ip("link", "set", "dev", host, "up")
 
 
-def check_claimed(netns: str) -> None:
+def check_claimed(netns: str, kind: str | None = None) -> None:
+    """NS_IFNAME in `netns` with NS_MTU and NS_ADDR, of `kind` (None: a moved veth)."""
     info = link(NS_IFNAME, netns)
     assert info is not None and info["mtu"] == NS_MTU, f"not claimed: {info}"
-    assert addresses(NS_IFNAME, netns) == {NS_ADDR}, addresses(NS_IFNAME, netns)
+    assert info.get("linkinfo", {}).get("info_kind", "veth") == (kind or "veth"), info
+    assert NS_ADDR in addresses(NS_IFNAME, netns), addresses(NS_IFNAME, netns)
 
 
 def check_home(host: str) -> None:
@@ -178,7 +191,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
         ip("addr", "add", HOST_ADDR, "dev", host)
         opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR])
         async with (
-            Raw.opened(host, netns) as raw,
+            Raw(host, netns) as raw,
             rdmad(bus, nics.sim_spec(), extra=["--cgroup-root", str(cgroups)]),
             client(bus) as c,
         ):
@@ -213,13 +226,5 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
             )
         )
         limited = RatioCheck.of("limit/none", t["l" + op], r, 1.1)
-        res.rows.append(
-            Row(
-                f"1. {label} latency with an RDMA limit (tmpfs cgroup tree), settled",
-                spread(t["l" + op]),
-                spread(r),
-                ratio=limited.text(),
-                target=limited.target(),
-                met=limited.met,
-            )
-        )
+        scenario = f"1. {label} latency with an RDMA limit (tmpfs cgroup tree), settled"
+        res.rows.append(Row.of(scenario, spread(t["l" + op]), spread(r), limited))

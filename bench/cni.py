@@ -1,13 +1,7 @@
-"""8. rdmad-cni against the containernetworking plugins' Go binaries (Debian's
-containernetworking-plugins), ADD and DEL side by side on the same netdev: host-device against
-a whole-device claim, macvlan against a shared claim.
-
-Each operation is one plugin process run as a runtime runs it (CNI_* variables, the config
-on stdin, no IPAM), settled like the other netns-moving scenarios. Wall time is the
-process's, from spawn to exit; CPU time is its user + system time from wait4 (children
-included). The four columns take turns (bench.columns), each an ADD and a DEL. The plugin
-is the Go binary the checkout builds (build/cni/rdmad-cni, made by `make setup`:
-scripts/build-cni.sh).
+"""8. rdmad-cni against Debian's containernetworking-plugins Go binaries, ADD and DEL on the
+same netdev, taking turns (bench.columns), settled: host-device against a whole-device
+claim, macvlan against a shared one. Each is one plugin process as a runtime runs it (no
+IPAM): wall time from spawn to exit, CPU from wait4. The plugin is build/cni/rdmad-cni.
 """
 
 from __future__ import annotations
@@ -117,16 +111,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                 f"CPU per process p50: {pct(t[f'{ours} {verb} cpu'], 50):.1f} ms against"
                 f" {pct(t[f'{theirs} {verb} cpu'], 50):.1f} ms"
             )
-            res.rows.append(
-                Row(
-                    f"8. CNI {verb}, {ours} against {theirs} (wall, settled)",
-                    spread(mine),
-                    spread(peer),
-                    "-",
-                    f"{check.text()}; {cpu}",
-                    check.target() if goal else "",
-                    check.met if goal else None,
-                )
-            )
+            scenario = f"8. CNI {verb}, {ours} against {theirs} (wall, settled)"
+            res.rows.append(Row.of(scenario, spread(mine), spread(peer), check, goal, f"; {cpu}"))
             res.dists[f"CNI {verb}: {ours}"] = mine
             res.dists[f"CNI {verb}: {theirs}"] = peer

@@ -1,15 +1,12 @@
-"""Ways of doing the same thing, measured side by side, rep by rep.
-
-Each rep runs every column once, in one of a cycle of column orders. An operation pays for
-what the one before it left the kernel to do (docs/performance.md): a claim 50-60 ms after
-the CLI's release, whose `ip` processes have just exited, still moves slower. So each
-column must follow each column, its own included, equally often. In these cycles every rep
-starts with the column that ended the one before, and the other adjacent pairs each come
-equally often (bench/tests/test_order.py).
+"""Ways of doing the same thing, measured side by side, rep by rep: each rep runs every
+column once, in one of a cycle of orders. An operation pays for what the one before it left
+the kernel to do (docs/performance.md), so each column follows each column, its own
+included, equally often (bench/tests/test_order.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -92,3 +89,14 @@ def blocking(fn: Callable[..., None], *args: str) -> Op:
         fn(*args)
 
     return op
+
+
+def drained(name: str, op: Callable[[], Awaitable[float]], pause_s: float) -> Column:
+    """A column whose operation times itself (ms, kept as `name`) and undoes itself; then a
+    pause lets the kernel's RCU work drain."""
+
+    async def run(s: Samples) -> None:
+        s.add(name, await op())
+        await asyncio.sleep(pause_s)
+
+    return run

@@ -1,9 +1,5 @@
-"""Shared pieces of the benchmark: parameters, results, fast veth creation, a rig.
-
-Everything here is built on testbed/ (the real daemon process, the raw D-Bus client,
-the private bus, ip helpers); this module adds only what a benchmark needs on top: many
-netdevs at once, timestamps, and per-process counters from /proc.
-"""
+"""What the scenarios share, on top of testbed/: parameters, results, netdevs in bulk, the
+daemon and its claims, and per-process counters from /proc."""
 
 from __future__ import annotations
 
@@ -18,12 +14,12 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from dbus_fast import Variant
 
+from bench.stats import RatioCheck
 from testbed.daemon import Client, RdmadProcess
 from testbed.net import ip
 from testbed.threads import Thread, switches, woken
@@ -37,76 +33,41 @@ BENCH_NET = ipaddress.IPv4Network("198.18.0.0/15")
 
 @dataclass(frozen=True)
 class Params:
-    smoke: bool
-    reps: int  # repetitions per latency measurement (the issue asks >= 200)
+    """The full run's parameters; quick() gives smoke mode's."""
+
+    smoke: bool = False
+    reps: int = 200  # repetitions per latency measurement (the issue asks >= 200)
     # Claim/release against raw and the CLI: more, since each move lands on a whole number
     # of scheduler ticks and a p50 of multimodal samples needs them. Whole cycles of
     # bench.columns.ORDERS["rwcl"] (a multiple of 8), so each column follows each alike.
-    latency_reps: int
+    latency_reps: int = 504
     # Claims and releases are measured settled (Settler): this long before each, plus up to
     # jitter_ms at random.
-    settle_ms: float
-    jitter_ms: float
-    warmup: int
+    settle_ms: float = 50.0
+    jitter_ms: float = 10.0
+    warmup: int = 10
     # (RDMA-capable netdevs, unrelated interfaces) per modelled node, smallest first
-    scale_nodes: tuple[tuple[int, int], ...]
-    scale_reps: int  # claim/release cycles per pass per node
-    shared_reps: int  # whole cycles of bench.columns.ORDERS["rw"] (a multiple of 2)
-    cni_reps: int  # rounds of ADD then DEL per CNI plugin column
-    burst: int  # claims at once, from as many clients on as many devices
-    bursts: int  # bursts of each kind, each against a serial raw sequence
-    pod_reps: int  # 8-rail pods per column and kind (bench.pod), a multiple of 6
-    idle_seconds: float
-
-    @classmethod
-    def full(cls) -> Params:
-        return cls(
-            smoke=False,
-            reps=200,
-            latency_reps=504,
-            settle_ms=50.0,
-            jitter_ms=10.0,
-            warmup=10,
-            scale_nodes=((16, 0), (128, 256), (1024, 2048)),
-            scale_reps=300,  # at 100, its p90 flatness intervals were too wide to decide
-            shared_reps=104,
-            cni_reps=100,
-            burst=64,
-            bursts=6,
-            pod_reps=60,
-            idle_seconds=60.0,
-        )
+    scale_nodes: tuple[tuple[int, int], ...] = ((16, 0), (128, 256), (1024, 2048))
+    scale_reps: int = 300  # claim/release cycles per pass per node (at 100, p90 undecided)
+    shared_reps: int = 104  # whole cycles of bench.columns.ORDERS["rw"] (a multiple of 2)
+    cni_reps: int = 100  # rounds of ADD then DEL per CNI plugin column
+    burst: int = 64  # claims at once, from as many clients on as many devices
+    bursts: int = 6  # bursts of each kind, each against a serial raw sequence
+    pod_reps: int = 60  # 8-rail pods per column and kind (bench.pod), a multiple of 6
+    idle_seconds: float = 60.0
 
     @classmethod
     def quick(cls) -> Params:
-        return cls(
-            smoke=True,
-            reps=8,
-            latency_reps=8,
-            settle_ms=50.0,
-            jitter_ms=10.0,
-            warmup=1,
-            # the second node is the guard's: 1024 interfaces against none (bench.scale)
-            scale_nodes=((4, 0), (4, 1024)),
-            scale_reps=16,
-            shared_reps=8,
-            cni_reps=4,
-            burst=8,
-            bursts=1,
-            pod_reps=1,
-            idle_seconds=2.0,
-        )
+        # the second scale node is the guard's: 1024 interfaces against none (bench.scale)
+        return cls(smoke=True, reps=8, latency_reps=8, warmup=1, scale_nodes=((4, 0), (4, 1024)),
+                   scale_reps=16, shared_reps=8, cni_reps=4, burst=8, bursts=1, pod_reps=1,
+                   idle_seconds=2.0)  # fmt: skip
 
 
 class Settler:
-    """Idles before a netns-moving operation: p.settle_ms, plus up to p.jitter_ms at random.
-
-    A move waits for the RCU callbacks that earlier operations left on other CPUs and ends
-    on a scheduler tick, so back to back its cost is set by what ran before it and by the
-    tick phase that left it at. Settled, most earlier callbacks are gone (an exited process's
-    are not always: bench.claim.ORDERS shares those out) and the phase is random, as for a
-    claim on a node (docs/performance.md). Seeded: the same pauses every run.
-    """
+    """Idles before a netns-moving operation: p.settle_ms, plus up to p.jitter_ms at random
+    (seeded), so that it starts with most earlier RCU work gone and at a random phase of the
+    scheduler tick, as a claim on a node does (docs/performance.md)."""
 
     def __init__(self, p: Params) -> None:
         self._base, self._jitter = p.settle_ms / 1e3, p.jitter_ms / 1e3
@@ -129,6 +90,15 @@ class Row:
     target: str = ""
     met: bool | None = None
 
+    @classmethod
+    def of(
+        cls, scenario: str, ours: str, theirs: str, check: RatioCheck, judged: bool = True,
+        note: str = "",
+    ) -> Row:  # fmt: skip
+        """A row of a ratio `check` (and a `note` beside it); not `judged`, it decides nothing."""
+        target, met = (check.target(), check.met) if judged else ("", None)
+        return cls(scenario, ours, theirs, ratio=check.text() + note, target=target, met=met)
+
 
 @dataclass
 class Results:
@@ -136,9 +106,6 @@ class Results:
     dists: dict[str, list[float]] = field(default_factory=dict)  # name -> samples, ms
     errors: list[str] = field(default_factory=list)
     scenario_seconds: dict[str, float] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def ms_since(t0: float) -> float:
@@ -174,16 +141,9 @@ class Nics:
 
 @contextlib.contextmanager
 def many_veths(n: int, tag: str = "", up: bool = False) -> Iterator[Nics]:
-    """`n` veth pairs, host ends in init_net (MTU 1500), peers in a scratch netns.
-
-    Down by default. With `up`, both ends are up, so each host end has its IPv6 link-local
-    address, and each also gets an IPv4 /32 from the benchmarking range 198.18.0.0/15: a
-    node's interfaces as a daemon sees them (VFs, other CNIs' veths, bonds, VLANs).
-
-    Peers live in their own netns so that cleanup is one `ip netns del`: the kernel then
-    unregisters every pair in one batch (one RCU grace period) instead of one per pair,
-    which matters at 1024. Names share a random per-call prefix; leftovers are swept too.
-    """
+    """`n` veth pairs, host ends in init_net (MTU 1500), peers in a scratch netns (one
+    `ip netns del` then unregisters them all in one batch). Down by default; with `up`,
+    both ends up and host end i with BENCH_NET[i]/32, past IPv6 DAD."""
     prefix = run_prefix() + tag
     peers = f"{prefix}peers"
     hosts = [f"{prefix}{i}h" for i in range(n)]
@@ -215,9 +175,8 @@ def many_veths(n: int, tag: str = "", up: bool = False) -> Iterator[Nics]:
 
 
 def _past_dad(*netns: str | None, within: float = 60.0) -> None:
-    """Return once no IPv6 address in these netns is tentative: duplicate address detection
-    ends in a burst of address events (one per interface, about 2 s after the links came
-    up), which a measurement started earlier would charge to its first operations."""
+    """Once no IPv6 address in these netns is tentative: DAD's end is a burst of address
+    events that a measurement started earlier would charge to its first operations."""
     deadline = time.monotonic() + within
     while any(ip("-6", "addr", "show", "tentative", netns=ns).strip() for ns in netns):
         if time.monotonic() > deadline:
@@ -254,8 +213,8 @@ def pid_of(daemon: RdmadProcess) -> int:
 
 
 @contextlib.asynccontextmanager
-async def client(bus_address: str) -> AsyncIterator[Client]:
-    c = await Client.connect(bus_address)
+async def client(bus_address: str, signals: bool = True) -> AsyncIterator[Client]:
+    c = await Client.connect(bus_address, signals=signals)
     try:
         yield c
     finally:
@@ -301,6 +260,18 @@ def claim_cycle(
         await release(c, last)
 
     return claim_op, release_op
+
+
+Claim = tuple[Client, str, str, dict[str, Variant]]  # claim()'s arguments
+
+
+async def at_once(claims: Sequence[Claim]) -> float:
+    """Until the last of `claims` has its reply (ms), all sent at once; then released."""
+    t0 = time.perf_counter()
+    ids = await asyncio.gather(*(claim(*c) for c in claims))
+    took = ms_since(t0)
+    await asyncio.gather(*(release(c[0], i) for c, i in zip(claims, ids, strict=True)))
+    return took
 
 
 # ------------------------------------------------------------------ /proc counters

@@ -1,29 +1,14 @@
-"""10. rdmad-dra, the DRA kubelet plugin (issue 28), on a real rdmad (sim devices on real
-veths) with the contract tests' doubles (testbed/dra): the loopback API server in a thread
-of this process, the kubelet's side of the gRPC contract, and the plugin as its own process.
-
-  prepare:  NodePrepareResources of a one-device claim, as the kubelet calls it (a new gRPC
-            channel per call: the kubelet double's), beside the plugin as landed
-            (RDMAD_BENCH_LANDED, a git revision, default `main`: its rdmad/ from `git
-            archive`, on an API server double of its own). Target: prepare/landed <= 1 at
-            p50 (no worse than the code as landed).
-  ADD:      the pod's CNI ADD through the held device (rdmad-cni `"pod": true`, chained,
-            K8S_POD_UID in CNI_ARGS: rdmad's Attach) beside today's ADD by device name
-            (`"device": "sim0"`: rdmad's Claim), both with the pod's CNI_ARGS, on one netdev;
-            then each one's DEL. Target: held/by name <= 1.1 (bench.stats judges p50 and p90).
-  hotplug:  a sim device plugged into rdmad in this process (testbed/dra/hotplug_rdmad.py:
-            no outside process can hot-plug a running daemon's sim) to the ResourceSlice
-            write that shows it at the API server double. Target: p99 <= 1 s, over its
-            whole 95% interval.
-  port down: sim0's veth peer set down (its carrier, and so its port, go) to the UNHEALTHY
-            report on the health stream the kubelet double holds, and to the ResourceSlice
-            write that taints it. Target: p99 <= 1 s, each over its whole 95% interval.
-  idle:     the plugin's CPU ticks and context switches (wake-ups) over an idle window while
-            the kubelet double holds the health stream open, by thread name. Target: 0 and 0.
-
-The prepare and ADD columns take turns in bench.columns' cycle of orders, each operation
-settled (bench.common.Settler); after each change of the offer, the plugin's slice write is
-waited for before the next operation, so its reaction is no other column's cost.
+"""10. rdmad-dra, the DRA kubelet plugin, on a real rdmad with the contract tests' doubles
+(testbed/dra), the targets in bench/README.md:
+  prepare:   NodePrepareResources (a new gRPC channel per call, as the kubelet double makes)
+             beside the plugin as landed (RDMAD_BENCH_LANDED, default `main`: landed_tree);
+  ADD:       the pod's CNI ADD through the held device (`"pod": true`: rdmad's Attach)
+             beside ADD by device name (rdmad's Claim), on one netdev; then each one's DEL;
+  hotplug:   a sim device plugged (testbed/dra/hotplug_rdmad.py) to the slice showing it;
+  port down: sim0's veth peer down to the UNHEALTHY report and to the slice tainting it;
+  idle:      the plugin's CPU and wake-ups by thread while the health stream is held open.
+Prepare and ADD take turns (bench.columns), settled; after each change of the offer both
+plugins' slice writes are waited for, so a reaction is no other column's cost.
 """
 
 from __future__ import annotations
@@ -61,7 +46,7 @@ from testbed.daemon import ROOT
 from testbed.dra import kubelet
 from testbed.dra.apiserver import ApiServer
 from testbed.dra.claims import DRIVER, NODE, POD_UID, claim
-from testbed.dra.hotplug_rdmad import hotplug_rdmad
+from testbed.dra.hotplug_rdmad import HotplugRdmad, hotplug_rdmad
 from testbed.dra.plugin_process import Plugin, running_plugin
 from testbed.net import ip, temp_netns
 
@@ -157,6 +142,17 @@ async def register(plugin: Plugin) -> tuple[str, str]:
     return info.endpoint, kubelet.chosen_service(info)
 
 
+def put_claim(api: ApiServer) -> None:
+    """The pod's one-device claim, REF, at the API server."""
+    api.put_claim(claim(REF.uid, [DEVICE], name=REF.name, parameters={"interfaceName": IFNAME}))
+
+
+async def unprepare(endpoint: str, service: str) -> None:
+    errors = await kubelet.unprepare(endpoint, service, [REF])
+    if errors != {REF.uid: ""}:
+        raise RuntimeError(f"NodeUnprepareResources failed: {errors}")
+
+
 def columns(node: Node) -> list[Column]:
     confs = cni_confs(node.bus, node.netns)
     args = pod_args(POD_UID)
@@ -173,16 +169,11 @@ def columns(node: Node) -> list[Column]:
         if got[REF.uid].error or not got[REF.uid].devices:
             raise RuntimeError(f"NodePrepareResources failed: {got}")
 
-    async def unprepare(endpoint: str) -> None:
-        errors = await kubelet.unprepare(endpoint, node.service, [REF])
-        if errors != {REF.uid: ""}:
-            raise RuntimeError(f"NodeUnprepareResources failed: {errors}")
-
     async def landed(s: Samples) -> None:
         await prepare(s, "landed prepare", node.landed_endpoint)
         await node.shows(lacks(DEVICE))
         await node.settle()
-        await unprepare(node.landed_endpoint)
+        await unprepare(node.landed_endpoint, node.service)
         await node.shows(offers(DEVICE, whole=True))
 
     async def held(s: Samples) -> None:
@@ -192,7 +183,7 @@ def columns(node: Node) -> list[Column]:
         await cni(s, "held DEL", "DEL", "pod", "eth0")
         await node.settle()
         t0 = time.perf_counter()
-        await unprepare(node.endpoint)
+        await unprepare(node.endpoint, node.service)
         s.add("unprepare", ms_since(t0))
         await node.shows(offers(DEVICE, whole=True))
 
@@ -208,18 +199,20 @@ def columns(node: Node) -> list[Column]:
 # ------------------------------------------------------------------ hotplug
 
 
-async def hotplugs(
-    api: ApiServer, plug: Callable[[], None], unplug: Callable[[], None], reps: int, settle: Settler
-) -> list[float]:
+def only_sim0(devices: dict[str, dict[str, Any]]) -> bool:
+    return offers("sim0")(devices) and not offers("sim1")(devices)
+
+
+async def hotplugs(api: ApiServer, hot: HotplugRdmad, reps: int, settle: Settler) -> list[float]:
     """Plug sim1 `reps` times, each to the slice write that shows it; unplugged between."""
     out = []
     for _ in range(reps):
         await settle()
         t0 = time.perf_counter()
-        plug()
+        hot.plug("sim1")
         out.append((await published(api, offers("sim1")) - t0) * 1000.0)
-        unplug()
-        await published(api, lambda d: offers("sim0")(d) and not offers("sim1")(d))
+        hot.unplug("sim1")
+        await published(api, only_sim0)
     return out
 
 
@@ -292,10 +285,8 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
         api_server() as api,
         api_server() as landed_api,
     ):
-        for served in (api, landed_api):
-            served.put_claim(
-                claim(REF.uid, [DEVICE], name=REF.name, parameters={"interfaceName": IFNAME})
-            )
+        put_claim(api)
+        put_claim(landed_api)
         workdir = Path(tmp)
         landed_root = landed_tree(workdir / "landed-tree")
         # One plugin throughout: it follows rdmad's going and the hot-plug rdmad's coming.
@@ -320,10 +311,8 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
                     quiet = await idle(pid, p.idle_seconds)
             devices = [("sim0", nics.hosts[0]), ("sim1", nics.hosts[1])]
             async with hotplug_rdmad(bus, workdir, devices, unplugged={"sim1"}) as hot:
-                await published(api, lambda d: offers("sim0")(d) and not offers("sim1")(d))
-                hot_s = await hotplugs(
-                    api, lambda: hot.plug("sim1"), lambda: hot.unplug("sim1"), reps, settle
-                )
+                await published(api, only_sim0)
+                hot_s = await hotplugs(api, hot, reps, settle)
     report(res, pod.t, hot_s, down.t, quiet)
 
 
@@ -361,17 +350,9 @@ def report(
         check = RatioCheck.of(
             "held/by name", t[f"held {verb}"], t[f"by-name {verb}"], target or math.inf
         )
-        res.rows.append(
-            Row(
-                f'10. CNI {verb}: the pod\'s held device (`"pod": true`) against by device name',
-                with_p99(t[f"held {verb}"]),
-                with_p99(t[f"by-name {verb}"]),
-                "-",
-                check.text(),
-                check.target() if target else "",
-                check.met if target else None,
-            )
-        )
+        scenario = f'10. CNI {verb}: the pod\'s held device (`"pod": true`) against by device name'
+        ours, theirs = with_p99(t[f"held {verb}"]), with_p99(t[f"by-name {verb}"])
+        res.rows.append(Row.of(scenario, ours, theirs, check, bool(target)))
     changes = (
         ("a sim device's hotplug to the ResourceSlice write showing it", hot),
         ("a port down (its veth's carrier) to the UNHEALTHY report on the health stream",

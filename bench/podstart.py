@@ -1,19 +1,13 @@
-"""11. A pod's whole start through containerd 2 as the kubelet drives it, with an RDMA device
-and without (issue 38), on a real rdmad (sim devices on real veths), rdmad-dra against the
-API server double, and a private containerd (testbed/cri: CDI on, reading rdmad's CDI dir).
-
-Every pod's network is the node's: `ptp` with host-local IPAM, chained with rdmad-cni in
-pod mode. Three columns take turns in bench.columns' cycle of orders, each settled:
-  rdma:  NodePrepareResources of the pod's one-device claim (on one gRPC channel held
-         throughout, as the kubelet keeps one connection to a plugin), RunPodSandbox (ptp, then
-         rdmad-cni attaching the held device), ImageStatus, CreateContainer with the
-         prepare's CDI device, StartContainer;
-  plain: the same pod with no claim: its sandbox (rdmad-cni finds nothing held) and its
-         container, started;
-  raw:   the kernel operations the device needs, in-process with pyroute2 (bench.claim.Raw:
-         the netdev's move into a netns with its name, then MTU, address, up).
-Each pod is then stopped and removed and its claim unprepared, untimed. Target: what RDMA
-adds (rdma's p50 less plain's) at most 1.2x raw's p50, over the whole 95% interval.
+"""11. A pod's whole start through containerd 2 (testbed/cri) as the kubelet drives it, with
+an RDMA device and without, on a real rdmad, rdmad-dra and the API server double. The pod
+network is `ptp` with host-local IPAM, chained with rdmad-cni in pod mode. Three columns
+take turns (bench.columns), settled:
+  rdma:  NodePrepareResources on one channel held throughout (as the kubelet keeps one),
+         RunPodSandbox, CreateContainer with the CDI device, StartContainer;
+  plain: the same pod with no claim;
+  raw:   the device's kernel operations by pyroute2 (bench.claim.Raw).
+Each pod is stopped, removed and unprepared untimed. Target: what RDMA adds (rdma's p50
+less plain's) at most TARGET times raw's p50, over the whole 95% interval.
 """
 
 from __future__ import annotations
@@ -30,15 +24,25 @@ import grpc
 
 from bench.claim import Raw
 from bench.columns import Column, Samples, take_turns
-from bench.common import SHM, Params, Results, Row, Settler, many_veths, ms_since, pid_of, rdmad
-from bench.dra import DEVICE, IFNAME, REF, api_server, offers, published, register
+from bench.common import SHM, Params, Results, Row, Settler, many_veths, ms_since, rdmad
+from bench.dra import (
+    DEVICE,
+    IFNAME,
+    REF,
+    api_server,
+    offers,
+    published,
+    put_claim,
+    register,
+    unprepare,
+)
 from bench.stats import bootstrap, pct, spread
 from testbed.cri.containerd import IMAGE, private_containerd
 from testbed.cri.image import write_image_archive
 from testbed.cri.kubelet import Kubelet
 from testbed.dra import kubelet as dra
 from testbed.dra.apiserver import ApiServer
-from testbed.dra.claims import POD_UID, claim
+from testbed.dra.claims import POD_UID
 from testbed.dra.plugin_process import running_plugin
 from testbed.net import temp_netns
 
@@ -76,15 +80,8 @@ def columns(n: Node, settle: Settler) -> list[Column]:
         await kubelet.stop_pod(pod)
         await kubelet.remove_pod(pod)
         if rdma:
-            if await dra.unprepare(n.endpoint, n.service, [REF]) != {REF.uid: ""}:
-                raise RuntimeError("NodeUnprepareResources failed")
+            await unprepare(n.endpoint, n.service)
             await published(n.api, offers(DEVICE, whole=True))
-
-    async def rdma(s: Samples) -> None:
-        await start(s, "rdma", POD_UID, True)
-
-    async def plain(s: Samples) -> None:
-        await start(s, "plain", PLAIN_UID, False)
 
     async def moved(s: Samples) -> None:
         await settle()
@@ -93,14 +90,18 @@ def columns(n: Node, settle: Settler) -> list[Column]:
         s.add("raw", ms_since(t0))
         await n.raw.release()
 
-    return [rdma, plain, moved]
+    return [
+        lambda s: start(s, "rdma", POD_UID, True),
+        lambda s: start(s, "plain", PLAIN_UID, False),
+        moved,
+    ]
 
 
 @dataclass
 class Node:
     """The node a pod starts on: the kubelet (the CRI client), the API server double, the
     plugin's DRA service on one channel held throughout (as the kubelet keeps one
-    connection to a plugin), the raw column's kernel operations, and the processes."""
+    connection to a plugin), and the raw column's kernel operations."""
 
     kubelet: Kubelet
     api: ApiServer
@@ -108,8 +109,6 @@ class Node:
     endpoint: str
     service: str
     raw: Raw
-    plugin_pid: int
-    rdmad_pid: int
 
 
 @contextlib.asynccontextmanager
@@ -122,22 +121,20 @@ async def node(bus: str) -> AsyncIterator[Node]:
         api_server() as api,
     ):
         workdir = Path(tmp)
-        api.put_claim(claim(REF.uid, [DEVICE], name=REF.name, parameters={"interfaceName": IFNAME}))
+        put_claim(api)
         write_image_archive(IMAGE, workdir / "image.tar")
         async with (
             rdmad(bus, nics.sim_spec()) as daemon,
             running_plugin(api, bus, workdir / "dra") as plugin,
             private_containerd(daemon.cdi_dir) as containerd,
-            Raw.opened(spare.hosts[0], raw_netns) as raw,
+            Raw(spare.hosts[0], raw_netns) as raw,
         ):
             endpoint, service = await register(plugin)
             containerd.add_network("bench", network(bus, workdir / "ipam"))
             kubelet = Kubelet(await containerd.start(workdir / "image.tar"), containerd.pod_logs)
             await published(api, offers(DEVICE, whole=True))
             async with dra.connect(endpoint) as channel:
-                yield Node(
-                    kubelet, api, channel, endpoint, service, raw, plugin.proc.pid, pid_of(daemon)
-                )
+                yield Node(kubelet, api, channel, endpoint, service, raw)
 
 
 async def run(bus: str, p: Params, res: Results, out: Path) -> None:

@@ -17,19 +17,10 @@ import sys
 import time
 import traceback
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict
 from pathlib import Path
 
-from bench import (
-    burst,
-    claim,
-    cni,
-    dra,
-    idle,
-    pod,
-    podstart,
-    scale,
-    shared,
-)
+from bench import burst, claim, cni, dra, idle, pod, podstart, scale, shared
 from bench.common import BENCH_DIR, Params, Results
 from bench.report import write_report
 from testbed.bus import start_private_bus
@@ -74,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--only", nargs="+", choices=list(SCENARIOS), help="run only these")
     args = ap.parse_args(argv)
-    p = Params.quick() if args.smoke else Params.full()
+    p = Params.quick() if args.smoke else Params()
     out: Path = args.out or BENCH_DIR / "out" / ("smoke" if args.smoke else "")
     out.mkdir(parents=True, exist_ok=True)
     names = args.only or list(SCENARIOS)
@@ -82,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     with start_private_bus() as bus:
         res = asyncio.run(run_all(names, p, out, bus.address))
     total = time.monotonic() - t0
-    (out / "results.json").write_text(json.dumps(res.to_json(), indent=1))
+    (out / "results.json").write_text(json.dumps(asdict(res), indent=1))
     write_report(res, p, out, total)
     print(f"bench: wrote {out}/results.md in {total:.0f} s", file=sys.stderr)
     if res.errors:

@@ -1,20 +1,11 @@
 """3. Scale on a modelled node: N RDMA-capable netdevs (sim devices on real veths) and M
-unrelated interfaces, all up with addresses, as on a node with VFs and one veth per pod.
-
-At each size: ListDevices latency, and claim and release latency with the daemon's CPU time
-per operation, settled. The CPU an operation costs is read from
-/proc/<pid>/stat (utime + stime, all threads) when it starts and when the next one starts,
-so work the daemon does after its reply (the events the move causes) is charged to the
-operation that caused it.
-
-Beside rdmad, rep by rep, the same kernel operations in-process with pyroute2 (bench.claim's
-raw column) on a veth of the same node, with this process's CPU time (user + system) per
-operation. The kernel's own work in a move grows with the interfaces of the netns it
-leaves or joins, whoever sends it; raw shows by how much, and the targets are on rdmad over
-raw: its latency as a ratio of raw's, and its CPU minus raw's, flat within 1.15x from the
-smallest node to the largest. The guard: if the daemon's CPU per claim on the largest node
-is more than GUARD times the smallest node's, the scenario fails, loudly, in smoke mode too
-(a ratio within one run, not an absolute time).
+unrelated interfaces, all up with addresses. At each size: ListDevices latency, and claim
+and release, settled, beside raw pyroute2 (bench.claim.Raw) on a veth of the same node,
+with the CPU per operation: the daemon's from /proc (CpuMeter, which charges the work after
+a reply to the operation that caused it), this process's for raw. Targets on rdmad over raw
+(latency ratio and CPU difference) flat within FLAT from the smallest node to the largest;
+the guard fails the run, smoke mode included, when the daemon's CPU per claim on the
+largest node is more than GUARD times the smallest's.
 """
 
 from __future__ import annotations
@@ -129,7 +120,7 @@ async def _measure(bus: str, p: Params, netdevs: int, others: int) -> Node:
                     lists.append(ms_since(t0))
             assert len(rows) == netdevs, f"ListDevices returned {len(rows)} of {netdevs}"
             with temp_netns("rbs") as netns, temp_netns("rbw") as raw_netns:
-                async with Raw.opened(spare.hosts[0], raw_netns) as raw:
+                async with Raw(spare.hosts[0], raw_netns) as raw:
                     opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR])  # raw's claim
                     ops = claim_cycle(c, f"sim{netdevs // 2}", netns, opts)
                     meter, settle = CpuMeter(pid_of(d)), Settler(p)

@@ -1,25 +1,16 @@
-"""6. Shared claims side by side: a macvlan of the device's netdev, created in the netns
-under its name and MTU, given an address and brought up; released by deleting it.
-
-Two columns, interleaved rep by rep in a cycle of orders (bench.columns), settled:
-  rdmad: a shared claim over D-Bus, call to reply;
-  raw:   the same requests in-process with pyroute2 (created in the netns with its name and
-         MTU in one request, then the address and up through a socket kept in the netns).
-(containernetworking's `macvlan` plugin stands beside rdmad-cni's shared ADD in bench.cni.)
-
-6b. The same share claimed by a user polkit allows (nobody, into a netns it owns, as a
-rootless container's), beside root's into that netns, interleaved on one daemon with
-polkitd on its bus; and polkit's CheckAuthorization alone, the round trip a user's claim
-adds (root's asks nobody).
+"""6. Shared claims (a macvlan of the device's netdev, made in the netns under its name and
+MTU, with an address, up; released by deleting it), settled, taking turns with the same
+requests by raw pyroute2 (bench.claim.Raw). 6b: the same share claimed by a user polkit
+allows (nobody, into a netns it owns) beside root's, on one daemon with polkitd on its bus,
+and polkit's CheckAuthorization alone, the round trip a user's claim adds.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
-from bench.claim import NS_ADDR, NS_IFNAME, NS_MTU, Raw
+from bench.claim import NS_ADDR, NS_IFNAME, NS_MTU, Raw, check_claimed
 from bench.columns import Ways, side_by_side
 from bench.common import (
     Params,
@@ -37,7 +28,7 @@ from bench.stats import RatioCheck, spread
 from rdmad.bus.polkit import Action, Polkit
 from testbed.bus import NOBODY, start_private_bus, this_thread_as
 from testbed.daemon import Client
-from testbed.net import addresses, link, temp_netns, users_netns
+from testbed.net import link, temp_netns, users_netns
 from testbed.polkit import start_polkitd
 
 # 6b: nobody takes shares and releases its own (docs/rootless.md's rule, by user)
@@ -50,43 +41,6 @@ polkit.addRule(function(action, subject) {
 """
 
 
-class RawShared(Raw):
-    """The shared claim's kernel operations, in-process with pyroute2, and nothing else."""
-
-    ns_index = 0
-
-    async def claim(self) -> None:
-        assert self.ns is not None
-        fd = os.open(f"/run/netns/{self.netns}", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            await self.init.link(
-                "add",
-                ifname=NS_IFNAME,
-                kind="macvlan",
-                macvlan_mode="bridge",
-                link=self.index,
-                net_ns_fd=fd,
-                mtu=NS_MTU,
-            )
-        finally:
-            os.close(fd)
-        (self.ns_index,) = await self.ns.link_lookup(ifname=NS_IFNAME)
-        addr, plen = NS_ADDR.split("/")
-        await self.ns.addr("add", index=self.ns_index, address=addr, prefixlen=int(plen))
-        await self.ns.link("set", index=self.ns_index, state="up")
-
-    async def release(self) -> None:
-        assert self.ns is not None
-        await self.ns.link("del", index=self.ns_index)
-
-
-def check_claimed(netns: str) -> None:
-    info = link(NS_IFNAME, netns)
-    assert info is not None and info["mtu"] == NS_MTU, f"not claimed: {info}"
-    assert info.get("linkinfo", {}).get("info_kind") == "macvlan", info
-    assert NS_ADDR in addresses(NS_IFNAME, netns), addresses(NS_IFNAME, netns)
-
-
 def check_released(netns: str) -> None:
     assert link(NS_IFNAME, netns) is None, f"{NS_IFNAME} still in {netns}"
 
@@ -96,7 +50,7 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
         parent = nics.hosts[0]
         opts = claim_options(NS_IFNAME, NS_MTU, [NS_ADDR], shared=True)
         async with (
-            RawShared.opened(parent, netns) as raw,
+            Raw(parent, netns, shared=True) as raw,
             rdmad(bus, nics.sim_spec()),
             client(bus) as c,
         ):
@@ -106,23 +60,15 @@ async def run(bus: str, p: Params, res: Results, out: Path) -> None:
             }
             t = await side_by_side(
                 ways, p.shared_reps, p.warmup, Settler(p),
-                lambda: check_claimed(netns), lambda: check_released(netns),
+                lambda: check_claimed(netns, "macvlan"), lambda: check_released(netns),
             )  # fmt: skip
     for op, label in (("c", "claim"), ("r", "release")):
         r, w = t["r" + op], t["w" + op]
         res.dists[f"Shared {label}: rdmad"] = r
         res.dists[f"Shared {label}: raw pyroute2"] = w
         check = RatioCheck.of("rdmad/raw", r, w, 1.3)
-        res.rows.append(
-            Row(
-                f"6. Shared {label} (macvlan), settled",
-                spread(r),
-                spread(w),
-                ratio=check.text(),
-                target=check.target() if op == "c" else "",
-                met=check.met if op == "c" else None,
-            )
-        )
+        scenario = f"6. Shared {label} (macvlan), settled"
+        res.rows.append(Row.of(scenario, spread(r), spread(w), check, judged=op == "c"))
     await run_as_a_user(p, res)
 
 
@@ -144,7 +90,7 @@ async def run_as_a_user(p: Params, res: Results) -> None:
                     "r": claim_cycle(root, "sim0", netns, opts),
                     "u": claim_cycle(user, "sim0", netns, opts),
                 }
-                checks = (lambda: check_claimed(netns), lambda: check_released(netns))
+                checks = (lambda: check_claimed(netns, "macvlan"), lambda: check_released(netns))
                 t = await side_by_side(ways, p.shared_reps, p.warmup, settle, *checks)
                 polkit, asked = Polkit(root.bus), []
                 details, sender = {"device": "sim0", "netns": netns}, user.bus.unique_name

@@ -7,7 +7,7 @@ from itertools import pairwise
 
 import pytest
 
-from bench.columns import LETTERS, ORDERS, Column, Samples, take_turns
+from bench.columns import LETTERS, ORDERS, Column, Samples, drained, take_turns
 from bench.common import Params
 
 CYCLES = sorted(ORDERS.items())
@@ -37,7 +37,7 @@ def test_every_rep_runs_each_column_once(columns: str, orders: tuple[str, ...]) 
 
 
 def test_the_full_run_measures_whole_cycles() -> None:
-    p = Params.full()
+    p = Params()
     assert p.latency_reps % len(ORDERS["rwcl"]) == 0
     assert p.shared_reps % len(ORDERS["rw"]) == 0
 
@@ -67,3 +67,11 @@ async def test_over_a_cycle_each_column_goes_first_equally_often(
     await take_turns([recording(ran, c) for c in columns], len(orders), 0)
     n = len(columns)
     assert Counter(ran[0::n]) == {c: len(orders) // n for c in columns}
+
+
+async def test_a_drained_column_keeps_the_time_its_operation_gives() -> None:
+    async def op() -> float:
+        return 7.0
+
+    got = await take_turns([drained("a", op, 0.0), drained("b", op, 0.0)], 2, 1)
+    assert got.t == {"a": [7.0, 7.0], "b": [7.0, 7.0]}

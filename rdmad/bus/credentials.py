@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from dbus_fast import Message, MessageFlag, MessageType
 from dbus_fast.aio import MessageBus
 
-from rdmad.bus.names import DBUS_NAME, DBUS_PATH
+from rdmad.bus.names import DBUS_NAME, DBUS_PATH, bus_daemon_call
 from rdmad.bus.polkit import Action, Polkit
 from rdmad.errors import AccessDenied, RdmadError
 
@@ -102,16 +102,7 @@ class Credentials:
         """Call the bus daemon; its refusal, no reply or a lost connection (EOFError,
         OSError) is an RdmadError."""
         try:
-            reply = await self._bus.call(
-                Message(
-                    destination=DBUS_NAME,
-                    path=DBUS_PATH,
-                    interface=DBUS_NAME,
-                    member=member,
-                    signature=signature,
-                    body=body,
-                )
-            )
+            reply = await self._bus.call(bus_daemon_call(member, signature, body))
         except (EOFError, OSError) as exc:
             raise RdmadError(f"the bus daemon's {member} failed: {exc!r}") from exc
         if reply is None or reply.message_type is MessageType.ERROR:

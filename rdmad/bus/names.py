@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 
+from dbus_fast import Message
+
 BUS_NAME = "io.rdmad1"
 MANAGER_PATH = "/io/rdmad1"
 DEVICE_PREFIX = MANAGER_PATH + "/device"
@@ -20,6 +22,18 @@ PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
 OBJECT_MANAGER_IFACE = "org.freedesktop.DBus.ObjectManager"
 
 _HEX = "0123456789abcdef"
+
+
+def bus_daemon_call(member: str, signature: str, body: list[object]) -> Message:
+    """A method call to the bus daemon itself."""
+    return Message(
+        destination=DBUS_NAME,
+        path=DBUS_PATH,
+        interface=DBUS_NAME,
+        member=member,
+        signature=signature,
+        body=body,
+    )
 
 
 def _plain(ch: str) -> bool:

@@ -16,7 +16,7 @@ import logging
 from dbus_fast import Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
 
-from rdmad.bus.names import DBUS_NAME, DBUS_PATH
+from rdmad.bus.names import bus_daemon_call
 from rdmad.errors import AccessDenied
 
 log = logging.getLogger(__name__)
@@ -90,15 +90,7 @@ class Polkit:
         raise AccessDenied(f"{action}: not authorized by polkit")
 
     async def _ask_bus(self, member: str, signature: str, body: list[object]) -> Message:
-        msg = Message(
-            destination=DBUS_NAME,
-            path=DBUS_PATH,
-            interface=DBUS_NAME,
-            member=member,
-            signature=signature,
-            body=body,
-        )
-        return await self._call(msg, member)
+        return await self._call(bus_daemon_call(member, signature, body), member)
 
     async def _call(self, msg: Message, what: str) -> Message:
         """One bounded call; no reply in time, an error reply or a lost connection is

@@ -263,7 +263,7 @@ class RtnlBackend:
                 if ns_index:
                     break
                 with contextlib.suppress(RdmadError):
-                    ns_index = await _ifindex_in(ns, name, "its netns")
+                    ns_index = await _found(ifindex_of(ns, name), name, "its netns")
             if not ns_index:
                 raise InvalidArgs(f"none of {(ifname, *or_names)} is in the netns")
             await setlink(ns, ns_index, net_ns_fd=self._resolver.init_fd, ifname=host.name)
@@ -347,8 +347,8 @@ class RtnlBackend:
             if opened is not None:
                 opened.close()
         step("netdev-moved-home", host.name)
-        with _op(f"finding {host.name} in init_net"):
-            cur = netdev_from_link(await getlink(self._nl, name=host.name))
+        link = await _found(getlink(self._nl, name=host.name), host.name, "init_net")
+        cur = netdev_from_link(link)
         if host.mtu and cur.mtu != host.mtu:
             await self.restore(cur.ifindex, host)  # something else changed it meanwhile
             return await self._netdev(cur.ifindex, what)
@@ -360,8 +360,7 @@ class RtnlBackend:
 
     async def restore(self, ifindex: int, host: HostConfig) -> None:
         cidrs = _host_cidrs(host)
-        with _op(f"reading netdev {ifindex}"):
-            cur = netdev_from_link(await getlink(self._nl, ifindex))
+        cur = await self._netdev(ifindex, "restoring")
         what = f"restoring {cur.name} (ifindex {ifindex}) as {host.name}"
         if cur.name != host.name:
             with _op(what + ": setting it down to rename"):
@@ -537,7 +536,7 @@ class RtnlBackend:
         return msg.ifname == name
 
     async def _ifindex_of(self, name: str) -> int:
-        return await _ifindex_in(self._nl, name, "init_net")
+        return await _found(ifindex_of(self._nl, name), name, "init_net")
 
     @staticmethod
     def _name_error(e: OSError, what: str, name: str, where: str) -> RdmadError:
@@ -596,9 +595,10 @@ async def _if_there(read: Awaitable[_T], ifindex: int) -> _T | None:
         raise kernel_error(e, f"reading netdev {ifindex}") from e
 
 
-async def _ifindex_in(ch: NlChannel, ifname: str, where: str) -> int:
+async def _found(lookup: Awaitable[_T], ifname: str, where: str) -> _T:
+    """`lookup`'s answer about netdev `ifname` in `where`; its failure is finding it."""
     with _op(f"finding {ifname} in {where}"):
-        return await ifindex_of(ch, ifname)
+        return await lookup
 
 
 async def _configure_placed(
@@ -615,8 +615,7 @@ async def _configure_placed(
     `undo(ifindex or 0)` takes the placement back before the error propagates."""
     ns_index = 0
     try:
-        with _op(f"finding {ifname} in {where}"):
-            ns_index, mac = await link_mac(ns, name=ifname)
+        ns_index, mac = await _found(link_mac(ns, name=ifname), ifname, where)
         for c in cidrs:
             with _op(f"adding {c} to {ifname} in {where}"):
                 await add_address(ns, ns_index, c)

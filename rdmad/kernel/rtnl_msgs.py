@@ -259,24 +259,34 @@ async def setlink(
     await ch.request(setlink_request(index, net_ns_fd=net_ns_fd, ifname=ifname, mtu=mtu, up=up))
 
 
+async def _getlink_reply(
+    ch: NlChannel, index: int, name: str, target_nsid: int | None = None
+) -> Message:
+    """The RTM_GETLINK reply that getlink, ifindex_of and link_mac read."""
+    attrs = [attr_u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)]
+    attrs += _link_attrs(ifname=None if index else name, target_nsid=target_nsid)
+    (msg,) = await ch.request(_request(RTM_GETLINK, _link_body(index, attrs)))
+    return msg
+
+
+def _header_index(msg: Message) -> int:
+    """The ifindex in a link message's header."""
+    index: int = _IFINFOMSG.unpack_from(msg.payload)[2]
+    return index
+
+
 async def getlink(
     ch: NlChannel, index: int = 0, name: str = "", *, target_nsid: int | None = None
 ) -> Link:
     """One netdev, by index or else by name, in the channel's netns or the one
     `target_nsid` names; NetlinkError(ENODEV) if there is none."""
-    attrs = [attr_u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)]
-    attrs += _link_attrs(ifname=None if index else name, target_nsid=target_nsid)
-    (msg,) = await ch.request(_request(RTM_GETLINK, _link_body(index, attrs)))
-    return link_from(msg)
+    return link_from(await _getlink_reply(ch, index, name, target_nsid))
 
 
 async def ifindex_of(ch: NlChannel, name: str) -> int:
     """The index of netdev `name` in the channel's netns, from the reply's header alone (the
     whole link message takes 0.25 ms to decode); NetlinkError(ENODEV) if there is none."""
-    attrs = [attr_u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS), *_link_attrs(ifname=name)]
-    (msg,) = await ch.request(_request(RTM_GETLINK, _link_body(0, attrs)))
-    index: int = _IFINFOMSG.unpack_from(msg.payload)[2]
-    return index
+    return _header_index(await _getlink_reply(ch, 0, name))
 
 
 async def link_mac(
@@ -285,14 +295,11 @@ async def link_mac(
     """The index and MAC (aa:bb:...; "" without one) of one netdev, found as getlink finds
     it, from the reply's header and its attributes up to the address (link_from reads all
     40 or so); NetlinkError(ENODEV) if there is none."""
-    attrs = [attr_u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)]
-    attrs += _link_attrs(ifname=None if index else name, target_nsid=target_nsid)
-    (msg,) = await ch.request(_request(RTM_GETLINK, _link_body(index, attrs)))
-    found: int = _IFINFOMSG.unpack_from(msg.payload)[2]
+    msg = await _getlink_reply(ch, index, name, target_nsid)
     for key, value in iter_attrs(msg.payload[_IFINFOMSG.size :]):
         if key == IFLA_ADDRESS:
-            return found, value.hex(":")
-    return found, ""
+            return _header_index(msg), value.hex(":")
+    return _header_index(msg), ""
 
 
 async def dump_links(ch: NlChannel) -> list[Link]:

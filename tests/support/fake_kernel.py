@@ -117,8 +117,11 @@ class FakeLink:
         return Netdev(self.ifindex, self.name, self.mtu, self.up, self.kind)
 
     def placed(self) -> PlacedNetdev:
-        """What a claim shows of it in a pod's netns."""
-        return PlacedNetdev(self.mac, self.addresses)
+        """What a claim shows of it in a pod's netns, in PlacedNetdev's order (IPv4 first,
+        each family by address, link-local IPv6 left out), as the real adapter gives it."""
+        cidrs = sorted(map(ipaddress.ip_interface, self.addresses), key=lambda c: (c.version, c))
+        shown = (c for c in cidrs if not (c.version == 6 and c.ip.is_link_local))
+        return PlacedNetdev(self.mac, tuple(c.with_prefixlen for c in shown))
 
 
 @dataclass

@@ -4,6 +4,8 @@ pass against a kernel that does not exist."""
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 
 from rdmad.core.events import LinkChanged, LinkRemoved, NetnsGone
@@ -42,6 +44,23 @@ async def test_a_netdev_moved_into_a_netns_leaves_init_net_and_gets_its_netns_an
     assert events == [LinkRemoved(eth0.ifindex, "eth0")]
     assert placed.nsid == kernel.netns("pod").nsid == 0
     assert await process.net.get_netdev(eth0.ifindex) is None
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["moved", "macvlan"])
+async def test_a_placed_netdev_shows_ipv4_first_each_family_by_address_no_link_local(
+    shared: bool,
+) -> None:
+    kernel = two_nics()
+    process = kernel.process()
+    eth0, pod = kernel.link("eth0"), process.resolver.open("pod")
+    assert eth0 is not None
+    given = ("2001:db8::2/64", "10.0.0.9/24", "fe80::5/64", "2001:db8::1/64", "10.0.0.2/24")
+    cidrs = tuple(map(ipaddress.ip_interface, given))
+    put = process.net.add_macvlan if shared else process.net.place
+    placement = await put(eth0.ifindex, pod, "net0", None, cidrs)
+    shown = ("10.0.0.2/24", "10.0.0.9/24", "2001:db8::1/64", "2001:db8::2/64")
+    assert placement.netdev is not None and placement.netdev.addresses == shown
+    assert await process.net.read_placed(placement) == placement.netdev
 
 
 def test_nsids_are_reused_lowest_first() -> None:
