@@ -14,16 +14,11 @@ from contextvars import ContextVar
 from dbus_fast import Message, MessageFlag, MessageType
 from dbus_fast.aio import MessageBus
 
-from rdmad.bus.names import DBUS_NAME, DBUS_PATH, bus_daemon_call
+from rdmad.bus.names import DBUS_NAME, bus_daemon_call, name_owner_changed_rule
 from rdmad.bus.polkit import Action, Polkit
 from rdmad.errors import AccessDenied, RdmadError
 
 _current: ContextVar[Message | None] = ContextVar("rdmad_current_message", default=None)
-
-_NAME_OWNER_CHANGED = (
-    f"type='signal',sender='{DBUS_NAME}',interface='{DBUS_NAME}',"
-    f"member='NameOwnerChanged',path='{DBUS_PATH}'"
-)
 
 
 def current_message() -> Message | None:
@@ -43,7 +38,7 @@ class Credentials:
     async def start(self) -> None:
         """Hook into dispatch and watch for peers leaving. Call before exporting objects."""
         self._bus.add_message_handler(self._on_message)
-        await self._dbus_call("AddMatch", "s", [_NAME_OWNER_CHANGED])
+        await self._dbus_call("AddMatch", "s", [name_owner_changed_rule()])
         await self._polkit.start()
 
     def stop(self) -> None:

@@ -36,6 +36,16 @@ def bus_daemon_call(member: str, signature: str, body: list[object]) -> Message:
     )
 
 
+def name_owner_changed_rule(name: str | None = None) -> str:
+    """The match rule for the bus daemon's NameOwnerChanged signal, of `name` alone when
+    given (its arg0), else of every name."""
+    rule = (
+        f"type='signal',sender='{DBUS_NAME}',interface='{DBUS_NAME}',"
+        f"member='NameOwnerChanged',path='{DBUS_PATH}'"
+    )
+    return rule if name is None else f"{rule},arg0='{name}'"
+
+
 def _plain(ch: str) -> bool:
     return ch.isascii() and ch.isalnum()
 

@@ -20,13 +20,13 @@ from rdmad.bus.client import Client, Unreachable
 from rdmad.bus.names import (
     BUS_NAME,
     CLAIM_IFACE,
-    DBUS_NAME,
     DBUS_PATH,
     DEVICE_IFACE,
     DEVICE_PREFIX,
     MANAGER_IFACE,
     MANAGER_PATH,
     OBJECT_MANAGER_IFACE,
+    name_owner_changed_rule,
 )
 from rdmad.dra.offer import RdmadState
 
@@ -34,8 +34,7 @@ log = logging.getLogger("rdmad.dra")
 
 MATCH_RULES = (
     f"type='signal',sender='{BUS_NAME}',path_namespace='{MANAGER_PATH}'",
-    f"type='signal',sender='{DBUS_NAME}',interface='{DBUS_NAME}',member='NameOwnerChanged',"
-    f"arg0='{BUS_NAME}'",
+    name_owner_changed_rule(BUS_NAME),
 )
 
 
