@@ -66,8 +66,8 @@ fi
 # rdmad.service; starting is skipped in the chroot (no systemd running), so the unit first
 # starts at the boot. rdmad-dra is checked here (installed, its unit there and not
 # enabled) and removed again with apt, natively, into $SD/rdmad-dra.facts for
-# run-systemd-check.sh: in the guest, under emulation over 9p, its ~3900 files took ~19
-# minutes to remove, and the probe's `apt remove rdmad` would take them with it. The guest
+# run-systemd-check.sh: removing its ~3900 files is slow under emulation, and the probe's
+# `apt remove rdmad` would take them with it. The guest
 # boots with rdmad alone; its .deb stays in /root for the probe's reinstall.
 built=$("$REPO/scripts/build-deb.sh") || die "the Debian packages did not build"
 mapfile -t debs <<<"$built"

@@ -5,11 +5,11 @@
 #                          RDMA device and netns a node has when rdmad starts at boot;
 #                          writes /rdmad-setup.out
 #   rdmad-probe.sh         rdmad-probe.service, after multi-user.target: the checks
-# The probe writes /rdmad-probe.out (the root is the host's image dir over 9p, --rw):
-# free-form output, plus "@key=value" lines that run-systemd-check.sh checks (the set-up's
-# record included). The file appears only when the probe ran to its end (written as .tmp,
-# renamed last), so a half run cannot pass. Every step runs even when an earlier one
-# failed: the host decides, with the whole record.
+# The probe writes /rdmad-probe.out (the root is a copy of the image dir on a virtio disk,
+# which the host reads it back from): free-form output, plus "@key=value" lines that
+# run-systemd-check.sh checks (the set-up's record included). The file appears only when
+# the probe ran to its end (written as .tmp, renamed last), so a half run cannot pass.
+# Every step runs even when an earlier one failed: the host decides, with the whole record.
 set -u
 
 kv() { printf '@%s=%s\n' "$1" "$2"; }
