@@ -11,8 +11,9 @@
 #           --cpus N --mem SIZE   guest size (default 2, 1G)
 #           --verbose      show guest set-up output and the kernel console on stderr
 # env:      RDMAD_GUEST_CACHE (default /opt/rdmad-guest; filled by prepare-kernel.sh)
-#           RDMAD_GUEST_9P_CACHE=loose|none  loose (default): the checkout and the venv's Python
-#                          shared again, read-only and cached in the guest (see "cached" below)
+#           RDMAD_GUEST_9P_CACHE=loose|none  loose (default): the checkout, the venv's Python,
+#                          the host's programs and libraries shared again, read-only and
+#                          cached in the guest (see "cached trees" below)
 #           RDMAD_GUEST_ACCEL=auto|kvm|tcg  (auto: TCG when /dev/kvm is missing or is the
 #                          PVM flavour - stock kernels hang under kvm_pvm)
 #
@@ -132,19 +133,26 @@ chmod 755 "$RUN_DIR/guest.sh"
 
 # ------------------------------------------------------------------ cached trees
 # vng's initramfs mounts the host root itself, uncached (rootflags= never reach it): each
-# stat, open and read of Python's imports is a 9p round trip through the emulated CPU. The
-# trees every Python process reads, which do not change during a run, are shared once more,
-# read-only, and the guest mounts each over itself with cache=loose (pages and metadata):
-# the checkout (its .venv, rdmad, tests) and the prefix of the venv's Python (its standard
-# library), unless that prefix is the system's, under the overlays vng makes.
+# stat, open and read of Python's imports, and of every program the tests run, is a 9p
+# round trip through the emulated CPU. The trees they read, which do not change during a
+# run, are shared once more, read-only, and the guest mounts each over itself with
+# cache=loose (pages and metadata): the checkout (its .venv, rdmad, tests), the standard
+# library of the venv's Python (its whole prefix unless that is the system's, under the
+# overlays vng makes), the host's programs and shared libraries, and containerd's cache.
 cached=(); cache_opts=""
 if [ "${RDMAD_GUEST_9P_CACHE:-loose}" != none ]; then
-    trees=("$ROOT")
+    trees=("$ROOT" /usr/bin /usr/sbin /usr/libexec /usr/lib/x86_64-linux-gnu
+           "${RDMAD_CONTAINERD_CACHE:-/opt/rdmad-containerd}")
     if [ -x "$ROOT/.venv/bin/python" ]; then
         prefix=$(dirname "$(dirname "$(readlink -f "$ROOT/.venv/bin/python")")")
-        case $prefix in /|/usr|/usr/local) ;; *) trees+=("$prefix") ;; esac
+        case $prefix in
+            /|/usr|/usr/local) trees+=("$("$ROOT/.venv/bin/python" -c \
+                'import sysconfig; print(sysconfig.get_paths()["stdlib"])')") ;;
+            *) trees+=("$prefix") ;;
+        esac
     fi
     for d in "${trees[@]}"; do
+        [ -d "$d" ] || continue
         if [[ ! $d =~ ^/[A-Za-z0-9_./+-]+$ ]]; then
             echo "[guest] WARNING: $d stays uncached: vng's options cannot carry its path" >&2
             continue
