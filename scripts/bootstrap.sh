@@ -4,7 +4,9 @@
 #   scripts/bootstrap.sh            apt packages (host + QEMU guest harness), .venv, CNI plugin
 #   scripts/bootstrap.sh --no-apt   only the .venv and the plugin (a developer box without root)
 #
-# Environment: RDMAD_PYTHON (interpreter for the venv, default python3),
+# Environment: RDMAD_PYTHON (the venv's interpreter; default /usr/bin/python3, Debian's, which
+#              the .debs run on: a python3 first in PATH may be much slower, see
+#              docs/performance.md; a venv of another interpreter is made again),
 #              RDMAD_FORCE_PIP=1 (re-run pip even if the stamp says it is up to date).
 #
 # A second run is a fast no-op: installed packages are checked with one dpkg-query before
@@ -22,7 +24,7 @@ say() { echo "[setup] $*"; }
 die() { echo "[setup] ERROR: $*" >&2; exit 1; }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PYTHON=${RDMAD_PYTHON:-python3}
+PYTHON=${RDMAD_PYTHON:-/usr/bin/python3}
 do_apt=1
 for a in "$@"; do
     case $a in
@@ -98,6 +100,12 @@ STAMP="$VENV/.rdmad-bootstrap"
 LOCK="$ROOT/requirements/dev.txt"
 want_stamp=$(cat "$LOCK" "$ROOT/pyproject.toml" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)
 
+# a venv of another interpreter is made again
+base=$(readlink -f "$(command -v "$PYTHON")") || die "no interpreter $PYTHON"
+if [ -x "$VENV/bin/python" ] && [ "$(readlink -f "$VENV/bin/python")" != "$base" ]; then
+    say "$VENV is of $(readlink -f "$VENV/bin/python"), not $base: making it again"
+    rm -rf "$VENV"
+fi
 if [ ! -x "$VENV/bin/python" ]; then
     say "creating $VENV ($PYTHON)"
     "$PYTHON" -m venv "$VENV" || die "python venv failed (python3-venv installed?)"

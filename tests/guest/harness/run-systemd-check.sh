@@ -64,7 +64,10 @@ python_prefix=$(dirname "$(dirname "$(readlink -f "$REPO/.venv/bin/python")")")
 containerd_cache=${RDMAD_CONTAINERD_CACHE:-/opt/rdmad-containerd}
 [ -x "$containerd_cache/containerd2/usr/bin/containerd" ] \
     || die "containerd missing in $containerd_cache: run scripts/fetch-containerd.sh"
-for shared in "$REPO" "$python_prefix" "$containerd_cache"; do
+shared_dirs=("$REPO" "$containerd_cache")
+# Debian's Python (/usr) is the image's too, rdmad's own; another is shared
+[ "$python_prefix" = /usr ] || shared_dirs+=("$python_prefix")
+for shared in "${shared_dirs[@]}"; do
     vng_args+=(--rodir "$shared=$shared")   # (the probe mounts them)
 done
 echo "$REPO" > "$ROOT/etc/rdmad-probe-checkout"
