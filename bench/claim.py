@@ -39,7 +39,7 @@ from bench.common import (
 )
 from bench.stats import RatioCheck, spread
 from rdmad.kernel.netns import run_in_netns
-from testbed.net import addresses, ip, link, temp_netns
+from testbed.net import addresses, ip, link, netns_fd, temp_netns
 
 HOST_MTU, NS_MTU = 1500, 1400
 HOST_ADDR, NS_ADDR = "192.0.2.1/24", "198.51.100.2/24"
@@ -64,15 +64,6 @@ def limited_tree() -> Iterator[Path]:
         yield root
     finally:
         shutil.rmtree(root)
-
-
-@contextlib.contextmanager
-def netns_fd(netns: str) -> Iterator[int]:
-    fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
 
 
 async def netlink_in(netns: str) -> socket.socket:

@@ -146,6 +146,16 @@ def temp_netns(prefix: str = "rt") -> Iterator[str]:
 
 
 @contextlib.contextmanager
+def netns_fd(name: str) -> Iterator[int]:
+    """An fd of named netns `name`, closed afterwards."""
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def users_netns(uid: int, prefix: str = "ru") -> Iterator[str]:
     """A named netns (/run/netns/NAME) that `uid` owns, as a rootless container's: made by
     `uid` with a user namespace of its own (held by its process meanwhile), and named by

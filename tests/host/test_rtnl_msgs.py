@@ -8,9 +8,8 @@ import asyncio
 import contextlib
 import errno
 import ipaddress
-import os
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -40,7 +39,7 @@ from rdmad.kernel.rtnl_msgs import (
     netns_nsid,
     new_macvlan,
 )
-from testbed.net import VethPair, ip, is_up, link
+from testbed.net import VethPair, ip, is_up, link, netns_fd
 
 pytestmark = pytest.mark.usefixtures("root")  # each test makes links or netns
 
@@ -89,15 +88,6 @@ def _full_view(m: Any) -> tuple[int, str, int, str, frozenset[str], int]:
 
 def _lean_view(m: Link) -> tuple[int, str, int, str, frozenset[str], int]:
     return (m.index, m.ifname, m.mtu, m.kind, m.altnames, m.flags)
-
-
-@contextlib.contextmanager
-def _netns_fd(name: str) -> Iterator[int]:
-    fd = os.open(f"/run/netns/{name}", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
 
 
 async def test_a_dump_decodes_as_pyroute2_decodes_it_for_every_netdev(
@@ -209,7 +199,7 @@ async def test_the_kernel_filters_an_address_dump_by_the_index_in_it(
 
 def test_a_refused_move_raises_the_kernels_errno(netns: str) -> None:
     # An ifindex nothing has: the kernel answers ENODEV.
-    with _netns_fd(netns) as target, pytest.raises(NetlinkError) as refused:
+    with netns_fd(netns) as target, pytest.raises(NetlinkError) as refused:
         move_link_blocking(0x7FFFFFF0, net_ns_fd=target)
     assert refused.value.errno == errno.ENODEV
 
@@ -217,7 +207,7 @@ def test_a_refused_move_raises_the_kernels_errno(netns: str) -> None:
 def test_a_move_lands_the_netdev_in_the_target_with_its_settings(
     veth: VethPair, netns: str
 ) -> None:
-    with _netns_fd(netns) as target:
+    with netns_fd(netns) as target:
         move_link_blocking(
             veth.host_ifindex(), net_ns_fd=target, ifname="moved0", mtu=1380, up=True
         )
@@ -238,7 +228,7 @@ async def test_dellink_deletes_a_netdev_by_index_or_by_name(
 async def test_netns_nsid_reads_an_assigned_nsid_and_none_where_there_is_none(
     channel: NlChannel, netns: str
 ) -> None:
-    with _netns_fd(netns) as fd:
+    with netns_fd(netns) as fd:
         assert await netns_nsid(channel, fd) is None
         ip("netns", "set", netns, "77")
         assert await netns_nsid(channel, fd) == 77
@@ -246,7 +236,7 @@ async def test_netns_nsid_reads_an_assigned_nsid_and_none_where_there_is_none(
 
 
 async def test_assign_nsid_has_the_kernel_pick_one(channel: NlChannel, netns: str) -> None:
-    with _netns_fd(netns) as fd:
+    with netns_fd(netns) as fd:
         await assign_nsid(channel, fd)
         nsid = await netns_nsid(channel, fd)
     assert nsid is not None and nsid >= 0
@@ -256,7 +246,7 @@ async def test_assign_nsid_has_the_kernel_pick_one(channel: NlChannel, netns: st
 async def test_new_macvlan_is_created_in_the_target_netns_in_bridge_mode(
     channel: NlChannel, veth: VethPair, netns: str
 ) -> None:
-    with _netns_fd(netns) as fd:
+    with netns_fd(netns) as fd:
         await new_macvlan(channel, veth.host_ifindex(), "mv0", net_ns_fd=fd, mtu=1280)
     inside = link("mv0", netns)
     assert inside is not None and inside["mtu"] == 1280
